@@ -1,0 +1,87 @@
+//! The command line: clap definitions, logging set-up, exit codes, and dispatch to the
+//! commands (one module each). This is the imperative shell; the work lives in the library.
+
+mod tree;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// How a command ended, mapped to the exit codes of the contract.
+#[derive(Debug)]
+pub enum Failure {
+    /// Exit 1: the command failed (an import, a pass, a sync).
+    Failed(String),
+    /// Exit 2: usage or configuration error.
+    Usage(String),
+    /// Exit 3: nothing done (halted, paused, refused).
+    Refused(String),
+}
+
+impl Failure {
+    fn code(&self) -> u8 {
+        match self {
+            Failure::Failed(_) => 1,
+            Failure::Usage(_) => 2,
+            Failure::Refused(_) => 3,
+        }
+    }
+
+    fn message(&self) -> &str {
+        match self {
+            Failure::Failed(m) | Failure::Usage(m) | Failure::Refused(m) => m,
+        }
+    }
+}
+
+/// Result of a command: an exit code on success paths (0, or e.g. 10 for "changes pending").
+pub type Outcome = Result<u8, Failure>;
+
+/// zkdeployment: converge RPM hosts to a tree kept in ZooKeeper.
+#[derive(Debug, Parser)]
+#[command(name = "zkdeployment", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Work with tree files and the tree in ZooKeeper.
+    #[command(subcommand)]
+    Tree(tree::TreeCommand),
+}
+
+/// Runs the command line and returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let outcome = match cli.command {
+        Command::Tree(cmd) => tree::run(cmd),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("zkdeployment: {}", failure.message());
+            ExitCode::from(failure.code())
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ZKDEPLOYMENT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// A single-threaded runtime for a command.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Failed(format!("cannot start the runtime: {e}")))
+}

@@ -1,0 +1,168 @@
+//! `zkdeployment tree check | export | import`: the text format offline and against ZooKeeper.
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use super::{runtime, Failure, Outcome};
+use crate::tree::parse::parse_bytes;
+use crate::tree::Node;
+use crate::zk::connect::resolve_connection;
+use crate::zk::export::export_tree;
+use crate::zk::import::{import_tree, Trim};
+use crate::zk::{connect, Client, ConnectOptions};
+
+#[derive(Debug, Subcommand)]
+pub enum TreeCommand {
+    /// Parse and lint tree files offline; errors are printed as FILE:LINE: message.
+    Check {
+        /// Tree files (`.zk`, `.zkx`).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Print the tree (or the subtree at NODE) in the text format.
+    Export {
+        /// The node to export.
+        #[arg(default_value = "/")]
+        node: String,
+        /// Include ephemeral nodes.
+        #[arg(short, long)]
+        ephemeral: bool,
+        /// Name to give the exported top node.
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        zk: ZkArg,
+    },
+    /// Import a tree file (`-` for stdin) under NODE.
+    Import {
+        /// The text to import (`-` = standard input).
+        file: String,
+        /// The node to import under.
+        #[arg(default_value = "/")]
+        node: String,
+        /// Delete existing children that the text does not list (not top-level ones).
+        #[arg(long, conflicts_with = "no_trim")]
+        trim: bool,
+        /// Keep existing children that the text does not list, silently.
+        #[arg(long)]
+        no_trim: bool,
+        /// Print what would change; change nothing.
+        #[arg(short = 'n', long)]
+        dry_run: bool,
+        #[command(flatten)]
+        zk: ZkArg,
+    },
+}
+
+/// The `-z/--zookeeper` flag.
+#[derive(Debug, Args)]
+pub struct ZkArg {
+    /// ZooKeeper connection string, `host:port[,host:port][/chroot]`
+    /// (default: $ZC_ZK_CONNECTION_STRING, else zookeeper:2181).
+    #[arg(short = 'z', long = "zookeeper", value_name = "CONN")]
+    pub zookeeper: Option<String>,
+}
+
+impl ZkArg {
+    /// Connects with the resolved connection string.
+    pub async fn connect(&self) -> Result<Client, Failure> {
+        let opts = ConnectOptions::new(resolve_connection(self.zookeeper.as_deref()));
+        connect(&opts)
+            .await
+            .map_err(|e| Failure::Failed(e.to_string()))
+    }
+}
+
+pub fn run(cmd: TreeCommand) -> Outcome {
+    match cmd {
+        TreeCommand::Check { paths } => check(&paths),
+        TreeCommand::Export {
+            node,
+            ephemeral,
+            name,
+            zk,
+        } => {
+            check_node_path(&node)?;
+            runtime()?.block_on(async {
+                let client = zk.connect().await?;
+                let text = export_tree(&client, &node, ephemeral, name.as_deref())
+                    .await
+                    .map_err(|e| Failure::Failed(e.to_string()))?;
+                print!("{text}");
+                Ok(0)
+            })
+        }
+        TreeCommand::Import {
+            file,
+            node,
+            trim,
+            no_trim,
+            dry_run,
+            zk,
+        } => {
+            check_node_path(&node)?;
+            let tree = read_tree(&file)?;
+            let trim = match (trim, no_trim) {
+                (true, _) => Trim::Yes,
+                (_, true) => Trim::No,
+                _ => Trim::Report,
+            };
+            runtime()?.block_on(async {
+                let client = zk.connect().await?;
+                let node = node.trim_end_matches('/');
+                let node = if node.is_empty() { "/" } else { node };
+                let done = import_tree(&client, &tree, node, trim, dry_run)
+                    .await
+                    .map_err(|e| Failure::Failed(format!("import failed: {e}")))?;
+                for line in done.lines {
+                    println!("{line}");
+                }
+                Ok(0)
+            })
+        }
+    }
+}
+
+fn check_node_path(node: &str) -> Result<(), Failure> {
+    if !node.starts_with('/') {
+        return Err(Failure::Usage(format!(
+            "NODE must be an absolute path: {node:?}"
+        )));
+    }
+    Ok(())
+}
+
+fn read_tree(file: &str) -> Result<Node, Failure> {
+    let mut bytes = Vec::new();
+    let read = if file == "-" {
+        std::io::stdin().read_to_end(&mut bytes).map(|_| ())
+    } else {
+        std::fs::File::open(file)
+            .and_then(|mut f| f.read_to_end(&mut bytes))
+            .map(|_| ())
+    };
+    read.map_err(|e| Failure::Failed(format!("{file}: {e}")))?;
+    parse_bytes(&bytes).map_err(|e| Failure::Failed(format!("{file}:{}: {}", e.line, e.message)))
+}
+
+fn check(paths: &[PathBuf]) -> Outcome {
+    let mut failed = false;
+    for path in paths {
+        let shown = path.display();
+        match std::fs::read(path) {
+            Err(e) => {
+                println!("{shown}: {e}");
+                failed = true;
+            }
+            Ok(bytes) => {
+                if let Err(e) = parse_bytes(&bytes) {
+                    println!("{shown}:{}: {}", e.line, e.message);
+                    failed = true;
+                }
+            }
+        }
+    }
+    Ok(u8::from(failed))
+}

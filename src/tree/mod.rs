@@ -1,0 +1,80 @@
+//! The zc.zk text tree format: an in-memory [`Node`] tree, the Python-literal property values
+//! ([`literal`]), the parser ([`parse`]) and the exporter ([`export`]). Pure code, no I/O.
+//!
+//! A node's properties are kept exactly as they are stored in ZooKeeper: a JSON object whose
+//! keys ending in `" ->"` are symbolic links and keys ending in `" =>"` are property links, and
+//! whose `type` key holds the node type written as `/name : type` in text.
+
+pub mod export;
+pub mod literal;
+pub mod parse;
+
+use std::collections::BTreeMap;
+
+pub use export::export_node_lines;
+pub use parse::{parse, ParseError};
+
+/// Property map of a node: sorted keys, JSON values (as stored in ZooKeeper).
+pub type Props = serde_json::Map<String, serde_json::Value>;
+
+/// Suffix of a symbolic-link key (`name ->`).
+pub const LINK_SUFFIX: &str = " ->";
+/// Suffix of a property-link key (`name =>`).
+pub const PLINK_SUFFIX: &str = " =>";
+
+/// One node of a parsed (or exported) tree.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Node {
+    /// Properties, including `type` and link keys.
+    pub props: Props,
+    /// Children by name, sorted.
+    pub children: BTreeMap<String, Node>,
+    /// 1-based line of the text that defined this node (0 when not from text).
+    pub line: usize,
+}
+
+impl Node {
+    /// A node without properties or children.
+    pub fn new() -> Node {
+        Node::default()
+    }
+
+    /// Number of nodes in this subtree, this node excluded.
+    pub fn descendants(&self) -> usize {
+        self.children.values().map(|c| 1 + c.descendants()).sum()
+    }
+
+    /// The child at a relative path of `/`-separated names, if present.
+    pub fn get(&self, rel: &str) -> Option<&Node> {
+        let mut node = self;
+        for part in rel.split('/').filter(|p| !p.is_empty()) {
+            node = node.children.get(part)?;
+        }
+        Some(node)
+    }
+}
+
+/// Why a node name cannot be used (`None` if it can): ZooKeeper and the filesystem markers
+/// need plain names.
+pub fn bad_node_name(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("empty node name")
+    } else if name.contains('/') {
+        Some("node name contains '/'")
+    } else if name == "." || name == ".." {
+        Some("node name is '.' or '..'")
+    } else if name.chars().any(is_forbidden_char) {
+        Some("node name contains a control or non-character")
+    } else {
+        None
+    }
+}
+
+/// Characters ZooKeeper refuses in path elements (and that we refuse too).
+fn is_forbidden_char(c: char) -> bool {
+    let u = c as u32;
+    u <= 0x1f
+        || (0x7f..=0x9f).contains(&u)
+        || (0xd800..=0xf8ff).contains(&u)
+        || (0xfff0..=0xffff).contains(&u)
+}

@@ -1,0 +1,266 @@
+//! Parser of the zc.zk text tree format.
+//!
+//! The grammar and the error messages are zc.zk's (`parse_tree`): each line is classified by
+//! trying, in order, a property link (`name => target`), a property (`name = <literal>`), a
+//! symbolic link (`name -> target`) and a node (`/name [: type]`); indentation builds the tree.
+//! Differences from the original, all deliberate: property values are Python literals parsed by
+//! [`super::literal`] (never evaluated), every error names its line, node names must be usable
+//! as ZooKeeper path elements, and nesting is bounded so no input can exhaust the stack.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::OnceLock;
+
+use regex::Regex;
+use serde_json::Value;
+
+use super::literal::{parse_literal, repr_str};
+use super::{bad_node_name, Node, Props, LINK_SUFFIX, PLINK_SUFFIX};
+
+/// Deepest node nesting accepted (ZooKeeper paths are bounded anyway).
+pub const MAX_DEPTH: usize = 200;
+
+/// A parse error: the 1-based line and the original's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// 1-based line number.
+    pub line: usize,
+    /// The message, in the original's words (e.g. `Bad link format: 'a ->'`).
+    pub message: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+fn err(line: usize, message: impl Into<String>) -> ParseError {
+    ParseError {
+        line,
+        message: message.into(),
+    }
+}
+
+/// Python 2's `str.strip()` whitespace (ASCII only).
+fn is_py_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c')
+}
+
+struct Patterns {
+    plink: Regex,
+    property: Regex,
+    link: Regex,
+    node: Regex,
+}
+
+/// zc.zk's line patterns, with `\s`/`\S` restricted to Python 2's ASCII whitespace.
+fn patterns() -> &'static Patterns {
+    static P: OnceLock<Patterns> = OnceLock::new();
+    P.get_or_init(|| {
+        let make = |p: &str| {
+            let p = p
+                .replace(r"\S", r"[^ \t\n\r\x0B\x0C]")
+                .replace(r"\s", r"[ \t\n\r\x0B\x0C]");
+            Regex::new(&format!("^(?:{p})$")).expect("static regex")
+        };
+        Patterns {
+            plink: make(r"(?P<name>\S+)\s*=>\s*(?P<target>\S+(\s+\S+)?)(\s+(?P<pname>/\S+))?"),
+            property: make(r"(?P<name>\S+)\s*=\s*(?P<expr>\S.*)"),
+            link: make(r"(?P<name>\S+)\s*->\s*(?P<target>\S+)"),
+            node: make(r"/(?P<name>\S+)(\s*:\s*(?P<type>\S.*))?"),
+        }
+    })
+}
+
+/// What one line holds.
+enum Item {
+    Node { name: String, kind: Option<String> },
+    Prop { key: String, value: Value },
+}
+
+fn classify(stripped: &str, lineno: usize) -> Result<Item, ParseError> {
+    let p = patterns();
+    if let Some(m) = p.plink.captures(stripped) {
+        return Ok(Item::Prop {
+            key: format!("{}{PLINK_SUFFIX}", &m["name"]),
+            value: Value::String(m["target"].to_string()),
+        });
+    }
+    if let Some(m) = p.property.captures(stripped) {
+        let expr = &m["expr"];
+        let value = parse_literal(expr).map_err(|e| {
+            err(
+                lineno,
+                format!(
+                    "Error {e} in expression: {} in line {lineno}",
+                    repr_str(expr)
+                ),
+            )
+        })?;
+        return Ok(Item::Prop {
+            key: m["name"].to_string(),
+            value,
+        });
+    }
+    if let Some(m) = p.link.captures(stripped) {
+        return Ok(Item::Prop {
+            key: format!("{}{LINK_SUFFIX}", &m["name"]),
+            value: Value::String(m["target"].to_string()),
+        });
+    }
+    if let Some(m) = p.node.captures(stripped) {
+        return Ok(Item::Node {
+            name: m["name"].to_string(),
+            kind: m.name("type").map(|t| t.as_str().to_string()),
+        });
+    }
+    if stripped.contains("->") {
+        Err(err(
+            lineno,
+            format!("Bad link format: {}", repr_str(stripped)),
+        ))
+    } else {
+        Err(err(
+            lineno,
+            format!("Unrecognized data: {}", repr_str(stripped)),
+        ))
+    }
+}
+
+/// A node under construction (arena entry).
+struct Building {
+    props: Props,
+    children: BTreeMap<String, usize>,
+    line: usize,
+}
+
+enum Entry {
+    Node(usize),
+    Prop,
+}
+
+/// Parses text into a root node whose children are the top-level nodes.
+pub fn parse(text: &str) -> Result<Node, ParseError> {
+    let mut arena = vec![Building {
+        props: Props::new(),
+        children: BTreeMap::new(),
+        line: 0,
+    }];
+    // The indentation stack of zc.zk: (indent, entry), starting with the root at -1.
+    let mut stack: Vec<(isize, Entry)> = vec![(-1, Entry::Node(0))];
+    for (i, raw) in text.split('\n').enumerate() {
+        let lineno = i + 1;
+        let line = raw.trim_end_matches(is_py_space);
+        if line.is_empty() {
+            continue;
+        }
+        let stripped = line.trim_start_matches(is_py_space);
+        if stripped.starts_with('#') {
+            continue;
+        }
+        let indent = (line.chars().count() - stripped.chars().count()) as isize;
+        let item = classify(stripped, lineno)?;
+
+        let top_indent = stack.last().map(|e| e.0).unwrap_or(-1);
+        if indent > top_indent {
+            if !matches!(stack.last(), Some((_, Entry::Node(_)))) {
+                return Err(err(
+                    lineno,
+                    format!("Can't indent under properties: {}", repr_str(line)),
+                ));
+            }
+            stack.push((indent, Entry::Prop));
+        } else {
+            while stack.len() > 1 && indent < stack[stack.len() - 1].0 {
+                stack.pop();
+            }
+            if indent > stack[stack.len() - 1].0 {
+                return Err(err(
+                    lineno,
+                    format!("Invalid indentation: {}", repr_str(stripped)),
+                ));
+            }
+        }
+        let parent = match stack[stack.len() - 2].1 {
+            Entry::Node(idx) => idx,
+            Entry::Prop => unreachable!("a property never has entries above it"),
+        };
+        match item {
+            Item::Node { name, kind } => {
+                if let Some(why) = bad_node_name(&name) {
+                    return Err(err(lineno, format!("{why}: {}", repr_str(stripped))));
+                }
+                if stack.len() - 1 > MAX_DEPTH {
+                    return Err(err(
+                        lineno,
+                        format!("nodes nested deeper than {MAX_DEPTH} levels"),
+                    ));
+                }
+                if arena[parent].children.contains_key(&name) {
+                    return Err(err(
+                        lineno,
+                        format!("duplicate node: {}", repr_str(stripped)),
+                    ));
+                }
+                let mut props = Props::new();
+                if let Some(kind) = kind {
+                    props.insert("type".to_string(), Value::String(kind));
+                }
+                let idx = arena.len();
+                arena.push(Building {
+                    props,
+                    children: BTreeMap::new(),
+                    line: lineno,
+                });
+                arena[parent].children.insert(name, idx);
+                let top = stack.len() - 1;
+                stack[top] = (indent, Entry::Node(idx));
+            }
+            Item::Prop { key, value } => {
+                if parent == 0 {
+                    return Err(err(lineno, "Can't import properties above imported nodes."));
+                }
+                if arena[parent].props.contains_key(&key) {
+                    return Err(err(
+                        lineno,
+                        format!("duplicate property: {}", repr_str(stripped)),
+                    ));
+                }
+                arena[parent].props.insert(key, value);
+            }
+        }
+    }
+    Ok(assemble(&mut arena, 0))
+}
+
+/// Parses bytes, reporting invalid UTF-8 with the line it is on.
+pub fn parse_bytes(bytes: &[u8]) -> Result<Node, ParseError> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => parse(text),
+        Err(e) => {
+            let line = 1 + bytes[..e.valid_up_to()]
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count();
+            Err(err(line, "invalid UTF-8"))
+        }
+    }
+}
+
+fn assemble(arena: &mut Vec<Building>, idx: usize) -> Node {
+    let props = std::mem::take(&mut arena[idx].props);
+    let kids = std::mem::take(&mut arena[idx].children);
+    let line = arena[idx].line;
+    let children = kids
+        .into_iter()
+        .map(|(name, c)| (name, assemble(arena, c)))
+        .collect();
+    Node {
+        props,
+        children,
+        line,
+    }
+}

@@ -1,0 +1,73 @@
+//! Connecting to ZooKeeper: connection strings (with an optional chroot), session timeout,
+//! digest authentication, and a bounded wait for the first connection.
+
+use std::time::Duration;
+
+use super::{Client, ZkError};
+
+/// The default connection string when neither a flag, the config nor the environment sets one.
+pub const DEFAULT_CONNECTION: &str = "zookeeper:2181";
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// `host:port[,host:port…][/chroot]`.
+    pub connection: String,
+    /// Session timeout.
+    pub session_timeout: Duration,
+    /// `user:password` for the `digest` scheme.
+    pub digest: Option<String>,
+    /// How long to try before giving up on the first connection.
+    pub connect_timeout: Duration,
+}
+
+impl ConnectOptions {
+    /// Options with the given connection string and the defaults (10 s session).
+    pub fn new(connection: impl Into<String>) -> ConnectOptions {
+        ConnectOptions {
+            connection: connection.into(),
+            session_timeout: Duration::from_secs(10),
+            digest: None,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The connection string to use: an explicit one, else `ZC_ZK_CONNECTION_STRING`, else
+/// [`DEFAULT_CONNECTION`].
+pub fn resolve_connection(explicit: Option<&str>) -> String {
+    if let Some(c) = explicit.filter(|c| !c.is_empty()) {
+        return c.to_string();
+    }
+    match std::env::var("ZC_ZK_CONNECTION_STRING") {
+        Ok(c) if !c.is_empty() => c,
+        _ => DEFAULT_CONNECTION.to_string(),
+    }
+}
+
+/// Connects, failing with a clear error after `connect_timeout`.
+pub async fn connect(opts: &ConnectOptions) -> Result<Client, ZkError> {
+    let fail = |reason: String| ZkError::Connect {
+        conn: opts.connection.clone(),
+        reason,
+    };
+    if let Some(chroot) = opts.connection.find('/').map(|i| &opts.connection[i..]) {
+        if chroot.len() > 1 && chroot.ends_with('/') {
+            return Err(fail("the chroot must not end with '/'".into()));
+        }
+    }
+    let mut connector = Client::connector()
+        .with_session_timeout(opts.session_timeout)
+        .with_connection_timeout(opts.connect_timeout.min(opts.session_timeout));
+    if let Some(digest) = &opts.digest {
+        connector = connector.with_auth("digest", digest.as_bytes());
+    }
+    match tokio::time::timeout(opts.connect_timeout, connector.connect(&opts.connection)).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(fail(e.to_string())),
+        Err(_) => Err(fail(format!(
+            "no session within {} s",
+            opts.connect_timeout.as_secs_f64()
+        ))),
+    }
+}

@@ -1,0 +1,81 @@
+//! zc.zk's node data encoding.
+//!
+//! Reading: empty or blank data is `{}`; data that, stripped, starts with `{` and ends with `}`
+//! is a JSON object (if it does not parse, the raw text is kept as `string_value`); anything
+//! else is `{"string_value": <raw>}`. Writing: a map holding only `string_value` is stored as
+//! the raw string, anything else as compact JSON with sorted keys.
+
+use serde_json::Value;
+
+use crate::tree::Props;
+
+/// Decodes node data into properties.
+pub fn decode(data: &[u8]) -> Props {
+    let text = String::from_utf8_lossy(data);
+    let stripped = text.trim();
+    let mut props = Props::new();
+    if stripped.is_empty() {
+        return props;
+    }
+    if stripped.starts_with('{') && stripped.ends_with('}') {
+        if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(stripped) {
+            return map;
+        }
+        tracing::warn!("bad JSON data in node, read as string_value");
+    }
+    props.insert("string_value".to_string(), Value::String(text.into_owned()));
+    props
+}
+
+/// Encodes properties as node data.
+pub fn encode(props: &Props) -> Vec<u8> {
+    if props.len() == 1 {
+        if let Some(Value::String(s)) = props.get("string_value") {
+            return s.as_bytes().to_vec();
+        }
+    }
+    serde_json::to_vec(props).expect("a JSON map always serialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn map(v: Value) -> Props {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn decodes_the_three_shapes() {
+        assert_eq!(decode(b""), Props::new());
+        assert_eq!(decode(b"  \n "), Props::new());
+        assert_eq!(
+            decode(br#" {"a": 1, "b": [true, null]} "#),
+            map(json!({"a": 1, "b": [true, null]}))
+        );
+        assert_eq!(decode(b"hello"), map(json!({"string_value": "hello"})));
+        assert_eq!(
+            decode(b"{not json}"),
+            map(json!({"string_value": "{not json}"}))
+        );
+        assert_eq!(decode(b"[1,2]"), map(json!({"string_value": "[1,2]"})));
+    }
+
+    #[test]
+    fn encodes_compact_sorted_json_or_raw_string() {
+        assert_eq!(
+            encode(&map(json!({"b": 1, "a": "x"}))),
+            br#"{"a":"x","b":1}"#.to_vec()
+        );
+        assert_eq!(
+            encode(&map(json!({"string_value": "raw text"}))),
+            b"raw text".to_vec()
+        );
+        assert_eq!(
+            encode(&map(json!({"string_value": 1}))),
+            br#"{"string_value":1}"#.to_vec()
+        );
+        assert_eq!(encode(&Props::new()), b"{}".to_vec());
+    }
+}

@@ -1,0 +1,41 @@
+//! Export of a ZooKeeper subtree in the text format (zc.zk's `export_tree`): the root export
+//! leaves out `/zookeeper`; ephemeral nodes are left out unless asked for; `name` renames the
+//! exported top node (and, at `/`, wraps the whole tree in a node of that name).
+
+use super::snapshot::{read_subtree, ReadOptions};
+use super::{Client, ZkError};
+use crate::tree::export::{export_root, export_subtree};
+
+/// Why an export failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// The node to export does not exist.
+    #[error("no node {0}")]
+    NoNode(String),
+    /// Reading failed.
+    #[error(transparent)]
+    Read(#[from] ZkError),
+}
+
+/// Exports the subtree at `path` as text.
+pub async fn export_tree(
+    client: &Client,
+    path: &str,
+    ephemeral: bool,
+    name: Option<&str>,
+) -> Result<String, ExportError> {
+    let skip = |p: &str| p == "/zookeeper";
+    let opts = ReadOptions {
+        include_ephemeral: ephemeral,
+        skip: &skip,
+    };
+    let node = read_subtree(client, path, &opts)
+        .await?
+        .ok_or_else(|| ExportError::NoNode(path.to_string()))?;
+    let tree = node.to_tree();
+    if path == "/" {
+        return Ok(export_root(&tree, name));
+    }
+    let own = path.rsplit('/').next().unwrap_or(path);
+    Ok(export_subtree(name.unwrap_or(own), &tree))
+}
