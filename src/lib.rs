@@ -7,5 +7,8 @@
 
 pub mod cli;
 pub mod command;
+pub mod config;
+pub mod packages;
+pub mod sync;
 pub mod tree;
 pub mod zk;

@@ -1,6 +1,7 @@
 //! The command line: clap definitions, logging set-up, exit codes, and dispatch to the
 //! commands (one module each). This is the imperative shell; the work lives in the library.
 
+mod sync;
 mod tree;
 
 use std::process::ExitCode;
@@ -47,6 +48,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Copy the tree from git into ZooKeeper and bump the cluster version (cron).
+    Sync(sync::SyncArgs),
     /// Work with tree files and the tree in ZooKeeper.
     #[command(subcommand)]
     Tree(tree::TreeCommand),
@@ -57,6 +60,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     let outcome = match cli.command {
+        Command::Sync(args) => sync::run(args),
         Command::Tree(cmd) => tree::run(cmd),
     };
     match outcome {

@@ -85,6 +85,18 @@ pub fn plan(
     planner.plan
 }
 
+/// Plans deleting the subtree `node` at `path`, sparing ephemeral nodes and their ancestors
+/// (zc.zk's `delete_recursive` with the same lines).
+pub fn plan_delete(path: &str, node: &ZNode, dry_run: bool) -> Plan {
+    let mut planner = Planner {
+        policy: &|_| Trim::No,
+        dry_run,
+        plan: Plan::default(),
+    };
+    planner.delete_recursive(path, node, true);
+    planner.plan
+}
+
 impl Planner<'_> {
     fn import(&mut self, path: &str, desired: &Node, existing: &ZNode, top: bool) {
         if !top {

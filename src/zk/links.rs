@@ -31,6 +31,13 @@ impl NodeSource for ZNode {
     }
 }
 
+/// A parsed text tree (its root at `/`) is a node source too, so links can be checked offline.
+impl NodeSource for crate::tree::Node {
+    fn props_at(&self, path: &str) -> Option<&Props> {
+        self.get(path).map(|n| &n.props)
+    }
+}
+
 /// Why a link could not be followed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LinkError {

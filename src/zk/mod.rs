@@ -1,12 +1,14 @@
 //! The ZooKeeper side: connecting ([`connect`]), zc.zk's node encoding ([`encoding`]), reading
 //! subtrees with pipelined requests ([`snapshot`]), symbolic and property links ([`links`]),
-//! importing a parsed tree as a minimal diff ([`import`]) and exporting it back ([`export`]).
+//! importing a parsed tree as a minimal diff ([`import`]), exporting it back ([`export`]), and
+//! the kazoo-compatible lock recipe ([`lock`]).
 
 pub mod connect;
 pub mod encoding;
 pub mod export;
 pub mod import;
 pub mod links;
+pub mod lock;
 pub mod snapshot;
 
 pub use connect::{connect, ConnectOptions};

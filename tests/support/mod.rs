@@ -585,3 +585,5 @@ pub fn read(path: impl AsRef<Path>) -> String {
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     text
 }
+pub mod git;
+pub mod rpm;

@@ -1,0 +1,64 @@
+//! Sync benchmark: the ~50,000-node fleet split over several `.zk` files in a git repository,
+//! a first sync into an empty ZooKeeper, then an unchanged re-sync (forced, so it re-reads and
+//! diffs everything; it must write nothing). Run with `cargo bench --bench sync`.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+mod fleet;
+
+use std::time::Instant;
+
+use support::git::TestRepo;
+use zkdeployment::sync::{run, Options, Outcome};
+
+fn main() {
+    let customers: usize = std::env::var("BENCH_CUSTOMERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let files = fleet::fleet_files(customers, 100);
+        let repo = TestRepo::new();
+        let refs: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.as_str()))
+            .collect();
+        repo.commit(&refs);
+        let work = tempfile::tempdir().unwrap();
+        let conn = support::chroot("bench-sync").await;
+        let mut opts = Options {
+            url: repo.url(),
+            dir: work.path().join("checkout"),
+            branch: "master".into(),
+            dry_run: false,
+            force: false,
+            connection: conn,
+        };
+        let t = Instant::now();
+        let first = run(&opts).await.expect("first sync");
+        let secs = t.elapsed().as_secs_f64();
+        let Outcome::Applied { writes, .. } = first else {
+            panic!("{first:?}")
+        };
+        println!(
+            "first sync ({} files, clone + parse + apply): {writes} writes in {secs:.2} s",
+            files.len()
+        );
+        opts.force = true;
+        let t = Instant::now();
+        let again = run(&opts).await.expect("re-sync");
+        let Outcome::Applied { writes, .. } = again else {
+            panic!("{again:?}")
+        };
+        println!(
+            "unchanged re-sync (fetch + parse + read + diff): {writes} writes in {:.2} s",
+            t.elapsed().as_secs_f64()
+        );
+        assert_eq!(writes, 0, "an unchanged re-sync must not write");
+    });
+}

@@ -1,0 +1,248 @@
+//! The desired tree of a sync, built offline from the repository's files: every `.zk` and
+//! `.zkx` file parsed, `.zk` files merged (they may not share a top-level node), `.zkx` files
+//! overlaid on top (a node they name takes their properties, as the original's second import
+//! did; nodes they add are kept but not trimmed), then linted. Pure: no I/O.
+//!
+//! Lints beyond parsing: reserved top-level nodes, and, per deploy target, two application
+//! nodes needing different versions of one package (or a version that is not a string).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::tree::literal::repr;
+use crate::tree::parse::parse_bytes;
+use crate::tree::Node;
+use crate::zk::import::Trim;
+use crate::zk::join;
+use crate::zk::links::property;
+
+/// One file of the repository.
+#[derive(Debug, Clone)]
+pub struct SourceFile {
+    /// File name (top level of the repository).
+    pub name: String,
+    /// Content.
+    pub bytes: Vec<u8>,
+}
+
+/// An error in the repository's files, naming file and line.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{file}:{line}: {message}")]
+pub struct TreeError {
+    /// File name.
+    pub file: String,
+    /// 1-based line (0 when the file as a whole is meant).
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The merged tree and what the sync needs to apply it.
+#[derive(Debug, Clone, Default)]
+pub struct Desired {
+    /// The merged tree (root at `/`).
+    pub tree: Node,
+    /// Paths of nodes defined by `.zk` files: their children are trimmed.
+    pub authoritative: HashSet<String>,
+    /// Where each node was (last) defined: path → (file, line).
+    origins: HashMap<String, (String, usize)>,
+}
+
+impl Desired {
+    /// The trim policy for the children of the node at `path`.
+    pub fn trim_of(&self, path: &str) -> Trim {
+        if self.authoritative.contains(path) {
+            Trim::Yes
+        } else {
+            Trim::No
+        }
+    }
+
+    /// The top-level node names (what the repository owns).
+    pub fn roots(&self) -> Vec<String> {
+        self.tree
+            .children
+            .keys()
+            .filter(|n| n.as_str() != "role-locks")
+            .cloned()
+            .collect()
+    }
+
+    fn error_at(&self, path: &str, message: String) -> TreeError {
+        let (file, line) = self.origins.get(path).cloned().unwrap_or_default();
+        TreeError {
+            file,
+            line,
+            message,
+        }
+    }
+}
+
+/// Top-level nodes a repository may never define (they belong to agents and syncers).
+const RESERVED: [&str; 4] = ["zookeeper", "hosts", "hosts-lock", "agent-locks"];
+
+/// True for the files a sync reads: top-level `*.zk` and `*.zkx`.
+pub fn is_tree_file(name: &str) -> bool {
+    !name.contains('/') && (name.ends_with(".zk") || name.ends_with(".zkx"))
+}
+
+/// Parses, merges and lints the files (given in any order). All errors are returned.
+pub fn build(files: &[SourceFile]) -> Result<Desired, Vec<TreeError>> {
+    let mut sorted: Vec<&SourceFile> = files.iter().filter(|f| is_tree_file(&f.name)).collect();
+    sorted.sort_by_key(|f| (f.name.ends_with(".zkx"), f.name.clone()));
+    let mut errors = Vec::new();
+    let mut parsed = Vec::new();
+    for file in sorted {
+        match parse_bytes(&file.bytes) {
+            Ok(root) => parsed.push((file.name.clone(), root)),
+            Err(e) => errors.push(TreeError {
+                file: file.name.clone(),
+                line: e.line,
+                message: e.message,
+            }),
+        }
+    }
+    let mut desired = Desired::default();
+    let mut owner: BTreeMap<String, (String, usize)> = BTreeMap::new();
+    for (file, root) in &parsed {
+        let overlay = file.ends_with(".zkx");
+        for (name, node) in &root.children {
+            let reserved = RESERVED.contains(&name.as_str()) || (!overlay && name == "role-locks");
+            if reserved {
+                let message = format!("/{name} is reserved for zkdeployment's own use and cannot come from the repository");
+                errors.push(TreeError {
+                    file: file.clone(),
+                    line: node.line,
+                    message,
+                });
+                continue;
+            }
+            if overlay {
+                continue;
+            }
+            if let Some((other, line)) = owner.get(name) {
+                let message = format!("duplicate top-level node /{name} (also in {other}:{line})");
+                errors.push(TreeError {
+                    file: file.clone(),
+                    line: node.line,
+                    message,
+                });
+                continue;
+            }
+            owner.insert(name.clone(), (file.clone(), node.line));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    for (file, root) in &parsed {
+        let authoritative = !file.ends_with(".zkx");
+        merge(&mut desired, root, "/", file, authoritative);
+    }
+    let lint = lint_versions(&desired);
+    if lint.is_empty() {
+        Ok(desired)
+    } else {
+        Err(lint)
+    }
+}
+
+/// Merges the children of `from` into the node at `path` of the desired tree.
+fn merge(desired: &mut Desired, from: &Node, path: &str, file: &str, authoritative: bool) {
+    for (name, child) in &from.children {
+        let cpath = join(path, name);
+        desired
+            .origins
+            .insert(cpath.clone(), (file.to_string(), child.line));
+        if authoritative {
+            desired.authoritative.insert(cpath.clone());
+        }
+        let parent = node_mut(&mut desired.tree, path);
+        match parent.children.get_mut(name) {
+            Some(existing) => {
+                existing.props = child.props.clone();
+                existing.line = child.line;
+            }
+            None => {
+                parent.children.insert(
+                    name.clone(),
+                    Node {
+                        props: child.props.clone(),
+                        line: child.line,
+                        ..Node::default()
+                    },
+                );
+            }
+        }
+        merge(desired, child, &cpath, file, authoritative);
+    }
+}
+
+fn node_mut<'a>(root: &'a mut Node, path: &str) -> &'a mut Node {
+    let mut node = root;
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        node = node
+            .children
+            .get_mut(part)
+            .expect("merge visits parents first");
+    }
+    node
+}
+
+/// Per deploy target, one version per package; versions must be strings.
+fn lint_versions(desired: &Desired) -> Vec<TreeError> {
+    let mut errors = Vec::new();
+    let mut seen: BTreeMap<(String, String), (String, String)> = BTreeMap::new();
+    let mut stack = vec![("/".to_string(), &desired.tree)];
+    while let Some((path, node)) = stack.pop() {
+        for (name, child) in node.children.iter().rev() {
+            stack.push((join(&path, name), child));
+        }
+        let Some(deploy) = node
+            .children
+            .get("deploy")
+            .filter(|d| !d.children.is_empty())
+        else {
+            continue;
+        };
+        if path == "/" {
+            continue;
+        }
+        let Ok(Some(Value::String(kind))) = property(&desired.tree, &path, "type") else {
+            continue;
+        };
+        let Some(rpm) = kind.split_whitespace().next() else {
+            continue;
+        };
+        let version = match property(&desired.tree, &path, "version") {
+            Ok(Some(Value::String(v))) => v,
+            Ok(Some(other)) => {
+                errors.push(desired.error_at(
+                    &path,
+                    format!("version of {path} is not a string: {}", repr(&other)),
+                ));
+                continue;
+            }
+            _ => continue,
+        };
+        for target in deploy.children.keys() {
+            let key = (target.clone(), rpm.to_string());
+            match seen.get(&key) {
+                Some((first, first_path)) if *first != version => {
+                    let message = format!(
+                        "inconsistent versions for {rpm} on {target}: {} ({path}) != {} ({first_path})",
+                        crate::tree::literal::repr_str(&version),
+                        crate::tree::literal::repr_str(first)
+                    );
+                    errors.push(desired.error_at(&path, message));
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(key, (version.clone(), path.clone()));
+                }
+            }
+        }
+    }
+    errors
+}

@@ -1,0 +1,137 @@
+//! The syncer's git side, through libgit2: clone `URL` into `DIR` if missing, else fetch; the
+//! tree is the commit at `origin/BRANCH`, checked out hard (detached). Network and repository
+//! errors are retried with back-off before they are reported.
+
+use std::path::Path;
+use std::time::Duration;
+
+use git2::build::CheckoutBuilder;
+use git2::{Repository, ResetType};
+
+use super::desired::{is_tree_file, SourceFile};
+
+/// Attempts before a git error is reported, and the first back-off (doubled each time).
+const ATTEMPTS: u32 = 3;
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+
+/// A checked-out revision and its tree files.
+#[derive(Debug, Clone)]
+pub struct Checkout {
+    /// The full commit id.
+    pub revision: String,
+    /// The top-level `.zk` / `.zkx` files of that commit.
+    pub files: Vec<SourceFile>,
+}
+
+/// A git failure, after retries.
+#[derive(Debug, thiserror::Error)]
+#[error("git {what} ({url} → {dir}): {message}")]
+pub struct GitError {
+    /// What was being done.
+    pub what: &'static str,
+    /// Repository URL.
+    pub url: String,
+    /// Working directory.
+    pub dir: String,
+    /// libgit2's message.
+    pub message: String,
+}
+
+/// Brings `dir` to `origin/branch` of `url` and returns the revision and its tree files.
+pub async fn update(url: &str, dir: &Path, branch: &str) -> Result<Checkout, GitError> {
+    let mut delay = FIRST_BACKOFF;
+    let mut attempt = 1;
+    loop {
+        let (url2, dir2, branch2) = (url.to_string(), dir.to_path_buf(), branch.to_string());
+        let result = tokio::task::spawn_blocking(move || update_blocking(&url2, &dir2, &branch2))
+            .await
+            .unwrap_or_else(|e| Err(("run", e.to_string())));
+        match result {
+            Ok(checkout) => return Ok(checkout),
+            Err((what, message)) if attempt >= ATTEMPTS || what == "read" => {
+                return Err(GitError {
+                    what,
+                    url: url.to_string(),
+                    dir: dir.display().to_string(),
+                    message,
+                })
+            }
+            Err((what, message)) => {
+                tracing::warn!("git {what} failed (attempt {attempt} of {ATTEMPTS}), retrying in {delay:?}: {message}");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+type Step<T> = Result<T, (&'static str, String)>;
+
+fn step<T>(what: &'static str, r: Result<T, git2::Error>) -> Step<T> {
+    r.map_err(|e| (what, e.message().to_string()))
+}
+
+fn update_blocking(url: &str, dir: &Path, branch: &str) -> Step<Checkout> {
+    let refspec = format!("+refs/heads/{branch}:refs/remotes/origin/{branch}");
+    let repo = if dir.join(".git").exists() || dir.join("HEAD").exists() {
+        let repo = step("open", Repository::open(dir))?;
+        step("set-url", repo.remote_set_url("origin", url))?;
+        {
+            let mut remote = step("remote", repo.find_remote("origin"))?;
+            step("fetch", remote.fetch(&[refspec.as_str()], None, None))?;
+        }
+        repo
+    } else {
+        if dir.exists()
+            && std::fs::read_dir(dir)
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(true)
+        {
+            return Err((
+                "clone",
+                format!("{} exists and is not a git checkout", dir.display()),
+            ));
+        }
+        let repo = step("clone", Repository::clone(url, dir))?;
+        {
+            let mut remote = step("remote", repo.find_remote("origin"))?;
+            step("fetch", remote.fetch(&[refspec.as_str()], None, None))?;
+        }
+        repo
+    };
+    let reference = format!("refs/remotes/origin/{branch}");
+    let commit = step(
+        "branch",
+        repo.find_reference(&reference)
+            .and_then(|r| r.peel_to_commit()),
+    )
+    .map_err(|(w, m)| (w, format!("no branch {branch} at origin: {m}")))?;
+    step("checkout", repo.set_head_detached(commit.id()))?;
+    let mut checkout = CheckoutBuilder::new();
+    checkout.force().remove_untracked(true);
+    step(
+        "checkout",
+        repo.reset(commit.as_object(), ResetType::Hard, Some(&mut checkout)),
+    )?;
+    let tree = step("read", commit.tree())?;
+    let mut files = Vec::new();
+    for entry in tree.iter() {
+        let Ok(name) = std::str::from_utf8(entry.name_bytes()) else {
+            continue;
+        };
+        if !is_tree_file(name) || entry.kind() != Some(git2::ObjectType::Blob) {
+            continue;
+        }
+        let blob = step("read", repo.find_blob(entry.id()))?;
+        files.push(SourceFile {
+            name: name.to_string(),
+            bytes: blob.content().to_vec(),
+        });
+    }
+    files.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Checkout {
+        revision: commit.id().to_string(),
+        files,
+    })
+}

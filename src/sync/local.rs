@@ -1,0 +1,73 @@
+//! The syncer's local guards: the lock file (an exclusive, non-blocking `flock`, so two cron
+//! runs never overlap) and the tombstone (written when a run starts, removed when it ends in
+//! success or nothing-to-do, left holding the reason otherwise, for a monitor to alert on).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+
+/// Default lock file (the original's).
+pub const DEFAULT_LOCK_FILE: &str = "/var/tmp/zkdeployment_vcs_lock_";
+/// Default tombstone (the original's).
+pub const DEFAULT_TOMBSTONE: &str = "/usr/share/zkdeployment/tombstone";
+
+/// The held lock file; released when dropped.
+#[derive(Debug)]
+pub struct LockFile {
+    _lock: Flock<File>,
+}
+
+/// Takes the lock file without blocking: `Ok(None)` if another process holds it.
+pub fn lock_file(path: &Path) -> Result<Option<LockFile>, String> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            let _ = lock.set_len(0);
+            let _ = writeln!(&mut *lock, "{}", std::process::id());
+            Ok(Some(LockFile { _lock: lock }))
+        }
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// The tombstone file.
+#[derive(Debug, Clone)]
+pub struct Tombstone {
+    path: PathBuf,
+}
+
+impl Tombstone {
+    /// A tombstone at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Tombstone {
+        Tombstone { path: path.into() }
+    }
+
+    /// Writes `text` (creating the directory if needed); failures are logged, not fatal.
+    pub fn write(&self, text: &str) {
+        let result = self
+            .path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::write(&self.path, format!("{}\n", text.trim_end())));
+        if let Err(e) = result {
+            tracing::warn!("cannot write the tombstone {}: {e}", self.path.display());
+        }
+    }
+
+    /// Removes it (a run ended well).
+    pub fn remove(&self) {
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("cannot remove the tombstone {}: {e}", self.path.display()),
+        }
+    }
+}

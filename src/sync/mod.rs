@@ -1,0 +1,344 @@
+//! The syncer: git → ZooKeeper, one merged diff, guarded.
+//!
+//! [`run`] does a whole sync after the local lock file is taken (see [`local`]): update the git
+//! checkout ([`git`]), build and lint the desired tree offline ([`desired`]), then, in order,
+//! the ZooKeeper guards — `/hosts` created if missing, a halted cluster refused, an unchanged
+//! revision is nothing to do, unconverged hosts refused, `/hosts-lock` taken without blocking —
+//! and finally one diff applied, `/hosts` `version`, `synced` and `synced-roots` set last, in
+//! one write. A sync that dies while applying leaves `version` as it was, so no agent acts on a
+//! half-applied tree, and the next sync completes it.
+
+pub mod desired;
+pub mod git;
+pub mod local;
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+
+use crate::tree::literal::py_str;
+use crate::tree::Props;
+use crate::zk::import::{apply, plan, plan_delete, read_existing, ApplyError, Op};
+use crate::zk::lock::{try_lock, TryLock};
+use crate::zk::snapshot::{read_subtree, ReadOptions};
+use crate::zk::{
+    call, connect, decode, encode, join, open_persistent, Client, ConnectOptions, ZkError,
+};
+use desired::{Desired, TreeError};
+
+/// The cluster node.
+pub const HOSTS: &str = "/hosts";
+/// The syncer's cluster lock.
+pub const HOSTS_LOCK: &str = "/hosts-lock";
+
+/// What to sync.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Repository URL (a path, `file://`, or whatever libgit2 supports).
+    pub url: String,
+    /// Working directory of the checkout.
+    pub dir: PathBuf,
+    /// Branch (default `master`).
+    pub branch: String,
+    /// Print the diff, write nothing.
+    pub dry_run: bool,
+    /// Skip the halted and unconverged guards; re-import an unchanged revision.
+    pub force: bool,
+    /// ZooKeeper connection string.
+    pub connection: String,
+}
+
+/// Why a sync did nothing on purpose.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    /// `/hosts` `version` is `null`.
+    #[error("ALL STOP, cluster version is None{}", halt_suffix(.0))]
+    Halted(Option<Value>),
+    /// A host has not reached the cluster version.
+    #[error("Version mismatch detected, can't resync since host {host} has not converged ({host_version} -> {cluster_version})")]
+    Unconverged {
+        /// The first such host.
+        host: String,
+        /// Its version.
+        host_version: String,
+        /// The cluster version.
+        cluster_version: String,
+    },
+    /// Another syncer holds `/hosts-lock`.
+    #[error("Refused to update zookeeper tree, couldn't obtain cluster lock (held by {0})")]
+    LockBusy(String),
+}
+
+fn halt_suffix(halt: &Option<Value>) -> String {
+    match halt {
+        Some(Value::Object(h)) => format!(
+            " (halted by {} deploying {}: {})",
+            h.get("name")
+                .or(h.get("host"))
+                .map(py_str)
+                .unwrap_or_default(),
+            h.get("version").map(py_str).unwrap_or_default(),
+            h.get("error").map(py_str).unwrap_or_default()
+        ),
+        _ => String::new(),
+    }
+}
+
+/// How a sync ended (when it did not fail).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The tree was applied and the cluster version set to `revision`.
+    Applied {
+        /// The new cluster version.
+        revision: String,
+        /// Writes sent (tree nodes and `/hosts`).
+        writes: usize,
+    },
+    /// The cluster version already is `revision`.
+    UpToDate {
+        /// The revision.
+        revision: String,
+    },
+    /// Dry run: the diff lines, and the guard that would have refused, if any.
+    DryRun {
+        /// The revision.
+        revision: String,
+        /// zc.zk's dry-run lines.
+        lines: Vec<String>,
+        /// What a real run would refuse.
+        refusal: Option<Refusal>,
+    },
+    /// A guard refused.
+    Refused(Refusal),
+}
+
+/// A failed sync.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// Git failed (after retries).
+    #[error(transparent)]
+    Git(#[from] git::GitError),
+    /// The repository's files have errors; nothing was written.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Tree(Vec<TreeError>),
+    /// ZooKeeper failed.
+    #[error(transparent)]
+    Zk(#[from] ZkError),
+    /// Applying the diff failed part-way; the cluster version was not changed.
+    #[error("applying the tree failed, cluster version unchanged: {0}")]
+    Apply(#[from] ApplyError),
+    /// The cluster was halted while the tree was applied; the version was left `null`.
+    #[error("the cluster was halted while syncing: tree applied, cluster version left None")]
+    HaltedDuringSync,
+}
+
+/// Runs one sync (the local lock file is the caller's business).
+pub async fn run(opts: &Options) -> Result<Outcome, SyncError> {
+    let checkout = git::update(&opts.url, &opts.dir, &opts.branch).await?;
+    let revision = checkout.revision.clone();
+    tracing::info!("VCS Version: {revision}");
+    let desired = desired::build(&checkout.files).map_err(SyncError::Tree)?;
+    let client = connect(&ConnectOptions::new(opts.connection.clone())).await?;
+    let hosts = read_hosts(&client, opts.dry_run).await?;
+    let version = hosts.get("version").cloned().unwrap_or(Value::Null);
+    tracing::info!("ZK Version: {}", py_str(&version));
+
+    let mut refusal = None;
+    if version.is_null() && !opts.force {
+        refusal = Some(Refusal::Halted(hosts.get("halt").cloned()));
+    } else if version == Value::String(revision.clone()) && !opts.force {
+        return Ok(Outcome::UpToDate { revision });
+    } else if !opts.force && version != Value::Bool(false) {
+        refusal = unconverged(&client, &version).await?;
+    }
+    if let Some(r) = &refusal {
+        tracing::warn!("{r}");
+        if !opts.dry_run {
+            return Ok(Outcome::Refused(refusal.unwrap()));
+        }
+    }
+    if opts.dry_run {
+        let (ops_plan, _) = plan_sync(&client, &desired, &hosts, true).await?;
+        return Ok(Outcome::DryRun {
+            revision,
+            lines: ops_plan,
+            refusal,
+        });
+    }
+    let identifier = std::process::id().to_string();
+    let held = match try_lock(&client, HOSTS_LOCK, &identifier).await? {
+        TryLock::Acquired(held) => held,
+        TryLock::Busy { holder } => {
+            let refusal = Refusal::LockBusy(format!("{} ({})", holder.identifier, holder.name));
+            tracing::error!("{refusal}");
+            return Ok(Outcome::Refused(refusal));
+        }
+    };
+    tracing::info!("Version mismatch detected, resyncing");
+    let result = apply_locked(&client, &desired, &revision, opts.force).await;
+    held.release(&client).await?;
+    result
+}
+
+async fn apply_locked(
+    client: &Client,
+    desired: &Desired,
+    revision: &str,
+    force: bool,
+) -> Result<Outcome, SyncError> {
+    let hosts = read_hosts(client, false).await?;
+    let (_, ops) = plan_sync(client, desired, &hosts, false).await?;
+    let mut writes = apply(client, &ops).await?;
+    writes += set_version(client, desired, revision, force).await?;
+    Ok(Outcome::Applied {
+        revision: revision.to_string(),
+        writes,
+    })
+}
+
+/// Reads `/hosts`, creating it with `version = "initial"` if missing (not in a dry run).
+async fn read_hosts(client: &Client, dry_run: bool) -> Result<Props, ZkError> {
+    match call("get", HOSTS, client.get_data(HOSTS)).await {
+        Ok((data, _)) => Ok(decode(&data)),
+        Err(e) if e.is_no_node() => {
+            let mut props = Props::new();
+            props.insert("version".into(), json!("initial"));
+            if !dry_run {
+                tracing::info!("creating {HOSTS} with version 'initial'");
+                match call(
+                    "create",
+                    HOSTS,
+                    client.create(HOSTS, &encode(&props), &open_persistent()),
+                )
+                .await
+                {
+                    Ok(_) => {}
+                    Err(ZkError::Op {
+                        source: zookeeper_client::Error::NodeExists,
+                        ..
+                    }) => {
+                        let (data, _) = call("get", HOSTS, client.get_data(HOSTS)).await?;
+                        return Ok(decode(&data));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(props)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The first host (by name) whose version is not the cluster version.
+async fn unconverged(client: &Client, version: &Value) -> Result<Option<Refusal>, ZkError> {
+    let skip = |p: &str| p.matches('/').count() > 2;
+    let opts = ReadOptions {
+        include_ephemeral: true,
+        skip: &skip,
+    };
+    let Some(hosts) = read_subtree(client, HOSTS, &opts).await? else {
+        return Ok(None);
+    };
+    for (host, node) in &hosts.children {
+        let host_version = node.props.get("version").cloned().unwrap_or(Value::Null);
+        if host_version != *version {
+            return Ok(Some(Refusal::Unconverged {
+                host: host.clone(),
+                host_version: py_str(&host_version),
+                cluster_version: py_str(version),
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// Plans the whole sync: the merged tree, and the deletion of top-level nodes the repository
+/// owned (`synced-roots`) and no longer has. Returns the printed lines and the writes.
+async fn plan_sync(
+    client: &Client,
+    desired: &Desired,
+    hosts: &Props,
+    dry_run: bool,
+) -> Result<(Vec<String>, Vec<Op>), ZkError> {
+    let existing = read_existing(client, &desired.tree, "/")
+        .await?
+        .unwrap_or_default();
+    let mut plan = plan(
+        &desired.tree,
+        "/",
+        &existing,
+        &|p| desired.trim_of(p),
+        dry_run,
+    );
+    let roots = desired.roots();
+    let owned = hosts
+        .get("synced-roots")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for name in owned.iter().filter_map(Value::as_str) {
+        let reserved = [
+            "zookeeper",
+            "hosts",
+            "hosts-lock",
+            "agent-locks",
+            "role-locks",
+        ]
+        .contains(&name);
+        if reserved || roots.iter().any(|r| r == name) || crate::tree::bad_node_name(name).is_some()
+        {
+            continue;
+        }
+        let path = join("/", name);
+        if let Some(node) = read_subtree(client, &path, &ReadOptions::default()).await? {
+            let gone = plan_delete(&path, &node, dry_run);
+            plan.lines.extend(gone.lines);
+            plan.ops.extend(gone.ops);
+        }
+    }
+    Ok((plan.lines, plan.ops))
+}
+
+/// Sets `version`, `synced` and `synced-roots` on `/hosts` in one guarded write (retried if
+/// an agent wrote `/hosts` meanwhile; a halt that happened meanwhile is left standing unless
+/// the sync was forced).
+async fn set_version(
+    client: &Client,
+    desired: &Desired,
+    revision: &str,
+    force: bool,
+) -> Result<usize, SyncError> {
+    for _ in 0..10 {
+        let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
+        let mut props = decode(&data);
+        if !force && props.get("version").is_none_or(Value::is_null) {
+            return Err(SyncError::HaltedDuringSync);
+        }
+        let before = props.clone();
+        props.insert("version".into(), json!(revision));
+        props.insert("synced".into(), json!(revision));
+        props.insert("synced-roots".into(), json!(desired.roots()));
+        if props == before {
+            return Ok(0);
+        }
+        match call(
+            "set",
+            HOSTS,
+            client.set_data(HOSTS, &encode(&props), Some(stat.version)),
+        )
+        .await
+        {
+            Ok(_) => return Ok(1),
+            Err(ZkError::Op {
+                source: zookeeper_client::Error::BadVersion,
+                ..
+            }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(SyncError::Zk(ZkError::Op {
+        op: "set",
+        path: HOSTS.into(),
+        source: zookeeper_client::Error::UnexpectedError("/hosts kept changing".into()),
+    }))
+}

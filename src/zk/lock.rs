@@ -1,0 +1,154 @@
+//! The kazoo-compatible lock recipe (`kazoo.recipe.lock.Lock`), so Python and Rust processes
+//! exclude each other: contenders are ephemeral sequential children of the lock node named
+//! `<uuid4 hex>__lock__<10-digit sequence>`, holding the contender's identifier as data; the
+//! lowest sequence holds the lock.
+//!
+//! [`try_lock`] never blocks (kazoo's `acquire(blocking=False)`): it enters, and leaves again at
+//! once if it is not first, reporting the current holder.
+
+use zookeeper_client::{Acls, CreateMode};
+
+use super::{call, join, open_persistent, Client, ZkError};
+
+/// The marker between the contender's prefix and its sequence number.
+pub const LOCK_MARKER: &str = "__lock__";
+
+/// A lock this process holds; released by [`Held::release`] (or by the session ending).
+#[derive(Debug)]
+pub struct Held {
+    /// Full path of our contender node.
+    pub node: String,
+}
+
+impl Held {
+    /// Deletes our contender node.
+    pub async fn release(self, client: &Client) -> Result<(), ZkError> {
+        match call("delete", &self.node, client.delete(&self.node, None)).await {
+            Err(e) if e.is_no_node() => Ok(()),
+            other => other,
+        }
+    }
+}
+
+/// A contender of a lock, as found in ZooKeeper.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Contender {
+    /// Child node name.
+    pub name: String,
+    /// Its sequence number.
+    pub sequence: i64,
+    /// Its data (the identifier), as text.
+    pub identifier: String,
+}
+
+/// Outcome of [`try_lock`].
+#[derive(Debug)]
+pub enum TryLock {
+    /// We hold it.
+    Acquired(Held),
+    /// Someone else does.
+    Busy {
+        /// The holder (the lowest contender).
+        holder: Contender,
+    },
+}
+
+/// The sequence number of a contender node name (kazoo: `__lock__(-?\d{10})$`), if it is one.
+pub fn sequence_of(name: &str) -> Option<i64> {
+    let at = name.rfind(LOCK_MARKER)?;
+    let digits = &name[at + LOCK_MARKER.len()..];
+    let tail = digits.strip_prefix('-').unwrap_or(digits);
+    if tail.len() != 10 || !tail.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Lists the contenders of the lock at `path`, lowest sequence first (with identifiers).
+pub async fn contenders(client: &Client, path: &str) -> Result<Vec<Contender>, ZkError> {
+    let names = match call("list", path, client.list_children(path)).await {
+        Ok(names) => names,
+        Err(e) if e.is_no_node() => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut found: Vec<(i64, String)> = names
+        .into_iter()
+        .filter_map(|n| sequence_of(&n).map(|s| (s, n)))
+        .collect();
+    found.sort();
+    let reads: Vec<_> = found
+        .iter()
+        .map(|(_, n)| client.get_data(&join(path, n)))
+        .collect();
+    let mut out = Vec::new();
+    for ((sequence, name), read) in found.into_iter().zip(reads) {
+        match call("get", &name, read).await {
+            Ok((data, _)) => out.push(Contender {
+                name,
+                sequence,
+                identifier: String::from_utf8_lossy(&data).into_owned(),
+            }),
+            Err(e) if e.is_no_node() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// Tries once to take the lock at `path` (created if missing) with `identifier` as data.
+pub async fn try_lock(client: &Client, path: &str, identifier: &str) -> Result<TryLock, ZkError> {
+    ensure_node(client, path).await?;
+    let prefix = format!("{}{LOCK_MARKER}", uuid::Uuid::new_v4().simple());
+    let ours = join(path, &prefix);
+    let mode = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let (_, seq) = call(
+        "create",
+        &ours,
+        client.create(&ours, identifier.as_bytes(), &mode),
+    )
+    .await?;
+    let node = format!("{ours}{seq}");
+    let name = node.rsplit('/').next().unwrap_or_default().to_string();
+    let all = contenders(client, path).await?;
+    match all.first() {
+        Some(first) if first.name == name => Ok(TryLock::Acquired(Held { node })),
+        first => {
+            let holder = first.cloned().unwrap_or(Contender {
+                name: String::new(),
+                sequence: -1,
+                identifier: String::new(),
+            });
+            Held { node }.release(client).await?;
+            Ok(TryLock::Busy { holder })
+        }
+    }
+}
+
+/// Creates a persistent (empty) node and its ancestors if missing.
+pub async fn ensure_node(client: &Client, path: &str) -> Result<(), ZkError> {
+    if call("stat", path, client.check_stat(path)).await?.is_some() {
+        return Ok(());
+    }
+    match call("create", path, client.mkdir(path, &open_persistent())).await {
+        Err(ZkError::Op {
+            source: zookeeper_client::Error::NodeExists,
+            ..
+        }) => Ok(()),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sequence_of;
+
+    #[test]
+    fn sequences_follow_kazoos_pattern() {
+        assert_eq!(sequence_of("6ec3a4d__lock__0000000012"), Some(12));
+        assert_eq!(sequence_of("x__lock__-000000001"), None);
+        assert_eq!(sequence_of("x__lock__-0000000001"), Some(-1));
+        assert_eq!(sequence_of("x__lock__12"), None);
+        assert_eq!(sequence_of("lr-0000000001"), None);
+        assert_eq!(sequence_of("a__lock__b__lock__0000000003"), Some(3));
+    }
+}
