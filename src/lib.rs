@@ -5,6 +5,7 @@
 //! - [`zk`]: the ZooKeeper side (connection, node encoding, links, import/export, walk).
 //! - [`cli`]: the command-line front end (the imperative shell).
 
+pub mod agent;
 pub mod cli;
 pub mod command;
 pub mod config;

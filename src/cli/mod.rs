@@ -1,6 +1,7 @@
 //! The command line: clap definitions, logging set-up, exit codes, and dispatch to the
 //! commands (one module each). This is the imperative shell; the work lives in the library.
 
+mod agent;
 mod sync;
 mod tree;
 
@@ -48,6 +49,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the agent: converge this host on every cluster version change (systemd service).
+    Agent(agent::AgentArgs),
+    /// Run one deployment pass now (or show its plan with --dry-run).
+    Deploy(agent::DeployArgs),
     /// Copy the tree from git into ZooKeeper and bump the cluster version (cron).
     Sync(sync::SyncArgs),
     /// Work with tree files and the tree in ZooKeeper.
@@ -58,8 +63,16 @@ enum Command {
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    let level = match &cli.command {
+        Command::Agent(a) if a.verbose() => "debug",
+        Command::Agent(_) => "info",
+        Command::Deploy(d) if !d.is_dry_run() => "info",
+        _ => "warn",
+    };
+    init_logging(level);
     let outcome = match cli.command {
+        Command::Agent(args) => agent::agent(args),
+        Command::Deploy(args) => agent::deploy(args),
         Command::Sync(args) => sync::run(args),
         Command::Tree(cmd) => tree::run(cmd),
     };
@@ -72,9 +85,9 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
+fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ZKDEPLOYMENT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -123,6 +123,17 @@ impl Yum {
         wanted: Option<&str>,
     ) -> Result<Installed, YumError> {
         let current = self.installed_version(name).await?;
+        self.install_from(name, wanted, current).await
+    }
+
+    /// [`Yum::install`] when the installed version was just read (`current`): skips the
+    /// first `list installed`.
+    pub async fn install_from(
+        &mut self,
+        name: &str,
+        wanted: Option<&str>,
+        current: Option<String>,
+    ) -> Result<Installed, YumError> {
         if Self::satisfied(wanted, current.as_deref()) {
             return Ok(Installed::Unchanged);
         }

@@ -138,6 +138,28 @@ pub async fn ensure_node(client: &Client, path: &str) -> Result<(), ZkError> {
     }
 }
 
+/// Waits until one of the given contender nodes goes away (or changes), or `limit` passes:
+/// how a process that found every lock it wants busy waits, on watches rather than polling.
+pub async fn wait_for_any(
+    client: &Client,
+    nodes: &[String],
+    limit: std::time::Duration,
+) -> Result<(), ZkError> {
+    let mut watches = Vec::new();
+    for node in nodes {
+        match call("watch", node, client.check_and_watch_stat(node)).await? {
+            (None, _) => return Ok(()),
+            (Some(_), watcher) => watches.push(Box::pin(watcher.changed())),
+        }
+    }
+    if watches.is_empty() {
+        return Ok(());
+    }
+    let any = futures::future::select_all(watches);
+    let _ = tokio::time::timeout(limit, any).await;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::sequence_of;

@@ -585,5 +585,6 @@ pub fn read(path: impl AsRef<Path>) -> String {
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     text
 }
+pub mod agent;
 pub mod git;
 pub mod rpm;

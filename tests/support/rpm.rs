@@ -121,10 +121,40 @@ pub fn payload_script(nvr: &str) -> String {
         r#"#!/bin/sh
 # Test payload of {nvr}: appends "{nvr}: ARGS" (zookeeper-deploy) or "{nvr} SCRIPT: ARGS"
 # (any other script) to $ZK_DEPLOY_LOG, by default deploy.log beside bin/.
+# As zookeeper-deploy it behaves like a real deploy script: it writes (or, with -u, removes)
+# $ZKDEPLOYMENT_ROOT/etc/<app>/<marker>.<n>.deployed. Test knobs (from the agent's
+# environment): ZK_TEST_FAIL=PATH fails deploying PATH with some output; ZK_TEST_SLEEP=S
+# sleeps S seconds; ZK_TEST_TIMES=FILE gets "start|end <rpm> <path> <n> <host> <time>" lines;
+# ZK_TEST_ENV=FILE gets the ZKDEPLOYMENT_* environment and the properties file.
 me=$(basename "$0")
 log=${{ZK_DEPLOY_LOG:-$(dirname "$0")/../deploy.log}}
 if [ "$me" = zookeeper-deploy ]; then tag='{nvr}'; else tag="{nvr} $me"; fi
 printf '%s\n' "$tag: $*" >> "$log"
+[ "$me" = zookeeper-deploy ] || exit 0
+rpm=$(basename "$(cd "$(dirname "$0")/.." && pwd)")
+app=$(printf %s "$rpm" | sed -E 's/-[0-9]+(\.[0-9]+)*$//')
+undeploy=no
+if [ "$1" = -u ]; then undeploy=yes; shift; fi
+if [ "$1" = -r ]; then shift 2; fi
+path=$1 n=$2
+[ -n "${{ZK_TEST_TIMES:-}}" ] && echo "start $rpm $path $n ${{ZKDEPLOYMENT_HOST_ID:-}} $(date +%s.%N)" >> "$ZK_TEST_TIMES"
+if [ -n "${{ZK_TEST_ENV:-}}" ]; then
+  env | grep '^ZKDEPLOYMENT_\|^ZC_ZK\|^HOME=' | sort >> "$ZK_TEST_ENV"
+  [ -n "${{ZKDEPLOYMENT_PROPERTIES:-}}" ] && cat "$ZKDEPLOYMENT_PROPERTIES" >> "$ZK_TEST_ENV"
+fi
+[ -n "${{ZK_TEST_SLEEP:-}}" ] && sleep "$ZK_TEST_SLEEP"
+if [ "$undeploy" = no ] && [ "${{ZK_TEST_FAIL:-}}" = "$path" ]; then
+  echo "deploying $path failed: the test asked for it"
+  echo "second line of output" >&2
+  exit 3
+fi
+if [ -n "${{ZKDEPLOYMENT_ROOT:-}}" ] && [ -n "$path" ]; then
+  marker=$(printf %s "$path" | sed -e 's,^/,,' -e 's/%/%25/g' -e 's/,/%2C/g' -e 's,/,\,,g')
+  dir="${{ZKDEPLOYMENT_ROOT%/}}/etc/$app"
+  if [ "$undeploy" = yes ]; then rm -f "$dir/$marker.$n.deployed"; else mkdir -p "$dir" && : > "$dir/$marker.$n.deployed"; fi
+fi
+[ -n "${{ZK_TEST_TIMES:-}}" ] && echo "end $rpm $path $n ${{ZKDEPLOYMENT_HOST_ID:-}} $(date +%s.%N)" >> "$ZK_TEST_TIMES"
+exit 0
 "#
     )
 }

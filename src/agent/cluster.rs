@@ -1,0 +1,192 @@
+//! The agent's view of the cluster in ZooKeeper: the cluster version on `/hosts`, halting the
+//! cluster (`version = None` plus a `halt` record), registering the host's ephemeral node and
+//! updating its properties with read-modify-write guarded by the node's version (so concurrent
+//! edits by others are never clobbered).
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use zookeeper_client::{Acls, CreateMode};
+
+use super::discover::Host;
+use crate::tree::Props;
+use crate::zk::{call, decode, encode, Client, ZkError};
+
+/// The cluster node.
+pub const HOSTS: &str = "/hosts";
+
+/// The path of a host's node.
+pub fn host_path(id: &str) -> String {
+    format!("{HOSTS}/{id}")
+}
+
+/// The cluster version (`None`/missing → `Value::Null`).
+pub async fn cluster_version(client: &Client) -> Result<Value, ZkError> {
+    let (data, _) = call("get", HOSTS, client.get_data(HOSTS)).await?;
+    Ok(decode(&data).get("version").cloned().unwrap_or(Value::Null))
+}
+
+/// Applies `change` to the properties of `path` with a version-guarded write, retrying when
+/// someone else wrote in between. Returns false (and writes nothing) if `change` left the
+/// properties as they were.
+pub async fn update_props(
+    client: &Client,
+    path: &str,
+    change: impl Fn(&mut Props),
+) -> Result<bool, ZkError> {
+    loop {
+        let (data, stat) = call("get", path, client.get_data(path)).await?;
+        let before = decode(&data);
+        let mut props = before.clone();
+        change(&mut props);
+        if props == before {
+            return Ok(false);
+        }
+        match call(
+            "set",
+            path,
+            client.set_data(path, &encode(&props), Some(stat.version)),
+        )
+        .await
+        {
+            Ok(_) => return Ok(true),
+            Err(ZkError::Op {
+                source: zookeeper_client::Error::BadVersion,
+                ..
+            }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Halts the cluster: `/hosts` `version = None` and the halt record
+/// `{host, name, version, error, time}`.
+pub async fn halt(
+    client: &Client,
+    host: &Host,
+    version: &Value,
+    error: &str,
+) -> Result<(), ZkError> {
+    let record = json!({
+        "host": host.id,
+        "name": host.name,
+        "version": version,
+        "error": error,
+        "time": super::status::now(),
+    });
+    tracing::error!("halting the cluster: {error}");
+    update_props(client, HOSTS, |p| {
+        p.insert("version".into(), Value::Null);
+        p.insert("halt".into(), record.clone());
+    })
+    .await
+    .map(|_| ())
+}
+
+/// Why the agent could not register.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    /// Another live agent holds the host node.
+    #[error("Another agent is running")]
+    AnotherAgent,
+    /// `/hosts` does not exist yet.
+    #[error("{HOSTS} does not exist in ZooKeeper (run the syncer first)")]
+    NoHosts,
+    /// ZooKeeper failed.
+    #[error(transparent)]
+    Zk(#[from] ZkError),
+}
+
+/// True if `pid` is a live process on this machine.
+fn pid_alive(pid: i64) -> bool {
+    if pid <= 0 || pid > i32::MAX as i64 {
+        return false;
+    }
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None) {
+        Ok(()) => true,
+        Err(nix::errno::Errno::ESRCH) => false,
+        Err(_) => true,
+    }
+}
+
+/// Registers the host: the ephemeral `/hosts/<id>` with `name`, `version`, `role` and `pid`.
+/// A legacy persistent node's `version` wins over `version` (and the node is replaced). A node
+/// left by a dead agent of this host (same name, its pid gone) is waited out for up to
+/// `wait`; a live one means another agent is running. Returns the host version in effect.
+pub async fn register(
+    client: &Client,
+    host: &Host,
+    version: Value,
+    wait: Duration,
+) -> Result<Value, RegisterError> {
+    if call("stat", HOSTS, client.check_stat(HOSTS))
+        .await?
+        .is_none()
+    {
+        return Err(RegisterError::NoHosts);
+    }
+    let path = host_path(&host.id);
+    let mut version = version;
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match call("get", &path, client.get_data(&path)).await {
+            Err(e) if e.is_no_node() => break,
+            Err(e) => return Err(e.into()),
+            Ok((data, stat)) => {
+                let props = decode(&data);
+                if stat.ephemeral_owner == 0 {
+                    if let Some(v) = props.get("version") {
+                        version = v.clone();
+                    }
+                    match call("delete", &path, client.delete(&path, None)).await {
+                        Err(e) if !e.is_no_node() => return Err(e.into()),
+                        _ => continue,
+                    }
+                }
+                if stat.ephemeral_owner == client.session_id().0 {
+                    break;
+                }
+                let ours = props.get("name").and_then(Value::as_str) == Some(host.name.as_str());
+                let dead = props
+                    .get("pid")
+                    .and_then(Value::as_i64)
+                    .is_some_and(|p| !pid_alive(p));
+                if !(ours && dead) || tokio::time::Instant::now() >= deadline {
+                    return Err(RegisterError::AnotherAgent);
+                }
+                tracing::warn!("{path} is left by a previous agent (pid gone); waiting for its session to expire");
+                let (stat, watcher) =
+                    call("watch", &path, client.check_and_watch_stat(&path)).await?;
+                if stat.is_some() {
+                    let _ = tokio::time::timeout_at(deadline, watcher.changed()).await;
+                }
+            }
+        }
+    }
+    let mut props = Props::new();
+    props.insert("name".into(), json!(host.name));
+    props.insert("version".into(), version.clone());
+    if let Some(role) = &host.role {
+        props.insert("role".into(), json!(role));
+    }
+    props.insert("pid".into(), json!(std::process::id()));
+    let mode = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    match call(
+        "create",
+        &path,
+        client.create(&path, &encode(&props), &mode),
+    )
+    .await
+    {
+        Ok(_) => Ok(version),
+        Err(ZkError::Op {
+            source: zookeeper_client::Error::NodeExists,
+            ..
+        }) => {
+            // Our own session already has it (a re-registration): replace its properties.
+            update_props(client, &path, |p| *p = props.clone()).await?;
+            Ok(version)
+        }
+        Err(e) => Err(e.into()),
+    }
+}

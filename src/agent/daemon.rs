@@ -1,0 +1,114 @@
+//! Starting the agent and keeping it running: connect, register the host node, then watch
+//! `/hosts` and run a pass whenever it changes. Changes that arrive during a pass are coalesced
+//! into at most one further pass (the watch set before the pass fires once). SIGTERM lets the
+//! step in progress finish, starts no new one, and ends the loop.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use super::cluster::{register, RegisterError, HOSTS};
+use super::discover::Host;
+use super::execute::{Context, PassOutcome};
+use super::status::RunDir;
+use crate::config::Config;
+use crate::zk::{call, connect, decode, ConnectOptions, ZkError};
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The run directory.
+    #[error("run-directory: {0}")]
+    RunDir(std::io::Error),
+    /// ZooKeeper.
+    #[error(transparent)]
+    Zk(#[from] ZkError),
+    /// Registration.
+    #[error(transparent)]
+    Register(#[from] RegisterError),
+}
+
+/// The host described by a configuration.
+pub fn host_of(config: &Config) -> Host {
+    Host {
+        id: config.host_id.clone(),
+        name: config.host_name.clone(),
+        role: config.role.clone(),
+    }
+}
+
+/// Connects and builds the pass context; registers the host node unless `read_only`.
+pub async fn start(
+    config: Config,
+    connection: String,
+    stop: Arc<AtomicBool>,
+    read_only: bool,
+) -> Result<Context, StartError> {
+    let run_dir = RunDir::open(&config.run_directory).map_err(StartError::RunDir)?;
+    let mut host_version = run_dir.host_version().unwrap_or(Value::Null);
+    let mut opts = ConnectOptions::new(connection.clone());
+    opts.session_timeout = config.session_timeout;
+    opts.digest = config
+        .zookeeper_auth
+        .as_ref()
+        .map(|s| s.expose().to_string());
+    let client = connect(&opts).await?;
+    let host = host_of(&config);
+    if !read_only {
+        host_version = register(
+            &client,
+            &host,
+            host_version,
+            config.session_timeout + Duration::from_secs(2),
+        )
+        .await?;
+    }
+    Ok(Context {
+        client,
+        config,
+        host,
+        run_dir,
+        connection,
+        stop,
+        host_version,
+    })
+}
+
+/// Runs passes on every change of `/hosts` until `stop` is set (then returns Ok).
+pub async fn run_forever(ctx: &mut Context, wake: Arc<Notify>) -> Result<(), ZkError> {
+    loop {
+        if ctx.stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let (data, _, watcher) = call("watch", HOSTS, ctx.client.get_and_watch_data(HOSTS)).await?;
+        let version = decode(&data).get("version").cloned().unwrap_or(Value::Null);
+        tracing::info!(
+            "cluster version {}, host version {}",
+            crate::tree::literal::py_str(&version),
+            crate::tree::literal::py_str(&ctx.host_version)
+        );
+        match ctx.run_pass(false).await? {
+            PassOutcome::Abandoned(why) => tracing::warn!("pass abandoned: {why}"),
+            PassOutcome::Failed(why) => tracing::error!("pass failed: {why}"),
+            _ => {}
+        }
+        if ctx.stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        tokio::select! {
+            event = watcher.changed() => {
+                if event.event_type == zookeeper_client::EventType::Session {
+                    return Err(ZkError::Op {
+                        op: "watch",
+                        path: HOSTS.into(),
+                        source: zookeeper_client::Error::SessionExpired,
+                    });
+                }
+            }
+            _ = wake.notified() => {}
+        }
+    }
+}

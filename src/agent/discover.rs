@@ -1,0 +1,447 @@
+//! Discovery: which deployments the tree wants on this host.
+//!
+//! The impure half ([`read_snapshot`]) walks the tree with pipelined multi-reads, listing
+//! children only (no data), skipping the infrastructure subtrees, and keeps the deploy nodes
+//! named after this host (id, name or role) as `<app>/deploy/<target>`; then it reads the data
+//! of those nodes, their application nodes, and whatever their links lead to. The pure half
+//! ([`discover`]) turns that [`Snapshot`] into [`Deployment`]s, detecting every error that can
+//! be known before acting (bad or missing type, missing or non-string version, names that are
+//! not plain, a host-based deployment on a host with a role, conflicting deployments, bad `n`,
+//! bad links). Inconsistent versions are checked by the planner.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use serde_json::Value;
+use zookeeper_client::MultiReadResult;
+
+use super::model::{app_name, check_plain_name, is_versioned_name, Deployment, Wanted};
+use crate::tree::literal::{py_str, repr_str};
+use crate::tree::{Props, PLINK_SUFFIX};
+use crate::zk::links::{property, LinkError, NodeSource};
+use crate::zk::{call, decode, join, Client, ZkError};
+
+/// Top-level subtrees discovery never walks.
+pub const SKIPPED_ROOTS: [&str; 5] = [
+    "/zookeeper",
+    "/hosts",
+    "/hosts-lock",
+    "/agent-locks",
+    "/role-locks",
+];
+
+/// Who this host is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    /// Host id (its node under `/hosts`).
+    pub id: String,
+    /// Host name (FQDN by default).
+    pub name: String,
+    /// Role, if any: then the host is configured by its role alone.
+    pub role: Option<String>,
+}
+
+impl Host {
+    fn targets(&self) -> Vec<&str> {
+        let mut t = vec![self.id.as_str(), self.name.as_str()];
+        if let Some(r) = &self.role {
+            t.push(r);
+        }
+        t
+    }
+}
+
+/// What discovery read: the matching deploy nodes, and the properties of every node read
+/// (deploy nodes, application nodes, link targets). Paths known not to exist are remembered so
+/// that link resolution can tell "absent" from "not read yet".
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Deploy nodes `<app>/deploy/<target>` whose target is this host's id, name or role, in
+    /// path order.
+    pub deploy_nodes: Vec<String>,
+    /// Properties of the nodes read.
+    pub nodes: HashMap<String, Props>,
+    /// Ephemeral nodes among those read.
+    pub ephemeral: HashSet<String>,
+    /// Paths read and found missing.
+    pub absent: HashSet<String>,
+    /// Nodes visited by the walk.
+    pub walked: usize,
+}
+
+/// A [`NodeSource`] over a snapshot that records the paths it was asked for but has not read.
+struct Recording<'a> {
+    snap: &'a Snapshot,
+    misses: RefCell<Vec<String>>,
+}
+
+impl NodeSource for Recording<'_> {
+    fn props_at(&self, path: &str) -> Option<&Props> {
+        let found = self.snap.nodes.get(path);
+        if found.is_none() && !self.snap.absent.contains(path) {
+            self.misses.borrow_mut().push(path.to_string());
+        }
+        found
+    }
+}
+
+/// What the tree wants on this host.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Discovered {
+    /// Deployments in path order, instances in order.
+    pub deployments: Vec<Deployment>,
+    /// The properties of each application node, property links resolved, as read for this
+    /// pass (what the deploy script sees through `ZKDEPLOYMENT_PROPERTIES`).
+    pub properties: BTreeMap<String, Props>,
+}
+
+/// Why discovery failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DiscoverError {
+    /// A problem in the tree, with the original's message where it had one.
+    #[error("{0}")]
+    Tree(String),
+    /// Nodes that must be read before discovery can finish (internal to [`discover_on`]).
+    #[error("nodes not read: {}", .0.join(", "))]
+    Unread(Vec<String>),
+}
+
+fn tree_err(message: impl Into<String>) -> DiscoverError {
+    DiscoverError::Tree(message.into())
+}
+
+/// Pure discovery over a snapshot.
+pub fn discover(snap: &Snapshot, host: &Host) -> Result<Discovered, DiscoverError> {
+    let src = Recording {
+        snap,
+        misses: RefCell::new(Vec::new()),
+    };
+    let result = discover_with(&src, snap, host);
+    let misses = src.misses.into_inner();
+    if !misses.is_empty() {
+        return Err(DiscoverError::Unread(misses));
+    }
+    result
+}
+
+fn discover_with(
+    src: &Recording<'_>,
+    snap: &Snapshot,
+    host: &Host,
+) -> Result<Discovered, DiscoverError> {
+    let mut out = Discovered::default();
+    let mut seen_apps: HashMap<String, String> = HashMap::new();
+    for deploy_path in &snap.deploy_nodes {
+        if snap.ephemeral.contains(deploy_path) || !snap.nodes.contains_key(deploy_path) {
+            continue;
+        }
+        let (rest, target) = deploy_path.rsplit_once('/').expect("absolute path");
+        let app_path = rest.strip_suffix("/deploy").expect("deploy node");
+        if app_path.is_empty() {
+            continue;
+        }
+        match &host.role {
+            Some(role) if target == role => {}
+            Some(role) => return Err(tree_err(format!(
+                "Found a host-based deployment at {deploy_path} but the host has a role, {role}."
+            ))),
+            None if target == host.id || target == host.name => {}
+            None => continue,
+        }
+        if let Some(other) = seen_apps.insert(app_path.to_string(), target.to_string()) {
+            let (a, b) = if other == host.id {
+                (target.to_string(), other)
+            } else {
+                (other, target.to_string())
+            };
+            return Err(tree_err(format!(
+                "Conflicting deployments for {app_path}. Can't deploy to {a} and {b}."
+            )));
+        }
+        let count = instances(src, deploy_path)?;
+        let link = |e: LinkError| tree_err(format!("{app_path}: {e}"));
+        let kind = match property(src, app_path, "type").map_err(link)? {
+            Some(Value::String(t)) => t,
+            Some(other) => {
+                return Err(tree_err(format!(
+                    "Invalid node type at {app_path}: {}",
+                    repr_bad(&other)
+                )))
+            }
+            None => return Err(tree_err(format!("No type for {app_path}"))),
+        };
+        let words: Vec<&str> = kind.split_whitespace().collect();
+        let (rpm, subtype) = match words.as_slice() {
+            [rpm] => (rpm.to_string(), None),
+            [rpm, sub] => (rpm.to_string(), Some(sub.to_string())),
+            _ => return Err(tree_err(format!("Invalid node type: {}", repr_str(&kind)))),
+        };
+        check_plain_name("package", &rpm).map_err(|e| tree_err(format!("{e} at {app_path}")))?;
+        let version = match property(src, app_path, "version").map_err(link)? {
+            Some(Value::String(v)) if !v.trim().is_empty() && !v.chars().any(char::is_control) => {
+                Wanted::Exact(v)
+            }
+            Some(Value::String(v)) => {
+                return Err(tree_err(format!(
+                    "Invalid version for {app_path}: {}",
+                    repr_str(&v)
+                )))
+            }
+            Some(other) => {
+                return Err(tree_err(format!(
+                    "Version of {app_path} is not a string: {}",
+                    repr_bad(&other)
+                )))
+            }
+            None if is_versioned_name(&rpm) => Wanted::Any,
+            None => return Err(tree_err(format!("No version found for {app_path}"))),
+        };
+        let app = app_name(&rpm).to_string();
+        check_plain_name("application", &app)
+            .map_err(|e| tree_err(format!("{e} at {app_path}")))?;
+        out.properties
+            .insert(app_path.to_string(), resolved_props(src, app_path)?);
+        for n in 0..count {
+            out.deployments.push(Deployment {
+                path: app_path.to_string(),
+                n,
+                rpm: rpm.clone(),
+                app: app.clone(),
+                subtype: subtype.clone(),
+                version: version.clone(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn repr_bad(v: &Value) -> String {
+    crate::tree::literal::repr(v)
+}
+
+/// The number of instances of a deploy node (`n`, default 1).
+fn instances(src: &Recording<'_>, deploy_path: &str) -> Result<u32, DiscoverError> {
+    let n = property(src, deploy_path, "n").map_err(|e| tree_err(format!("{deploy_path}: {e}")))?;
+    match n {
+        None => Ok(1),
+        Some(Value::Number(num)) if num.as_u64().is_some_and(|v| v <= 10_000) => {
+            Ok(num.as_u64().unwrap_or(0) as u32)
+        }
+        Some(other) => Err(tree_err(format!(
+            "Invalid n for {deploy_path}: {}",
+            py_str(&other)
+        ))),
+    }
+}
+
+/// An application node's properties with property links replaced by their values.
+fn resolved_props(src: &Recording<'_>, path: &str) -> Result<Props, DiscoverError> {
+    let props = src.props_at(path).cloned().unwrap_or_default();
+    let mut out = Props::new();
+    for (key, value) in &props {
+        match key.strip_suffix(PLINK_SUFFIX) {
+            Some(name) if !props.contains_key(name) => {
+                let v = property(src, path, name).map_err(|e| tree_err(format!("{path}: {e}")))?;
+                out.insert(name.to_string(), v.unwrap_or(Value::Null));
+            }
+            Some(_) => {}
+            None => {
+                out.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Requests kept in flight by the walk, and paths per multi-read request.
+const WINDOW: usize = 16;
+const BATCH: usize = 128;
+
+enum Want {
+    Children(String),
+    Data(String),
+}
+
+type Reply = (Vec<Want>, Result<Vec<MultiReadResult>, ZkError>);
+
+fn send<'a>(
+    client: &'a Client,
+    batch: Vec<Want>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send + 'a>> {
+    let mut reader = client.new_multi_reader();
+    let mut bad = None;
+    for want in &batch {
+        let (r, p) = match want {
+            Want::Children(p) => (reader.add_get_children(p), p),
+            Want::Data(p) => (reader.add_get_data(p), p),
+        };
+        if let Err(source) = r {
+            bad = Some(ZkError::Op {
+                op: "read",
+                path: p.clone(),
+                source,
+            });
+            break;
+        }
+    }
+    let commit = reader.commit();
+    Box::pin(async move {
+        if let Some(e) = bad {
+            return (batch, Err(e));
+        }
+        let r = call("read", "/", commit).await;
+        (batch, r)
+    })
+}
+
+/// Runs reads in pipelined batches, calling `on` with each result.
+async fn read_all(
+    client: &Client,
+    mut queue: Vec<Want>,
+    mut on: impl FnMut(Want, MultiReadResult, &mut Vec<Want>),
+) -> Result<(), ZkError> {
+    let mut in_flight = FuturesUnordered::new();
+    while !queue.is_empty() || !in_flight.is_empty() {
+        while in_flight.len() < WINDOW && !queue.is_empty() {
+            let at = queue.len().saturating_sub(BATCH);
+            in_flight.push(send(client, queue.split_off(at)));
+        }
+        let Some((batch, results)) = in_flight.next().await else {
+            break;
+        };
+        for (want, result) in batch.into_iter().zip(results?) {
+            if let MultiReadResult::Error { err } = &result {
+                if *err != zookeeper_client::Error::NoNode {
+                    let path = match &want {
+                        Want::Children(p) | Want::Data(p) => p.clone(),
+                    };
+                    return Err(ZkError::Op {
+                        op: "read",
+                        path,
+                        source: err.clone(),
+                    });
+                }
+            }
+            on(want, result, &mut queue);
+        }
+    }
+    Ok(())
+}
+
+/// Walks the tree for deploy nodes named after this host.
+pub async fn find_deploy_nodes(
+    client: &Client,
+    host: &Host,
+) -> Result<(Vec<String>, usize), ZkError> {
+    let targets: HashSet<String> = host.targets().into_iter().map(String::from).collect();
+    let mut found = Vec::new();
+    let mut walked = 0usize;
+    read_all(
+        client,
+        vec![Want::Children("/".into())],
+        |want, result, queue| {
+            let (Want::Children(path), MultiReadResult::Children { children }) = (want, result)
+            else {
+                return;
+            };
+            walked += 1;
+            let is_deploy = path.ends_with("/deploy");
+            for name in children {
+                let child = join(&path, &name);
+                if SKIPPED_ROOTS.contains(&child.as_str()) {
+                    continue;
+                }
+                if is_deploy && targets.contains(&name) {
+                    found.push(child.clone());
+                }
+                queue.push(Want::Children(child));
+            }
+        },
+    )
+    .await?;
+    found.sort();
+    Ok((found, walked))
+}
+
+/// Reads the data of `paths` into the snapshot.
+async fn read_nodes(
+    client: &Client,
+    snap: &mut Snapshot,
+    paths: Vec<String>,
+) -> Result<(), ZkError> {
+    let queue = paths
+        .into_iter()
+        .filter(|p| !snap.nodes.contains_key(p) && !snap.absent.contains(p))
+        .map(Want::Data)
+        .collect();
+    read_all(client, queue, |want, result, _| {
+        let Want::Data(path) = want else { return };
+        match result {
+            MultiReadResult::Data { data, stat } => {
+                if stat.ephemeral_owner != 0 {
+                    snap.ephemeral.insert(path.clone());
+                }
+                snap.nodes.insert(path, decode(&data));
+            }
+            _ => {
+                snap.absent.insert(path);
+            }
+        }
+    })
+    .await
+}
+
+/// Reads what discovery needs: the walk, then the data of the deploy and application nodes.
+pub async fn read_snapshot(client: &Client, host: &Host) -> Result<Snapshot, ZkError> {
+    let (deploy_nodes, walked) = find_deploy_nodes(client, host).await?;
+    let mut snap = Snapshot {
+        walked,
+        ..Snapshot::default()
+    };
+    let mut wanted: Vec<String> = Vec::new();
+    for d in &deploy_nodes {
+        wanted.push(d.clone());
+        let app = d.rsplit_once('/').map(|(a, _)| a).unwrap_or("/");
+        let app = app.strip_suffix("/deploy").unwrap_or(app);
+        if !app.is_empty() {
+            wanted.push(app.to_string());
+        }
+    }
+    snap.deploy_nodes = deploy_nodes;
+    read_nodes(client, &mut snap, wanted).await?;
+    Ok(snap)
+}
+
+/// Most rounds of link-target reads before giving up (a chain of links longer than this is
+/// treated as an error).
+const MAX_ROUNDS: usize = 64;
+
+/// Reads the snapshot and discovers, reading link targets as they are needed.
+pub async fn discover_on(
+    client: &Client,
+    host: &Host,
+) -> Result<(Discovered, Snapshot), DiscoverFailure> {
+    let mut snap = read_snapshot(client, host).await?;
+    for _ in 0..MAX_ROUNDS {
+        match discover(&snap, host) {
+            Err(DiscoverError::Unread(paths)) => read_nodes(client, &mut snap, paths).await?,
+            Ok(found) => return Ok((found, snap)),
+            Err(e) => return Err(DiscoverFailure::Tree(e.to_string())),
+        }
+    }
+    Err(DiscoverFailure::Tree(
+        "links lead too far (more than 64 hops of reads)".into(),
+    ))
+}
+
+/// Discovery failed: the tree is wrong, or ZooKeeper failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoverFailure {
+    /// The tree is wrong (the pass fails before changing anything).
+    #[error("{0}")]
+    Tree(String),
+    /// ZooKeeper failed.
+    #[error(transparent)]
+    Zk(#[from] ZkError),
+}

@@ -1,0 +1,12 @@
+//! The agent: works out what the tree wants on this host ([`discover`]), what the host has
+//! ([`observe`]), the steps between the two ([`plan`], pure), and runs them under ZooKeeper
+//! locks ([`execute`]), reporting as it goes ([`status`]).
+
+pub mod cluster;
+pub mod daemon;
+pub mod discover;
+pub mod execute;
+pub mod model;
+pub mod observe;
+pub mod plan;
+pub mod status;

@@ -1,0 +1,218 @@
+//! The agent's vocabulary: what the tree wants on this host ([`Deployment`]), what the host
+//! has ([`Installed`]), and the naming rules shared by both sides — the application name of an
+//! rpm ([`app_name`]), plain names ([`check_plain_name`]), and the marker file names of
+//! `/etc/<app>` ([`marker_base`], [`parse_marker`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+/// The version the tree asks for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(untagged)]
+pub enum Wanted {
+    /// This exact version (an RPM version, or a VCS URL).
+    Exact(String),
+    /// Any version (a versioned package name such as `cache-1.2`, with no `version` property).
+    Any,
+}
+
+impl fmt::Display for Wanted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Wanted::Exact(v) => f.write_str(v),
+            Wanted::Any => f.write_str("*"),
+        }
+    }
+}
+
+/// One instance of an application node that the tree deploys to this host.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Deployment {
+    /// The application node path (`/cust/app`).
+    pub path: String,
+    /// The instance number, `0..n`.
+    pub n: u32,
+    /// The package: the first word of the node type, the directory under `/opt`.
+    pub rpm: String,
+    /// The application name: the directory under `/etc` ([`app_name`] of `rpm`).
+    pub app: String,
+    /// The second word of the type, passed as `-r SUBTYPE`.
+    pub subtype: Option<String>,
+    /// The version wanted.
+    pub version: Wanted,
+}
+
+/// A deployment found on disk (a `.deployed` marker).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct InstalledDeployment {
+    /// Application name (`/etc/<app>`).
+    pub app: String,
+    /// The package whose deploy script it belongs to.
+    pub rpm: String,
+    /// Application node path.
+    pub path: String,
+    /// Instance number.
+    pub n: u32,
+}
+
+/// What the host has, as observed before a pass.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Installed {
+    /// Deployments recorded by markers, sorted.
+    pub deployments: Vec<InstalledDeployment>,
+    /// Packages installed as applications (`/opt/<rpm>/bin/zookeeper-deploy` exists), sorted.
+    pub packages: Vec<String>,
+    /// Application directories under `/etc` that are ours: apps of installed packages, and
+    /// directories holding `.deployed` or `.script` markers; sorted.
+    pub app_dirs: Vec<String>,
+    /// Installed version of each wanted package (from `yum -q list installed`), `None` if not
+    /// installed.
+    pub versions: BTreeMap<String, Option<String>>,
+}
+
+/// The application name of a package: the name without a trailing `-<digits>(.<digits>)*`
+/// (`z4m-4.0.0` → `z4m`, `cache-1.2` → `cache`, `my-app` → `my-app`). One rule for discovery
+/// and observation alike.
+pub fn app_name(rpm: &str) -> &str {
+    if let Some(at) = rpm.rfind('-') {
+        let tail = &rpm[at + 1..];
+        let numeric = !tail.is_empty()
+            && tail
+                .split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        if numeric && at > 0 {
+            return &rpm[..at];
+        }
+    }
+    rpm
+}
+
+/// True if `rpm` carries its version in its name (`cache-1.2`).
+pub fn is_versioned_name(rpm: &str) -> bool {
+    app_name(rpm) != rpm
+}
+
+/// Checks that a package, application or role name is a plain name: not empty, not `.` or
+/// `..`, no `/`, no whitespace, no control characters.
+pub fn check_plain_name(what: &str, name: &str) -> Result<(), String> {
+    let bad = name.is_empty()
+        || name == "."
+        || name == ".."
+        || name.contains('/')
+        || name.chars().any(|c| c.is_whitespace() || c.is_control());
+    if bad {
+        Err(format!(
+            "invalid {what} name {}",
+            crate::tree::literal::repr_str(name)
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// The marker base name of an application path: without the leading `/`, `/` replaced by `,`,
+/// and `%` and `,` inside names written `%25` and `%2C` (`/cust/a,b` → `cust,a%2Cb`).
+pub fn marker_base(path: &str) -> String {
+    path.trim_start_matches('/')
+        .split('/')
+        .map(|part| part.replace('%', "%25").replace(',', "%2C"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The `.deployed` file name of an instance.
+pub fn deployed_name(path: &str, n: u32) -> String {
+    format!("{}.{n}.deployed", marker_base(path))
+}
+
+/// The `.script` file name of an instance.
+pub fn script_name(path: &str, n: u32) -> String {
+    format!("{}.{n}.script", marker_base(path))
+}
+
+/// Parses a marker file name (`cust,app.0.deployed`) back into (path, n), if it is one.
+pub fn parse_marker(file: &str, suffix: &str) -> Option<(String, u32)> {
+    let stem = file.strip_suffix(suffix)?;
+    let (base, n) = stem.rsplit_once('.')?;
+    let n: u32 = n.parse().ok()?;
+    if base.is_empty() {
+        return None;
+    }
+    let mut path = String::new();
+    for part in base.split(',') {
+        path.push('/');
+        path.push_str(&unescape(part)?);
+    }
+    Some((path, n))
+}
+
+fn unescape(part: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = part;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        match rest.get(at + 1..at + 3) {
+            Some("25") => out.push('%'),
+            Some("2C") | Some("2c") => out.push(','),
+            _ => return None,
+        }
+        rest = &rest[at + 3..];
+    }
+    out.push_str(rest);
+    if out.is_empty() {
+        None
+    } else {
+        Some(out)
+    }
+}
+
+/// The kazoo lock name of an application node: the path without its leading `/`, `/` → `,`.
+pub fn lock_name(path: &str) -> String {
+    path.trim_start_matches('/').replace('/', ",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_names() {
+        assert_eq!(app_name("z4m-4.0.0"), "z4m");
+        assert_eq!(app_name("cache-1.2"), "cache");
+        assert_eq!(app_name("my-app"), "my-app");
+        assert_eq!(app_name("foo"), "foo");
+        assert_eq!(app_name("foo-"), "foo-");
+        assert_eq!(app_name("-1"), "-1");
+        assert_eq!(app_name("a-1.x"), "a-1.x");
+        assert_eq!(app_name("a-1..2"), "a-1..2");
+    }
+
+    #[test]
+    fn markers_round_trip_with_escapes() {
+        assert_eq!(
+            deployed_name("/cust/someapp/cms", 0),
+            "cust,someapp,cms.0.deployed"
+        );
+        assert_eq!(marker_base("/a,b/c%d"), "a%2Cb,c%25d");
+        for path in ["/cust/someapp/cms", "/a,b/c%d", "/x.y/z", "/%2C"] {
+            assert_eq!(
+                parse_marker(&deployed_name(path, 3), ".deployed"),
+                Some((path.to_string(), 3))
+            );
+        }
+        assert_eq!(parse_marker("x.deployed", ".deployed"), None);
+        assert_eq!(parse_marker("a.b.deployed", ".deployed"), None);
+        assert_eq!(parse_marker("a%ZZ.1.deployed", ".deployed"), None);
+        assert_eq!(parse_marker(".1.deployed", ".deployed"), None);
+    }
+
+    #[test]
+    fn plain_names() {
+        assert!(check_plain_name("package", "foo-1.2").is_ok());
+        for bad in ["", ".", "..", "a/b", "a b", "a\tb", "a\u{0}b"] {
+            assert!(check_plain_name("package", bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The run directory's files: `status` (one line `TIME PID VERSION STATUS`, replaced
+//! atomically at every step; read by the monitor), `host_version` (the JSON of the last
+//! deployed version) and `last-pass.json` (the report of the last pass).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::tree::literal::py_str;
+
+/// The version as written in the status file: Python's `str()` (`None`, `False`, strings
+/// unquoted), with `%` and whitespace percent-encoded so the line always splits into 4 fields.
+pub fn version_token(version: &Value) -> String {
+    let mut out = String::new();
+    for c in py_str(version).chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            c if c.is_whitespace() => out.push_str(&format!("%{:02X}", c as u32 & 0xff)),
+            c => out.push(c),
+        }
+    }
+    if out.is_empty() {
+        "''".to_string()
+    } else {
+        out
+    }
+}
+
+/// A parsed status line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusLine {
+    /// Unix time of the write.
+    pub time: f64,
+    /// The agent's pid.
+    pub pid: u32,
+    /// The version token (see [`version_token`]).
+    pub version: String,
+    /// The status text (`done`, `error`, or a step).
+    pub status: String,
+}
+
+/// Formats a status line.
+pub fn format_status(time: f64, pid: u32, version: &Value, status: &str) -> String {
+    let status = status.replace(['\n', '\r'], " ");
+    format!("{time:.2} {pid} {} {status}", version_token(version))
+}
+
+/// Parses a status line (split on whitespace at most 3 times).
+pub fn parse_status(text: &str) -> Result<StatusLine, String> {
+    let line = text.lines().next().unwrap_or("").trim();
+    let mut parts = line.splitn(4, char::is_whitespace);
+    let (Some(t), Some(p), Some(v), Some(s)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(format!("malformed status line: {line:?}"));
+    };
+    let time: f64 = t
+        .parse()
+        .map_err(|_| format!("malformed time in status line: {t:?}"))?;
+    if !time.is_finite() {
+        return Err(format!("malformed time in status line: {t:?}"));
+    }
+    let pid: u32 = p
+        .parse()
+        .map_err(|_| format!("malformed pid in status line: {p:?}"))?;
+    Ok(StatusLine {
+        time,
+        pid,
+        version: v.to_string(),
+        status: s.trim().to_string(),
+    })
+}
+
+/// Unix time now, as a float.
+pub fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Writes `data` to `path` atomically (a temporary file in the same directory, then rename).
+pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_data()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// One step of a pass report.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StepReport {
+    /// The step's action (`deploy`, `install`, …).
+    pub action: String,
+    /// The step, readable.
+    pub step: String,
+    /// The command run last for it (argv), if any.
+    pub command: Vec<String>,
+    /// Its exit status, if it ran.
+    pub exit: Option<i32>,
+    /// Seconds.
+    pub duration: f64,
+    /// The tail of its output.
+    pub output: String,
+}
+
+/// The report of a pass (`last-pass.json`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Report {
+    /// The cluster version deployed.
+    pub version: Value,
+    /// `done`, `error` or `abandoned`.
+    pub outcome: String,
+    /// Unix times.
+    pub started: f64,
+    /// Unix times.
+    pub finished: f64,
+    /// The steps run.
+    pub steps: Vec<StepReport>,
+    /// The failure or abandonment message, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The run directory.
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    dir: PathBuf,
+}
+
+impl RunDir {
+    /// Opens (creating it if missing) the run directory.
+    pub fn open(dir: &Path) -> std::io::Result<RunDir> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+        Ok(RunDir {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The status file.
+    pub fn status_path(&self) -> PathBuf {
+        self.dir.join("status")
+    }
+
+    /// The report file.
+    pub fn report_path(&self) -> PathBuf {
+        self.dir.join("last-pass.json")
+    }
+
+    /// `host_version`: the last deployed version (`None` if missing or unreadable).
+    pub fn host_version(&self) -> Option<Value> {
+        let text = std::fs::read_to_string(self.dir.join("host_version")).ok()?;
+        match serde_json::from_str(text.lines().next().unwrap_or("").trim()) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!("ignoring a malformed host_version file: {e}");
+                None
+            }
+        }
+    }
+
+    /// Records the deployed version.
+    pub fn set_host_version(&self, version: &Value) -> std::io::Result<()> {
+        write_atomic(
+            &self.dir.join("host_version"),
+            version.to_string().as_bytes(),
+        )
+    }
+
+    /// Rewrites the status file.
+    pub fn set_status(&self, version: &Value, status: &str) -> std::io::Result<()> {
+        let line = format_status(now(), std::process::id(), version, status);
+        write_atomic(&self.status_path(), line.as_bytes())
+    }
+
+    /// True if the status file exists.
+    pub fn has_status(&self) -> bool {
+        self.status_path().exists()
+    }
+
+    /// Writes `last-pass.json`.
+    pub fn write_report(&self, report: &Report) -> std::io::Result<()> {
+        let mut text = serde_json::to_vec_pretty(report).expect("a report serialises");
+        text.push(b'\n');
+        write_atomic(&self.report_path(), &text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn status_lines_round_trip() {
+        let line = format_status(
+            1422556800.123,
+            42,
+            &json!("deadbeef"),
+            "deploying /a 0 (x 1)",
+        );
+        assert_eq!(line, "1422556800.12 42 deadbeef deploying /a 0 (x 1)");
+        let parsed = parse_status(&line).unwrap();
+        assert_eq!(parsed.version, "deadbeef");
+        assert_eq!(parsed.status, "deploying /a 0 (x 1)");
+        assert_eq!(version_token(&json!(null)), "None");
+        assert_eq!(version_token(&json!(false)), "False");
+        assert_eq!(version_token(&json!(21)), "21");
+        assert_eq!(version_token(&json!("a b%")), "a%20b%25");
+        assert!(parse_status("garbage").is_err());
+        assert!(parse_status("x 1 v done").is_err());
+        assert!(parse_status("1.0 -1 v done").is_err());
+    }
+}

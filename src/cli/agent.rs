@@ -1,0 +1,212 @@
+//! `zkdeployment agent` (the long-running service, or one pass with `-1`) and
+//! `zkdeployment deploy` (one pass now; `--dry-run [--json]` prints the plan and changes
+//! nothing). Exit codes: 0 done or already converged, 1 the pass failed, 2 configuration,
+//! 3 halted, paused or abandoned; dry-run: 0 nothing to do, 10 changes pending, 1 no plan.
+
+use std::net::ToSocketAddrs;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use clap::Args;
+use serde_json::json;
+use tokio::sync::Notify;
+
+use super::{runtime, Failure, Outcome};
+use crate::agent::daemon::{run_forever, start, StartError};
+use crate::agent::execute::{Context, PassOutcome};
+use crate::config::{load, Config};
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// The agent's configuration file.
+    config: PathBuf,
+    /// Run one pass and exit.
+    #[arg(short = '1', long = "run-once")]
+    run_once: bool,
+    /// Log more (debug level).
+    #[arg(short, long)]
+    verbose: bool,
+    /// Refuse to start unless the ZooKeeper host name resolves to ADDR (the original's check).
+    #[arg(short = 'z', long = "assert-zookeeper-address", value_name = "ADDR")]
+    assert_address: Option<String>,
+    /// ZooKeeper connection string (overrides the config file).
+    #[arg(long = "zookeeper", value_name = "CONN")]
+    zookeeper: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DeployArgs {
+    /// The agent's configuration file.
+    config: PathBuf,
+    /// Print the plan; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// With --dry-run: print the plan as JSON.
+    #[arg(long, requires = "dry_run")]
+    json: bool,
+    /// Run the pass even if the host is already at the cluster version.
+    #[arg(long)]
+    force: bool,
+    /// ZooKeeper connection string (overrides the config file).
+    #[arg(short = 'z', long = "zookeeper", value_name = "CONN")]
+    zookeeper: Option<String>,
+}
+
+impl AgentArgs {
+    /// `-v` given.
+    pub fn verbose(&self) -> bool {
+        self.verbose
+    }
+}
+
+impl DeployArgs {
+    /// `--dry-run` given.
+    pub fn is_dry_run(&self) -> bool {
+        self.dry_run
+    }
+}
+
+fn load_config(path: &std::path::Path) -> Result<Config, Failure> {
+    load(path).map_err(|e| Failure::Usage(e.to_string()))
+}
+
+fn start_error(e: StartError) -> Failure {
+    match e {
+        StartError::RunDir(_) => Failure::Usage(e.to_string()),
+        other => Failure::Failed(other.to_string()),
+    }
+}
+
+fn pass_exit(outcome: PassOutcome) -> Outcome {
+    match outcome {
+        PassOutcome::Done | PassOutcome::Converged => Ok(0),
+        PassOutcome::Failed(why) => Err(Failure::Failed(format!("the pass failed: {why}"))),
+        PassOutcome::Abandoned(why) => {
+            Err(Failure::Refused(format!("the pass was abandoned: {why}")))
+        }
+        PassOutcome::Skipped(v) => Err(Failure::Refused(format!(
+            "nothing done: the cluster is {}",
+            if v.is_null() {
+                "halted (version None)"
+            } else {
+                "paused (version False)"
+            }
+        ))),
+    }
+}
+
+/// Checks the original's `--assert-zookeeper-address`: the first host of the connection
+/// string must resolve to ADDR.
+fn assert_address(connection: &str, addr: &str) -> Result<(), Failure> {
+    let first = connection
+        .split('/')
+        .next()
+        .unwrap_or("")
+        .split(',')
+        .next()
+        .unwrap_or("");
+    let host = first.rsplit_once(':').map(|(h, _)| h).unwrap_or(first);
+    let resolved: Vec<String> = (host, 0)
+        .to_socket_addrs()
+        .map(|a| a.map(|s| s.ip().to_string()).collect())
+        .unwrap_or_default();
+    if resolved.iter().any(|r| r == addr) || host == addr {
+        Ok(())
+    } else {
+        Err(Failure::Usage(format!(
+            "Invalid zookeeper address: {host} resolves to {resolved:?}, not {addr}"
+        )))
+    }
+}
+
+pub fn agent(args: AgentArgs) -> Outcome {
+    let config = load_config(&args.config)?;
+    let connection = config.connection(args.zookeeper.as_deref());
+    if let Some(addr) = &args.assert_address {
+        assert_address(&connection, addr)?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    runtime()?.block_on(async move {
+        let mut ctx = start(config, connection, stop.clone(), false)
+            .await
+            .map_err(start_error)?;
+        if args.run_once {
+            let outcome = ctx
+                .run_pass(false)
+                .await
+                .map_err(|e| Failure::Failed(e.to_string()))?;
+            return pass_exit(outcome);
+        }
+        let wake = Arc::new(Notify::new());
+        spawn_signal_handler(stop.clone(), wake.clone());
+        run_forever(&mut ctx, wake)
+            .await
+            .map_err(|e| Failure::Failed(e.to_string()))?;
+        tracing::info!("stopped");
+        Ok(0)
+    })
+}
+
+fn spawn_signal_handler(stop: Arc<AtomicBool>, wake: Arc<Notify>) {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("stopping: the step in progress finishes, no new step starts");
+        stop.store(true, Ordering::SeqCst);
+        wake.notify_one();
+    });
+}
+
+pub fn deploy(args: DeployArgs) -> Outcome {
+    let config = load_config(&args.config)?;
+    let connection = config.connection(args.zookeeper.as_deref());
+    let stop = Arc::new(AtomicBool::new(false));
+    runtime()?.block_on(async move {
+        let mut ctx = start(config, connection, stop.clone(), args.dry_run)
+            .await
+            .map_err(start_error)?;
+        if args.dry_run {
+            return dry_run(&ctx, args.force, args.json).await;
+        }
+        spawn_signal_handler(stop, Arc::new(Notify::new()));
+        let outcome = ctx
+            .run_pass(args.force)
+            .await
+            .map_err(|e| Failure::Failed(e.to_string()))?;
+        pass_exit(outcome)
+    })
+}
+
+async fn dry_run(ctx: &Context, force: bool, as_json: bool) -> Outcome {
+    let plan = ctx.dry_run(force).await.map_err(Failure::Failed)?;
+    if as_json {
+        let out = json!({"version": plan.version, "host": ctx.host.id, "steps": plan.steps});
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("serialisable")
+        );
+    } else {
+        let version = crate::tree::literal::py_str(&plan.version);
+        match plan.reason {
+            Some(reason) => println!("nothing to do: version {version}, {reason}"),
+            None if plan.steps.is_empty() => println!("nothing to do: version {version}"),
+            None => {
+                println!("plan for version {version} on {}:", ctx.host.id);
+                for step in &plan.steps {
+                    println!("  {step}");
+                }
+            }
+        }
+    }
+    Ok(if plan.steps.is_empty() { 0 } else { 10 })
+}
