@@ -40,14 +40,19 @@ pub fn host_of(config: &Config) -> Host {
     }
 }
 
-/// Connects and builds the pass context; registers the host node unless `read_only`.
+/// Connects and builds the pass context; registers the host node and creates the run
+/// directory unless `read_only`.
 pub async fn start(
     config: Config,
     connection: String,
     stop: Arc<AtomicBool>,
     read_only: bool,
 ) -> Result<Context, StartError> {
-    let run_dir = RunDir::open(&config.run_directory).map_err(StartError::RunDir)?;
+    let run_dir = if read_only {
+        RunDir::existing(&config.run_directory)
+    } else {
+        RunDir::open(&config.run_directory).map_err(StartError::RunDir)?
+    };
     let mut host_version = run_dir.host_version().unwrap_or(Value::Null);
     let mut opts = ConnectOptions::new(connection.clone());
     opts.session_timeout = config.session_timeout;
@@ -77,6 +82,34 @@ pub async fn start(
     })
 }
 
+/// Gives the memory a pass used (the discovery walk of a big tree) back to the system, so an
+/// idle agent stays small.
+pub fn release_memory() {
+    // SAFETY: malloc_trim only releases free heap pages; it is safe to call at any time.
+    unsafe {
+        nix::libc::malloc_trim(0);
+    }
+}
+
+/// Ends the ZooKeeper session and waits (a few seconds at most) until the server has closed
+/// it, so that the ephemeral host node goes now rather than a session timeout later (a
+/// runtime dropped with the client still open never sends the close).
+pub async fn close(ctx: Context) {
+    let mut state = ctx.client.state_watcher();
+    drop(ctx);
+    let closed = async {
+        while !state.state().is_terminated() {
+            state.changed().await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(5), closed)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the ZooKeeper session did not close in time");
+    }
+}
+
 /// Runs passes on every change of `/hosts` until `stop` is set (then returns Ok).
 pub async fn run_forever(ctx: &mut Context, wake: Arc<Notify>) -> Result<(), ZkError> {
     loop {
@@ -95,6 +128,7 @@ pub async fn run_forever(ctx: &mut Context, wake: Arc<Notify>) -> Result<(), ZkE
             PassOutcome::Failed(why) => tracing::error!("pass failed: {why}"),
             _ => {}
         }
+        release_memory();
         if ctx.stop.load(Ordering::SeqCst) {
             return Ok(());
         }

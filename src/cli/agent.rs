@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use super::{runtime, Failure, Outcome};
-use crate::agent::daemon::{run_forever, start, StartError};
+use crate::agent::daemon::{close, run_forever, start, StartError};
 use crate::agent::execute::{Context, PassOutcome};
 use crate::config::{load, Config};
 
@@ -132,17 +132,15 @@ pub fn agent(args: AgentArgs) -> Outcome {
             .await
             .map_err(start_error)?;
         if args.run_once {
-            let outcome = ctx
-                .run_pass(false)
-                .await
-                .map_err(|e| Failure::Failed(e.to_string()))?;
-            return pass_exit(outcome);
+            let outcome = ctx.run_pass(false).await;
+            close(ctx).await;
+            return pass_exit(outcome.map_err(|e| Failure::Failed(e.to_string()))?);
         }
         let wake = Arc::new(Notify::new());
         spawn_signal_handler(stop.clone(), wake.clone());
-        run_forever(&mut ctx, wake)
-            .await
-            .map_err(|e| Failure::Failed(e.to_string()))?;
+        let result = run_forever(&mut ctx, wake).await;
+        close(ctx).await;
+        result.map_err(|e| Failure::Failed(e.to_string()))?;
         tracing::info!("stopped");
         Ok(0)
     })
@@ -176,14 +174,14 @@ pub fn deploy(args: DeployArgs) -> Outcome {
             .await
             .map_err(start_error)?;
         if args.dry_run {
-            return dry_run(&ctx, args.force, args.json).await;
+            let outcome = dry_run(&ctx, args.force, args.json).await;
+            close(ctx).await;
+            return outcome;
         }
         spawn_signal_handler(stop, Arc::new(Notify::new()));
-        let outcome = ctx
-            .run_pass(args.force)
-            .await
-            .map_err(|e| Failure::Failed(e.to_string()))?;
-        pass_exit(outcome)
+        let outcome = ctx.run_pass(args.force).await;
+        close(ctx).await;
+        pass_exit(outcome.map_err(|e| Failure::Failed(e.to_string()))?)
     })
 }
 

@@ -2,6 +2,8 @@
 //! commands (one module each). This is the imperative shell; the work lives in the library.
 
 mod agent;
+mod monitor;
+mod status;
 mod sync;
 mod tree;
 
@@ -53,6 +55,12 @@ enum Command {
     Agent(agent::AgentArgs),
     /// Run one deployment pass now (or show its plan with --dry-run).
     Deploy(agent::DeployArgs),
+    /// Nagios check of this host's deployments (one line, plugin exit codes).
+    Monitor(monitor::MonitorArgs),
+    /// Show the cluster: versions, halt, hosts, locks.
+    Status(status::StatusArgs),
+    /// End a halt: set the cluster version (default: the last synced revision).
+    Resume(status::ResumeArgs),
     /// Copy the tree from git into ZooKeeper and bump the cluster version (cron).
     Sync(sync::SyncArgs),
     /// Work with tree files and the tree in ZooKeeper.
@@ -62,7 +70,10 @@ enum Command {
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     let level = match &cli.command {
         Command::Agent(a) if a.verbose() => "debug",
         Command::Agent(_) => "info",
@@ -73,6 +84,9 @@ pub fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Agent(args) => agent::agent(args),
         Command::Deploy(args) => agent::deploy(args),
+        Command::Monitor(args) => monitor::run(args),
+        Command::Status(args) => status::status(args),
+        Command::Resume(args) => status::resume_cmd(args),
         Command::Sync(args) => sync::run(args),
         Command::Tree(cmd) => tree::run(cmd),
     };
@@ -82,6 +96,31 @@ pub fn main() -> ExitCode {
             eprintln!("zkdeployment: {}", failure.message());
             ExitCode::from(failure.code())
         }
+    }
+}
+
+/// Prints a clap error; the monitor reports usage errors as UNKNOWN (3), everything else as 2
+/// (`--help` and `--version` exit 0).
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let _ = e.print();
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => ExitCode::from(
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                2
+            } else {
+                0
+            },
+        ),
+        _ if std::env::args().nth(1).as_deref() == Some("monitor") => {
+            println!(
+                "ZKDEPLOYMENT UNKNOWN - usage error (see zkdeployment monitor --help) | age=s;;;0"
+            );
+            ExitCode::from(3)
+        }
+        _ => ExitCode::from(2),
     }
 }
 

@@ -30,6 +30,8 @@ pub struct ZNode {
     pub mzxid: i64,
     /// Data version.
     pub version: i32,
+    /// Creation time (Unix milliseconds).
+    pub ctime: i64,
     /// Children by name.
     pub children: BTreeMap<String, ZNode>,
 }
@@ -178,6 +180,7 @@ pub async fn read_subtree(
                         ephemeral_owner: stat.ephemeral_owner,
                         mzxid: stat.mzxid,
                         version: stat.version,
+                        ctime: stat.ctime,
                         children: BTreeMap::new(),
                     };
                     if stat.num_children > 0 {

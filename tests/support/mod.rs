@@ -200,7 +200,9 @@ impl ZkServer {
                 .open(self.log_path())
                 .expect("cannot open zk.log");
             let mut cmd = Command::new(&java);
-            cmd.args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+            let heap = std::env::var("ZK_HEAP").unwrap_or_else(|_| "256m".into());
+            cmd.arg(format!("-Xmx{heap}"))
+                .args(["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
                 .arg("-Djava.net.preferIPv4Stack=true")
                 .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=info")
                 .arg("-Dorg.slf4j.simpleLogger.showDateTime=true")

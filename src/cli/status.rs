@@ -1,0 +1,59 @@
+//! `zkdeployment status [--json]` and `zkdeployment resume [--version V]`: the operator's view
+//! of the cluster (see [`crate::overview`]) and the end of a halt (see [`crate::resume`]).
+
+use clap::Args;
+
+use super::tree::ZkArg;
+use super::{runtime, Failure, Outcome};
+use crate::overview::Overview;
+use crate::resume::{parse_version, resume};
+use crate::tree::literal::py_str;
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print JSON (stable keys: version, synced, halt, hosts, locks).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    zk: ZkArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The version to resume at (JSON if it parses, else a string); default: the last synced
+    /// revision.
+    #[arg(long)]
+    version: Option<String>,
+    #[command(flatten)]
+    zk: ZkArg,
+}
+
+pub fn status(args: StatusArgs) -> Outcome {
+    runtime()?.block_on(async {
+        let client = args.zk.connect().await?;
+        let overview = Overview::read(&client)
+            .await
+            .map_err(|e| Failure::Failed(e.to_string()))?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&overview).expect("serialisable")
+            );
+        } else {
+            print!("{}", overview.render());
+        }
+        Ok(0)
+    })
+}
+
+pub fn resume_cmd(args: ResumeArgs) -> Outcome {
+    runtime()?.block_on(async {
+        let client = args.zk.connect().await?;
+        let version = args.version.as_deref().map(parse_version);
+        let set = resume(&client, version)
+            .await
+            .map_err(|e| Failure::Failed(e.to_string()))?;
+        println!("cluster version set to {}; halt cleared", py_str(&set));
+        Ok(0)
+    })
+}

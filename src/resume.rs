@@ -1,0 +1,50 @@
+//! Ending a halt (`zkdeployment resume [--version V]`): sets `/hosts` `version` to V, or to the
+//! last synced revision, and clears the halt record, in one guarded write.
+
+use serde_json::Value;
+
+use crate::agent::cluster::{update_props, HOSTS};
+use crate::zk::{call, decode, Client, ZkError};
+
+/// Why resume refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    /// Nothing to resume to.
+    #[error("no synced revision on {HOSTS} and no --version given: nothing to resume to")]
+    NoVersion,
+    /// `/hosts` missing.
+    #[error("{HOSTS} does not exist")]
+    NoHosts,
+    /// ZooKeeper failed.
+    #[error(transparent)]
+    Zk(#[from] ZkError),
+}
+
+/// The version a `--version` argument means: JSON if it parses as JSON (`124`, `"x"`), else
+/// the text itself.
+pub fn parse_version(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+/// Resumes; returns the version set.
+pub async fn resume(client: &Client, version: Option<Value>) -> Result<Value, ResumeError> {
+    let props = match call("get", HOSTS, client.get_data(HOSTS)).await {
+        Ok((data, _)) => decode(&data),
+        Err(e) if e.is_no_node() => return Err(ResumeError::NoHosts),
+        Err(e) => return Err(e.into()),
+    };
+    let target = match version {
+        Some(v) => v,
+        None => match props.get("synced") {
+            Some(v) if !v.is_null() => v.clone(),
+            _ => return Err(ResumeError::NoVersion),
+        },
+    };
+    let set = target.clone();
+    update_props(client, HOSTS, move |p| {
+        p.insert("version".into(), set.clone());
+        p.remove("halt");
+    })
+    .await?;
+    Ok(target)
+}

@@ -1,0 +1,295 @@
+//! The Nagios check: a golden test for every row of the contract's section 6 against a real
+//! ZooKeeper, plus a stopped ZooKeeper, a garbage status file, and usage errors.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{Run, ZkServer};
+use zkdeployment::agent::status::{format_status, now};
+use zookeeper_client::{Acls, Client, CreateMode};
+
+struct Mon {
+    conn: String,
+    client: Client,
+    dir: tempfile::TempDir,
+}
+
+impl Mon {
+    async fn new(label: &str) -> Mon {
+        let conn = support::chroot(label).await;
+        let client = support::connect(&conn).await;
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = format!(
+            "[zkdeployment]\nhost-id = h1\nhost-name = h1.example.com\nrun-directory = {}\nzookeeper = {conn}\n",
+            dir.path().join("run").display()
+        );
+        std::fs::create_dir_all(dir.path().join("run")).unwrap();
+        std::fs::write(dir.path().join("agent.cfg"), cfg).unwrap();
+        Mon { conn, client, dir }
+    }
+
+    fn status(&self, age: f64, version: &Value, status: &str) {
+        let line = format_status(now() - age, 4242, version, status);
+        std::fs::write(self.dir.path().join("run/status"), line).unwrap();
+    }
+
+    async fn cluster(&self, props: Value) {
+        let data = serde_json::to_vec(&props).unwrap();
+        let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        if self.client.create("/hosts", &data, &open).await.is_err() {
+            self.client.set_data("/hosts", &data, None).await.unwrap();
+        }
+    }
+
+    async fn host(&self, props: Value) {
+        let eph = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+        self.client
+            .create("/hosts/h1", &serde_json::to_vec(&props).unwrap(), &eph)
+            .await
+            .unwrap();
+    }
+
+    async fn check(&self, extra: &[&str]) -> Run {
+        let cfg = self.dir.path().join("agent.cfg");
+        let mut args = vec!["monitor", cfg.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        support::run_async(&args).await
+    }
+}
+
+fn expect(run: &Run, code: i32, line: &str) {
+    assert_eq!(run.code, code, "{run:?}");
+    assert_eq!(run.stdout.lines().count(), 1, "{run:?}");
+    let got = run.stdout.trim_end();
+    let (text, perf) = got
+        .split_once(" | ")
+        .unwrap_or_else(|| panic!("no perfdata: {got}"));
+    assert_eq!(text, line, "{run:?}");
+    assert!(
+        regex::Regex::new(r"^age=\d*s;\d+;\d+;0$")
+            .unwrap()
+            .is_match(perf),
+        "{perf}"
+    );
+}
+
+#[tokio::test]
+async fn ok_when_converged() {
+    let m = Mon::new("mon-ok").await;
+    m.cluster(json!({"version": "abc"})).await;
+    m.host(json!({"name": "h1.example.com", "version": "abc"}))
+        .await;
+    m.status(5.0, &json!("abc"), "done");
+    let run = m.check(&[]).await;
+    expect(&run, 0, "ZKDEPLOYMENT OK - abc");
+    assert!(run.stdout.contains("| age=5s;200;600;0"), "{}", run.stdout);
+    // Integer versions compare as the original did, through str().
+    m.cluster(json!({"version": 21})).await;
+    m.client
+        .set_data("/hosts/h1", br#"{"version": 21}"#, None)
+        .await
+        .unwrap();
+    m.status(1.0, &json!(21), "done");
+    expect(
+        &m.check(&["-w", "10", "-e", "20"]).await,
+        0,
+        "ZKDEPLOYMENT OK - 21",
+    );
+}
+
+#[tokio::test]
+async fn critical_when_not_registered() {
+    let m = Mon::new("mon-unreg").await;
+    m.cluster(json!({"version": "abc"})).await;
+    m.status(1.0, &json!("abc"), "done");
+    expect(
+        &m.check(&[]).await,
+        2,
+        "ZKDEPLOYMENT CRITICAL - Host not registered",
+    );
+}
+
+#[tokio::test]
+async fn critical_on_local_error_even_when_halted() {
+    let m = Mon::new("mon-error").await;
+    m.cluster(json!({"version": null, "halt": {"host": "h1", "name": "h1.example.com", "version": "v2", "error": "Command failed: x", "time": 1.0}})).await;
+    m.host(json!({"version": "v1", "error": "Command failed: x"}))
+        .await;
+    m.status(3.0, &json!("v2"), "error");
+    expect(
+        &m.check(&[]).await,
+        2,
+        "ZKDEPLOYMENT CRITICAL - Error deploying v2: Command failed: x",
+    );
+}
+
+#[tokio::test]
+async fn halted_is_critical_for_the_halting_host_and_a_warning_for_others() {
+    let m = Mon::new("mon-halted").await;
+    m.cluster(json!({"version": "v1"})).await;
+    m.host(json!({"version": "v1"})).await;
+    m.status(3.0, &json!("v1"), "done");
+    m.cluster(json!({"version": null, "halt": {"host": "h1", "name": "h1.example.com", "version": "v2", "error": "boom", "time": 1.0}})).await;
+    expect(
+        &m.check(&[]).await,
+        2,
+        "ZKDEPLOYMENT CRITICAL - Cluster halted by h1.example.com: boom",
+    );
+    m.cluster(json!({"version": null, "halt": {"host": "h9", "name": "h9.example.com", "version": "v2", "error": "boom", "time": 1.0}})).await;
+    expect(
+        &m.check(&[]).await,
+        1,
+        "ZKDEPLOYMENT WARNING - Cluster halted by h9.example.com: boom",
+    );
+    m.cluster(json!({"version": null})).await;
+    expect(
+        &m.check(&[]).await,
+        1,
+        "ZKDEPLOYMENT WARNING - Cluster version is None",
+    );
+}
+
+#[tokio::test]
+async fn paused_is_ok() {
+    let m = Mon::new("mon-paused").await;
+    m.cluster(json!({"version": false})).await;
+    m.host(json!({"version": "v1"})).await;
+    m.status(1.0, &json!("v1"), "done");
+    expect(
+        &m.check(&[]).await,
+        0,
+        "ZKDEPLOYMENT OK - Deployments paused",
+    );
+}
+
+#[tokio::test]
+async fn done_with_mismatches_is_critical() {
+    let m = Mon::new("mon-mismatch").await;
+    m.cluster(json!({"version": "v2"})).await;
+    m.host(json!({"name": "h1.example.com"})).await;
+    m.status(1.0, &json!("v1"), "done");
+    expect(
+        &m.check(&[]).await,
+        2,
+        "ZKDEPLOYMENT CRITICAL - Version mismatch (status: v1, cluster: v2)",
+    );
+    m.status(1.0, &json!("v2"), "done");
+    expect(
+        &m.check(&[]).await,
+        2,
+        "ZKDEPLOYMENT CRITICAL - No version information for host",
+    );
+    m.client
+        .set_data("/hosts/h1", br#"{"version": "v0"}"#, None)
+        .await
+        .unwrap();
+    expect(
+        &m.check(&[]).await,
+        2,
+        "ZKDEPLOYMENT CRITICAL - Version mismatch (status: v2, zk: v0)",
+    );
+}
+
+#[tokio::test]
+async fn a_step_in_progress_is_ok_then_warning_then_critical_by_age() {
+    let m = Mon::new("mon-age").await;
+    m.cluster(json!({"version": "v2"})).await;
+    m.host(json!({"version": "v1"})).await;
+    m.status(5.0, &json!("v2"), "deploying /a 0 (foo 1.0)");
+    expect(
+        &m.check(&[]).await,
+        0,
+        "ZKDEPLOYMENT OK - deploying /a 0 (foo 1.0)",
+    );
+    m.status(250.0, &json!("v2"), "deploying /a 0 (foo 1.0)");
+    expect(
+        &m.check(&[]).await,
+        1,
+        "ZKDEPLOYMENT WARNING - Too long deploying v2 (deploying /a 0 (foo 1.0); 250 > 200)",
+    );
+    m.status(700.0, &json!("v2"), "installing foo");
+    expect(
+        &m.check(&[]).await,
+        2,
+        "ZKDEPLOYMENT CRITICAL - Too long deploying v2 (installing foo; 700 > 600)",
+    );
+    m.status(50.0, &json!("v2"), "installing foo");
+    expect(
+        &m.check(&["-w", "10", "-e", "100"]).await,
+        1,
+        "ZKDEPLOYMENT WARNING - Too long deploying v2 (installing foo; 50 > 10)",
+    );
+}
+
+#[tokio::test]
+async fn unknown_on_garbage_status_missing_status_and_bad_config() {
+    let m = Mon::new("mon-garbage").await;
+    m.cluster(json!({"version": "v1"})).await;
+    m.host(json!({"version": "v1"})).await;
+    let run = m.check(&[]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stdout
+            .starts_with("ZKDEPLOYMENT UNKNOWN - cannot read the status file"),
+        "{run:?}"
+    );
+    std::fs::write(m.dir.path().join("run/status"), "\u{0}garbage here").unwrap();
+    let run = m.check(&[]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stdout.starts_with("ZKDEPLOYMENT UNKNOWN - ") && run.stdout.contains("malformed"),
+        "{run:?}"
+    );
+    let run = support::run_async(&["monitor", "/nonexistent/agent.cfg"]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stdout.starts_with(
+            "ZKDEPLOYMENT UNKNOWN - cannot read the configuration: /nonexistent/agent.cfg"
+        ),
+        "{run:?}"
+    );
+    let run = support::run_async(&["monitor"]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stdout.starts_with("ZKDEPLOYMENT UNKNOWN - usage error"),
+        "{run:?}"
+    );
+    let run = support::run_async(&["monitor", "--help"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let _ = &m.conn;
+}
+
+#[tokio::test]
+async fn unknown_within_ten_seconds_when_zookeeper_is_down() {
+    let mut server = ZkServer::start();
+    let conn = server.connect_string();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("run")).unwrap();
+    std::fs::write(
+        dir.path().join("run/status"),
+        format_status(now(), 1, &json!("v1"), "done"),
+    )
+    .unwrap();
+    let cfg = dir.path().join("agent.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[zkdeployment]\nhost-id = h1\nrun-directory = {}\nzookeeper = {conn}\n",
+            dir.path().join("run").display()
+        ),
+    )
+    .unwrap();
+    server.stop();
+    let started = std::time::Instant::now();
+    let run = support::run_async(&["monitor", cfg.to_str().unwrap()]).await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stdout.starts_with("ZKDEPLOYMENT UNKNOWN - ") && run.stdout.contains("ZooKeeper"),
+        "{run:?}"
+    );
+}
