@@ -143,9 +143,11 @@ fn discover_with(
         }
         match &host.role {
             Some(role) if target == role => {}
-            Some(role) => return Err(tree_err(format!(
+            Some(role) => {
+                return Err(tree_err(format!(
                 "Found a host-based deployment at {deploy_path} but the host has a role, {role}."
-            ))),
+            )))
+            }
             None if target == host.id || target == host.name => {}
             None => continue,
         }
@@ -399,7 +401,9 @@ pub async fn read_snapshot(client: &Client, host: &Host) -> Result<Snapshot, ZkE
         walked,
         ..Snapshot::default()
     };
-    let mut wanted: Vec<String> = Vec::new();
+    // The root too: link resolution climbs to it, and recurses without end when it is
+    // neither read nor known absent.
+    let mut wanted: Vec<String> = vec!["/".to_string()];
     for d in &deploy_nodes {
         wanted.push(d.clone());
         let app = d.rsplit_once('/').map(|(a, _)| a).unwrap_or("/");

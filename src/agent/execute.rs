@@ -19,7 +19,7 @@ use super::plan::{plan, Step};
 use super::status::{now, Report, RunDir, StepReport};
 use crate::command::{run_checked, Cmd, CommandError};
 use crate::config::Config;
-use crate::packages::yum::Yum;
+use crate::packages::yum::{Yum, YumError};
 use crate::tree::literal::py_str;
 use crate::zk::lock::{try_lock, wait_for_any, TryLock};
 use crate::zk::{call, decode, encode, Client, ZkError};
@@ -213,6 +213,12 @@ impl Context {
         })
         .await?;
         if version == self.host_version && !force {
+            // The host version may come from a legacy host node: keep it for the next start.
+            if self.run_dir.host_version().as_ref() != Some(&version) {
+                if let Err(e) = self.run_dir.set_host_version(&version) {
+                    tracing::warn!("cannot write host_version: {e}");
+                }
+            }
             self.status(&version, "done").await;
             return Ok(PassOutcome::Converged);
         }
@@ -268,7 +274,7 @@ impl Context {
             }
             self.checkpoint().await?;
             self.status(version, &step.to_string()).await;
-            self.run_step(step, &mut yum, report).await?;
+            self.run_step(step, version, &mut yum, report).await?;
         }
         if !deploys.is_empty() {
             self.run_deploys(version, &prepared.discovered, deploys, report)
@@ -277,10 +283,11 @@ impl Context {
         Ok(())
     }
 
-    /// Runs a step other than a deployment.
+    /// Runs a step other than a deployment (for the cluster version `version`).
     async fn run_step(
         &self,
         step: &Step,
+        version: &Value,
         yum: &mut Yum,
         report: &mut Report,
     ) -> Result<(), Failure> {
@@ -296,7 +303,9 @@ impl Context {
         };
         let result: Result<(), String> = match step {
             Step::Undeploy { rpm, app, path, n } => {
-                let cmd = self.script_cmd(rpm, &["-u".into(), path.clone(), n.to_string()], None);
+                let cmd = self
+                    .script_cmd(rpm, &["-u".into(), path.clone(), n.to_string()], None)
+                    .env("ZKDEPLOYMENT_VERSION", py_str(version));
                 let r = self.run_recorded(&cmd, &mut record).await;
                 r.and_then(|_| {
                     observe::remove_markers(root, app, path, *n).map_err(|e| e.to_string())
@@ -316,12 +325,8 @@ impl Context {
                 let r = yum
                     .install_from(rpm, version.as_deref(), installed.clone())
                     .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string());
-                if let Err(e) = &r {
-                    record.output = e.to_string();
-                }
-                r
+                    .map(|_| ());
+                record_yum(&mut record, r)
             }
             Step::Uninstall { rpm } => {
                 record.command = vec![
@@ -330,7 +335,7 @@ impl Context {
                     "remove".into(),
                     rpm.clone(),
                 ];
-                let r = yum.remove(rpm).await.map_err(|e| e.to_string());
+                let r = record_yum(&mut record, yum.remove(rpm).await);
                 let dir = observe::opt_dir(root, rpm);
                 r.and_then(|_| match std::fs::remove_dir_all(&dir) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -675,6 +680,27 @@ impl Context {
         report.outcome = "error".into();
         report.error = Some(failure.message.clone());
         Ok(PassOutcome::Failed(failure.message))
+    }
+}
+
+/// Records the outcome of a yum step: exit 0, or the failing yum command's exit status and
+/// output tail (or, when yum succeeded but the check after it failed, the message).
+fn record_yum(record: &mut StepReport, result: Result<(), YumError>) -> Result<(), String> {
+    match result {
+        Ok(()) => {
+            record.exit = Some(0);
+            Ok(())
+        }
+        Err(e) => {
+            match &e {
+                YumError::Command(CommandError::Failed { output, .. }) => {
+                    record.exit = Some(output.code);
+                    record.output = output.tail.clone();
+                }
+                other => record.output = other.to_string(),
+            }
+            Err(e.to_string())
+        }
     }
 }
 

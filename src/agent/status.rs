@@ -149,6 +149,14 @@ impl RunDir {
         })
     }
 
+    /// The run directory as it is, not created if missing (for a dry run, which changes
+    /// nothing).
+    pub fn existing(dir: &Path) -> RunDir {
+        RunDir {
+            dir: dir.to_path_buf(),
+        }
+    }
+
     /// The status file.
     pub fn status_path(&self) -> PathBuf {
         self.dir.join("status")

@@ -107,6 +107,9 @@ fn resolve_seen(src: &dyn NodeSource, path: &str, seen: &[String]) -> Result<Str
     if src.props_at(&path).is_some() {
         return Ok(path);
     }
+    if path == "/" {
+        return Err(LinkError::NoNode(path));
+    }
     if seen.contains(&path) || seen.len() >= MAX_HOPS {
         let mut chain = seen.to_vec();
         chain.push(path);

@@ -1,7 +1,14 @@
 //! A host for agent tests: a ZooKeeper chroot, a filesystem root, a run directory, a config
 //! file, and a package manager (the yum 3 fake, or the real dnf sandbox).
+//!
+//! Also: the agent as a background process ([`TestHost::spawn`], [`Spawned`]), waiting on
+//! files and ZooKeeper by polling ([`wait_for`], [`wait_for_async`],
+//! [`TestHost::wait_status`]), and snapshots for "nothing changed" checks ([`dir_snapshot`],
+//! [`TestHost::zk_stats`]).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 use zkdeployment::tree::parse::parse;
@@ -238,4 +245,200 @@ pub fn lines(path: &Path) -> Vec<String> {
 /// `json!` shorthand for versions.
 pub fn v(s: &str) -> Value {
     json!(s)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running the agent as a child process, waiting on files, and snapshots for "nothing changed".
+
+/// A `zkdeployment` process started by [`TestHost::spawn`]: its merged output goes to a file
+/// (read it at any time with [`Spawned::output`]); killed if dropped while running.
+pub struct Spawned {
+    /// The process.
+    pub child: tokio::process::Child,
+    /// Where its stdout and stderr go.
+    pub log: PathBuf,
+}
+
+impl Spawned {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the process already exited")
+    }
+
+    /// Its output so far (stdout and stderr, as written).
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// True while it runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    }
+
+    /// Waits for it to exit (at most `limit`) and returns its exit code (128 + N for signal N).
+    pub async fn wait(&mut self, limit: Duration) -> i32 {
+        use std::os::unix::process::ExitStatusExt;
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(Ok(status)) => status
+                .code()
+                .or_else(|| status.signal().map(|s| 128 + s))
+                .unwrap_or(-1),
+            Ok(Err(e)) => panic!("cannot wait for the agent: {e}"),
+            Err(_) => panic!(
+                "the agent still runs after {limit:?}\n--- output ---\n{}",
+                self.output()
+            ),
+        }
+    }
+}
+
+impl TestHost {
+    /// Starts `zkdeployment SUBCOMMAND CONFIG ARGS` (`agent` or `deploy`) in the background with
+    /// extra environment; its output goes to a file in the scratch directory.
+    pub fn spawn(&self, subcommand: &str, args: &[&str], env: &[(&str, &str)]) -> Spawned {
+        let config = self.config();
+        let log = self.dir.path().join(format!(
+            "{subcommand}-{}.log",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let out = std::fs::File::create(&log).unwrap();
+        let err = out.try_clone().unwrap();
+        let child = tokio::process::Command::new(super::bin())
+            .arg(subcommand)
+            .arg(&config)
+            .args(args)
+            .env_remove("ZC_ZK_CONNECTION_STRING")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Spawned { child, log }
+    }
+
+    /// Waits until the status file names `version` (as the status file writes it) with one
+    /// of `texts` as its status, and returns that status.
+    pub async fn wait_status(&self, version: &str, texts: &[&str], limit: Duration) -> String {
+        wait_for(&format!("status {version} {texts:?}"), limit, || {
+            let status = self.status();
+            let fields: Vec<&str> = status.splitn(4, ' ').collect();
+            (fields.len() == 4 && fields[2] == version && texts.contains(&fields[3]))
+                .then(|| fields[3].to_string())
+        })
+        .await
+    }
+
+    /// Every node of the chroot with (mzxid, pzxid, data version, children version).
+    pub async fn zk_stats(&self) -> BTreeMap<String, (i64, i64, i32, i32)> {
+        let mut out = BTreeMap::new();
+        let mut queue = vec!["/".to_string()];
+        while let Some(path) = queue.pop() {
+            let Some(stat) = self.client.check_stat(&path).await.unwrap() else {
+                continue;
+            };
+            out.insert(
+                path.clone(),
+                (stat.mzxid, stat.pzxid, stat.version, stat.cversion),
+            );
+            for child in self.client.list_children(&path).await.unwrap_or_default() {
+                queue.push(if path == "/" {
+                    format!("/{child}")
+                } else {
+                    format!("{path}/{child}")
+                });
+            }
+        }
+        out
+    }
+}
+
+/// Polls `check` every 20 ms until it gives a value; panics after `limit`.
+pub async fn wait_for<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every entry under `dir` (relative path → kind, content for files, modification time), for
+/// "nothing changed" checks. A missing `dir` is empty.
+pub fn dir_snapshot(dir: &Path) -> BTreeMap<String, (String, Vec<u8>, Option<SystemTime>)> {
+    let mut out = BTreeMap::new();
+    let mut queue = vec![dir.to_path_buf()];
+    while let Some(at) = queue.pop() {
+        let Ok(entries) = std::fs::read_dir(&at) else {
+            continue;
+        };
+        for entry in entries {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let rel = path.strip_prefix(dir).unwrap().display().to_string();
+            let (kind, content) = if meta.is_dir() {
+                queue.push(path.clone());
+                ("dir", Vec::new())
+            } else if meta.file_type().is_symlink() {
+                (
+                    "link",
+                    std::fs::read_link(&path)
+                        .unwrap()
+                        .display()
+                        .to_string()
+                        .into_bytes(),
+                )
+            } else {
+                ("file", std::fs::read(&path).unwrap())
+            };
+            out.insert(rel, (kind.to_string(), content, meta.modified().ok()));
+        }
+    }
+    out
+}
+
+/// The pid of a process that has exited (reaped).
+pub fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+/// [`wait_for`] with an async check (ZooKeeper reads).
+pub async fn wait_for_async<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Unix time now, as a float.
+pub fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
 }
