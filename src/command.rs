@@ -141,6 +141,7 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     let err = tokio::spawn(forward(child.stderr.take(), tx));
     let mut tail = Tail::default();
     while let Some(line) = rx.recv().await {
+        crate::systemd::progress();
         tracing::info!(target: "output", "  {line}");
         tail.push(&line);
     }

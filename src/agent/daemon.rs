@@ -79,6 +79,8 @@ pub async fn start(
         connection,
         stop,
         host_version,
+        metrics: crate::metrics::Metrics::default(),
+        controlled: false,
     })
 }
 

@@ -94,6 +94,9 @@ pub struct Discovered {
     /// The properties of each application node, property links resolved, as read for this
     /// pass (what the deploy script sees through `ZKDEPLOYMENT_PROPERTIES`).
     pub properties: BTreeMap<String, Props>,
+    /// The role controller wanted (`/roles/<role>`: package and version), if the host has a
+    /// role and the node exists.
+    pub controller: Option<(String, String)>,
 }
 
 /// Why discovery failed.
@@ -215,11 +218,49 @@ fn discover_with(
             });
         }
     }
+    out.controller = controller(src, snap, host)?;
     Ok(out)
 }
 
 fn repr_bad(v: &Value) -> String {
     crate::tree::literal::repr(v)
+}
+
+/// The role controller of the host's role: `/roles/<role>` type (the whole type: the
+/// package) and `version`.
+fn controller(
+    src: &Recording<'_>,
+    snap: &Snapshot,
+    host: &Host,
+) -> Result<Option<(String, String)>, DiscoverError> {
+    let Some(role) = &host.role else {
+        return Ok(None);
+    };
+    let path = format!("{}/{role}", super::role::ROLES);
+    if !snap.nodes.contains_key(&path) {
+        return Ok(None);
+    }
+    let link = |e: LinkError| tree_err(format!("{path}: {e}"));
+    let rpm = match property(src, &path, "type").map_err(link)? {
+        Some(Value::String(t)) => t.trim().to_string(),
+        Some(other) => {
+            return Err(tree_err(format!(
+                "Invalid node type at {path}: {}",
+                repr_bad(&other)
+            )))
+        }
+        None => return Err(tree_err(format!("No type for {path}"))),
+    };
+    check_plain_name("role controller package", &rpm)
+        .map_err(|e| tree_err(format!("{e} at {path}")))?;
+    match property(src, &path, "version").map_err(link)? {
+        Some(Value::String(v)) if !v.trim().is_empty() => Ok(Some((rpm, v))),
+        Some(other) => Err(tree_err(format!(
+            "Invalid version for {path}: {}",
+            repr_bad(&other)
+        ))),
+        None => Err(tree_err(format!("No version for {path}"))),
+    }
 }
 
 /// The number of instances of a deploy node (`n`, default 1).
@@ -411,6 +452,9 @@ pub async fn read_snapshot(client: &Client, host: &Host) -> Result<Snapshot, ZkE
         if !app.is_empty() {
             wanted.push(app.to_string());
         }
+    }
+    if let Some(role) = &host.role {
+        wanted.push(format!("{}/{role}", super::role::ROLES));
     }
     snap.deploy_nodes = deploy_nodes;
     read_nodes(client, &mut snap, wanted).await?;

@@ -7,27 +7,23 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::cluster::{cluster_version, halt, host_path, update_props};
 use super::discover::{discover_on, Discovered, Host};
-use super::model::{deployed_name, lock_name, marker_base};
 use super::observe;
 use super::plan::{plan, Step};
-use super::status::{now, Report, RunDir, StepReport};
-use crate::command::{run_checked, Cmd, CommandError};
+use super::role::{enter, installed_controllers};
+use super::software;
+use super::status::{now, Report, RunDir};
+use super::steps::record_for;
 use crate::config::Config;
-use crate::packages::yum::{Yum, YumError};
+use crate::metrics::Metrics;
+use crate::notify::{notify_failure, FailureReport};
+use crate::packages::yum::Yum;
 use crate::tree::literal::py_str;
-use crate::zk::lock::{try_lock, wait_for_any, TryLock};
-use crate::zk::{call, decode, encode, Client, ZkError};
-
-/// Where the node locks live.
-pub const AGENT_LOCKS: &str = "/agent-locks";
-/// Longest wait on busy locks before looking again.
-const LOCK_RECHECK: Duration = Duration::from_secs(10);
+use crate::zk::{Client, ZkError};
 
 /// Everything a pass needs.
 pub struct Context {
@@ -45,6 +41,10 @@ pub struct Context {
     pub stop: Arc<AtomicBool>,
     /// The version this host last deployed.
     pub host_version: Value,
+    /// The metrics of this process.
+    pub metrics: Metrics,
+    /// True while a pass runs under a role controller (halts do not abandon it).
+    pub controlled: bool,
 }
 
 /// How a pass ended.
@@ -62,14 +62,14 @@ pub enum PassOutcome {
     Skipped(Value),
 }
 
-/// A failure inside a pass: the message, and the command output that goes with it.
-struct Failure {
-    message: String,
-    halted: bool,
+/// A failure inside a pass: its message, and whether the cluster was already halted for it.
+pub(super) struct Failure {
+    pub(super) message: String,
+    pub(super) halted: bool,
 }
 
 impl Failure {
-    fn new(message: impl Into<String>) -> Failure {
+    pub(super) fn new(message: impl Into<String>) -> Failure {
         Failure {
             message: message.into(),
             halted: false,
@@ -77,7 +77,8 @@ impl Failure {
     }
 }
 
-enum Interrupt {
+/// Why the steps stopped early.
+pub(super) enum Interrupt {
     Fail(Failure),
     Abandon(String),
 }
@@ -118,16 +119,30 @@ impl Context {
 
     /// Discovers, observes and plans; changes nothing.
     async fn prepare(&self) -> Result<Prepared, Failure> {
+        let fail = |e: String| Failure::new(e);
         let (discovered, snap) = discover_on(&self.client, &self.host)
             .await
-            .map_err(|e| Failure::new(e.to_string()))?;
+            .map_err(|e| fail(e.to_string()))?;
         tracing::info!(
             "discovery walked {} nodes, {} deployments",
             snap.walked,
             discovered.deployments.len()
         );
-        let mut installed =
-            observe::observe_disk(&self.config.root).map_err(|e| Failure::new(e.to_string()))?;
+        let root = &self.config.root;
+        let mut installed = observe::observe_disk(root).map_err(|e| fail(e.to_string()))?;
+        let yum = self.yum();
+        let controllers = installed_controllers(root).map_err(|e| fail(e.to_string()))?;
+        if controllers.len() > 1 {
+            return Err(fail(format!(
+                "too many installed role controllers: {controllers:?}"
+            )));
+        }
+        if let Some(rc) = controllers.into_iter().next() {
+            let v = software::installed_version(&yum, root, &rc)
+                .await
+                .map_err(fail)?;
+            installed.controller = Some((rc, v));
+        }
         let mut rpms: Vec<String> = discovered
             .deployments
             .iter()
@@ -135,11 +150,18 @@ impl Context {
             .collect();
         rpms.sort();
         rpms.dedup();
-        installed.versions = observe::installed_versions(&self.yum(), &rpms)
-            .await
-            .map_err(|e| Failure::new(e.to_string()))?;
-        let steps =
-            plan(&discovered.deployments, &installed).map_err(|e| Failure::new(e.to_string()))?;
+        for rpm in rpms {
+            let v = software::installed_version(&yum, root, &rpm)
+                .await
+                .map_err(fail)?;
+            installed.versions.insert(rpm, v);
+        }
+        let steps = plan(
+            &discovered.deployments,
+            discovered.controller.as_ref(),
+            &installed,
+        )
+        .map_err(|e| fail(e.to_string()))?;
         Ok(Prepared { discovered, steps })
     }
 
@@ -169,11 +191,13 @@ impl Context {
         })
     }
 
-    /// Writes the status file and mirrors it on the host node.
-    async fn status(&self, version: &Value, text: &str) {
+    /// Writes the status file, mirrors it on the host node and to systemd.
+    pub(super) async fn status(&self, version: &Value, text: &str) {
         if let Err(e) = self.run_dir.set_status(version, text) {
             tracing::warn!("cannot write the status file: {e}");
         }
+        crate::systemd::status(text);
+        crate::systemd::busy(!matches!(text, "done" | "error") && !text.starts_with("abandoned"));
         let status = json!(text);
         let path = host_path(&self.host.id);
         if let Err(e) = update_props(&self.client, &path, |p| {
@@ -185,10 +209,28 @@ impl Context {
         }
     }
 
-    /// A checkpoint between steps.
-    async fn checkpoint(&self) -> Result<(), Interrupt> {
+    /// Counts a finished step and rewrites the metrics file.
+    pub(super) fn step_done(&mut self) {
+        self.metrics.steps += 1;
+        self.write_metrics();
+    }
+
+    fn write_metrics(&self) {
+        if let Some(path) = &self.config.metrics_file {
+            if let Err(e) = self.metrics.write(path) {
+                tracing::warn!("cannot write the metrics file: {e}");
+            }
+        }
+    }
+
+    /// A checkpoint between steps: a stop request always abandons; a halted or paused cluster
+    /// abandons unless a role controller runs the pass.
+    pub(super) async fn checkpoint(&self) -> Result<(), Interrupt> {
         if self.stop.load(Ordering::SeqCst) {
             return Err(Interrupt::Abandon("the agent is stopping".into()));
+        }
+        if self.controlled {
+            return Ok(());
         }
         match cluster_version(&self.client).await? {
             Value::Null => Err(Interrupt::Abandon("cluster version is None".into())),
@@ -200,11 +242,13 @@ impl Context {
     /// Runs one pass for the current cluster version.
     pub async fn run_pass(&mut self, force: bool) -> Result<PassOutcome, ZkError> {
         let version = cluster_version(&self.client).await?;
+        self.metrics.halted = version.is_null();
         if version.is_null() || version == Value::Bool(false) {
             tracing::warn!(
                 "Not deploying because cluster version is {}",
                 py_str(&version)
             );
+            self.write_metrics();
             return Ok(PassOutcome::Skipped(version));
         }
         let path = host_path(&self.host.id);
@@ -220,8 +264,11 @@ impl Context {
                 }
             }
             self.status(&version, "done").await;
+            self.metrics.converged = true;
+            self.write_metrics();
             return Ok(PassOutcome::Converged);
         }
+        self.metrics.converged = false;
         tracing::info!("{}", "=".repeat(60));
         tracing::info!("Deploying version {}", py_str(&version));
         let started = now();
@@ -235,6 +282,7 @@ impl Context {
         };
         self.status(&version, "deploying").await;
         let result = self.run_steps(&version, &mut report).await;
+        self.controlled = false;
         let outcome = match result {
             Ok(()) => self.succeed(&version, &mut report).await?,
             Err(Interrupt::Abandon(why)) => {
@@ -242,373 +290,125 @@ impl Context {
                 self.status(&version, &format!("abandoned ({why})")).await;
                 report.outcome = "abandoned".into();
                 report.error = Some(why.clone());
+                self.metrics.passes_abandoned += 1;
                 PassOutcome::Abandoned(why)
             }
             Err(Interrupt::Fail(failure)) => self.fail(&version, failure, &mut report).await?,
         };
         report.finished = now();
+        self.metrics.last_pass = report.finished;
+        self.metrics.pass_duration = report.finished - report.started;
+        if outcome == PassOutcome::Done {
+            self.metrics.last_success = report.finished;
+            self.metrics.converged = true;
+        }
+        self.metrics.halted = cluster_version(&self.client)
+            .await
+            .map(|v| v.is_null())
+            .unwrap_or(false);
+        self.write_metrics();
         if let Err(e) = self.run_dir.write_report(&report) {
             tracing::warn!("cannot write the pass report: {e}");
         }
         Ok(outcome)
     }
 
+    /// The steps of a pass: the role controller and undeployments first, then (inside the role
+    /// lock when there is a controller) installs and deployments, then uninstalls and
+    /// `/etc` clean-up.
     async fn run_steps(&mut self, version: &Value, report: &mut Report) -> Result<(), Interrupt> {
         let prepared = self.prepare().await?;
         self.status(version, "got deployments").await;
         let mut yum = self.yum();
-        let mut deploys = VecDeque::new();
-        for step in &prepared.steps {
-            if let Step::Deploy { .. } = step {
-                deploys.push_back(step.clone());
-                continue;
+        let (mut before, mut locked, mut deploys, mut after) =
+            (Vec::new(), Vec::new(), VecDeque::new(), Vec::new());
+        for step in prepared.steps {
+            match step {
+                Step::RoleController { .. } | Step::Undeploy { .. } => before.push(step),
+                Step::Install { .. } => locked.push(step),
+                Step::Deploy { .. } => deploys.push_back(step),
+                Step::Uninstall { .. } | Step::RemoveEtc { .. } => after.push(step),
             }
-            if !deploys.is_empty() {
-                self.run_deploys(
-                    version,
-                    &prepared.discovered,
-                    std::mem::take(&mut deploys),
-                    report,
-                )
-                .await?;
-            }
+        }
+        for step in &before {
             self.checkpoint().await?;
             self.status(version, &step.to_string()).await;
             self.run_step(step, version, &mut yum, report).await?;
+            self.step_done();
         }
-        if !deploys.is_empty() {
-            self.run_deploys(version, &prepared.discovered, deploys, report)
-                .await?;
+        let controller = prepared
+            .discovered
+            .controller
+            .as_ref()
+            .map(|(rpm, _)| rpm.clone());
+        match (&controller, &self.host.role) {
+            (Some(rc), Some(role)) => {
+                self.controlled = true;
+                self.status(version, "waiting for the role lock").await;
+                let lock = enter(&self.client, role, &self.host)
+                    .await
+                    .map_err(|e| Failure::new(e.to_string()))?;
+                let result = self
+                    .run_locked(
+                        version,
+                        &prepared.discovered,
+                        rc,
+                        locked,
+                        deploys,
+                        &mut yum,
+                        report,
+                    )
+                    .await;
+                lock.leave(&self.client, result.is_ok()).await?;
+                result?;
+            }
+            _ => {
+                for step in &locked {
+                    self.checkpoint().await?;
+                    self.status(version, &step.to_string()).await;
+                    self.run_step(step, version, &mut yum, report).await?;
+                    self.step_done();
+                }
+                self.run_deploys(version, &prepared.discovered, deploys, report)
+                    .await?;
+            }
+        }
+        for step in &after {
+            self.checkpoint().await?;
+            self.status(version, &step.to_string()).await;
+            self.run_step(step, version, &mut yum, report).await?;
+            self.step_done();
         }
         Ok(())
     }
 
-    /// Runs a step other than a deployment (for the cluster version `version`).
-    async fn run_step(
-        &self,
-        step: &Step,
+    /// Inside the role lock: `starting-deployments`, installs, deployments,
+    /// `ending-deployments`.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_locked(
+        &mut self,
         version: &Value,
+        found: &Discovered,
+        rc: &str,
+        installs: Vec<Step>,
+        deploys: VecDeque<Step>,
         yum: &mut Yum,
         report: &mut Report,
-    ) -> Result<(), Failure> {
-        let root = &self.config.root;
-        let clock = Instant::now();
-        let mut record = StepReport {
-            action: action_of(step).into(),
-            step: step.to_string(),
-            command: Vec::new(),
-            exit: None,
-            duration: 0.0,
-            output: String::new(),
-        };
-        let result: Result<(), String> = match step {
-            Step::Undeploy { rpm, app, path, n } => {
-                let cmd = self
-                    .script_cmd(rpm, &["-u".into(), path.clone(), n.to_string()], None)
-                    .env("ZKDEPLOYMENT_VERSION", py_str(version));
-                let r = self.run_recorded(&cmd, &mut record).await;
-                r.and_then(|_| {
-                    observe::remove_markers(root, app, path, *n).map_err(|e| e.to_string())
-                })
-            }
-            Step::Install {
-                rpm,
-                version,
-                installed,
-            } => {
-                record.command = vec![
-                    self.config.yum.clone(),
-                    "-y".into(),
-                    "install".into(),
-                    spec(rpm, version),
-                ];
-                let r = yum
-                    .install_from(rpm, version.as_deref(), installed.clone())
-                    .await
-                    .map(|_| ());
-                record_yum(&mut record, r)
-            }
-            Step::Uninstall { rpm } => {
-                record.command = vec![
-                    self.config.yum.clone(),
-                    "-y".into(),
-                    "remove".into(),
-                    rpm.clone(),
-                ];
-                let r = record_yum(&mut record, yum.remove(rpm).await);
-                let dir = observe::opt_dir(root, rpm);
-                r.and_then(|_| match std::fs::remove_dir_all(&dir) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        Err(format!("{}: {e}", dir.display()))
-                    }
-                    _ => Ok(()),
-                })
-            }
-            Step::RemoveEtc { app } => match observe::remove_etc_dir(root, app) {
-                Ok(_) => Ok(()),
-                Err(e) => {
-                    tracing::error!("Removing '/etc/{app}': {e}");
-                    Ok(())
-                }
-            },
-            Step::Deploy { .. } => unreachable!("deployments run under locks"),
-        };
-        record.duration = clock.elapsed().as_secs_f64();
-        report.steps.push(record);
-        result.map_err(Failure::new)
-    }
-
-    /// Runs a command, recording it; a failure carries the output tail in the record.
-    async fn run_recorded(&self, cmd: &Cmd, record: &mut StepReport) -> Result<(), String> {
-        record.command = cmd.argv.clone();
-        match run_checked(cmd).await {
-            Ok(out) => {
-                record.exit = Some(out.code);
-                record.output = out.tail;
-                Ok(())
-            }
-            Err(e) => {
-                if let CommandError::Failed { output, .. } = &e {
-                    record.exit = Some(output.code);
-                    record.output = output.tail.clone();
-                }
-                Err(e.to_string())
-            }
-        }
-    }
-
-    fn script_cmd(&self, rpm: &str, args: &[String], props_file: Option<&std::path::Path>) -> Cmd {
-        let script = observe::deploy_script(&self.config.root, rpm);
-        let mut argv = vec![script.display().to_string()];
-        argv.extend(args.iter().cloned());
-        let mut cmd = Cmd::new(argv);
-        for (k, v) in self.script_env(props_file) {
-            cmd = cmd.env(k, v);
-        }
-        cmd
-    }
-
-    fn script_env(&self, props_file: Option<&std::path::Path>) -> Vec<(String, String)> {
-        let home = std::env::var("HOME")
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "/root".into());
-        let mut env = vec![
-            (
-                "ZC_ZK_CONNECTION_STRING".to_string(),
-                self.connection.clone(),
-            ),
-            ("HOME".to_string(), home),
-            ("ZKDEPLOYMENT_HOST_ID".to_string(), self.host.id.clone()),
-            ("ZKDEPLOYMENT_HOST_NAME".to_string(), self.host.name.clone()),
-            (
-                "ZKDEPLOYMENT_ROOT".to_string(),
-                self.config.root.display().to_string(),
-            ),
-        ];
-        if let Some(role) = &self.host.role {
-            env.push(("ZKDEPLOYMENT_ROLE".to_string(), role.clone()));
-        }
-        if let Some(p) = props_file {
-            env.push((
-                "ZKDEPLOYMENT_PROPERTIES".to_string(),
-                p.display().to_string(),
-            ));
-        }
-        env
-    }
-
-    /// Runs the deployments, each under its node lock: a busy node is skipped for another
-    /// pending one; only when every pending node is busy does the agent wait (on watches).
-    async fn run_deploys(
-        &self,
-        version: &Value,
-        found: &Discovered,
-        mut pending: VecDeque<Step>,
-        report: &mut Report,
     ) -> Result<(), Interrupt> {
-        let identifier = format!("{} ({})", self.host.name, self.host.id);
-        let props_dir = self.run_dir.status_path().with_file_name("properties");
-        std::fs::create_dir_all(&props_dir)
-            .map_err(|e| Failure::new(format!("{}: {e}", props_dir.display())))?;
-        let mut waited_since: Option<Instant> = None;
-        while !pending.is_empty() {
-            let mut busy = Vec::new();
-            let mut ran = None;
-            for (i, step) in pending.iter().enumerate() {
-                let Step::Deploy { path, .. } = step else {
-                    continue;
-                };
-                self.checkpoint().await?;
-                let lock_path = format!("{AGENT_LOCKS}/{}", lock_name(path));
-                match try_lock(&self.client, &lock_path, &identifier).await? {
-                    TryLock::Busy { holder } => {
-                        tracing::info!(
-                            "{lock_path} is held by {}; trying another node",
-                            holder.identifier
-                        );
-                        busy.push(format!("{lock_path}/{}", holder.name));
-                    }
-                    TryLock::Acquired(held) => {
-                        if let Some(since) = waited_since.take() {
-                            tracing::info!(
-                                "waited {:.1} s for node locks",
-                                since.elapsed().as_secs_f64()
-                            );
-                        }
-                        let result = self
-                            .deploy_locked(version, found, step, &lock_path, &props_dir, report)
-                            .await;
-                        if let Err(Interrupt::Fail(f)) = &result {
-                            if !f.halted {
-                                halt(&self.client, &self.host, version, &f.message).await?;
-                            }
-                        }
-                        held.release(&self.client).await?;
-                        result.map_err(|e| match e {
-                            Interrupt::Fail(mut f) => {
-                                f.halted = true;
-                                Interrupt::Fail(f)
-                            }
-                            other => other,
-                        })?;
-                        ran = Some(i);
-                        break;
-                    }
-                }
-            }
-            match ran {
-                Some(i) => {
-                    pending.remove(i);
-                }
-                None => {
-                    waited_since.get_or_insert_with(Instant::now);
-                    tracing::info!("every pending node is locked by another host; waiting");
-                    wait_for_any(&self.client, &busy, LOCK_RECHECK).await?;
-                }
-            }
+        self.status(version, "role start script").await;
+        self.role_script(rc, "starting-deployments", version, report)
+            .await?;
+        for step in &installs {
+            self.checkpoint().await?;
+            self.status(version, &step.to_string()).await;
+            self.run_step(step, version, yum, report).await?;
+            self.step_done();
         }
-        Ok(())
-    }
-
-    /// One deployment, with its node lock held: the in-flight record, the script, the markers.
-    async fn deploy_locked(
-        &self,
-        version: &Value,
-        found: &Discovered,
-        step: &Step,
-        lock_path: &str,
-        props_dir: &std::path::Path,
-        report: &mut Report,
-    ) -> Result<(), Interrupt> {
-        let Step::Deploy {
-            rpm,
-            app,
-            path,
-            n,
-            subtype,
-            ..
-        } = step
-        else {
-            unreachable!()
-        };
-        self.checkpoint().await?;
-        self.status(version, &step.to_string()).await;
-        let (data, stat) = call("get", lock_path, self.client.get_data(lock_path)).await?;
-        let mut lock_props = decode(&data);
-        if let Some(Value::Object(rec)) = lock_props.get("in-flight") {
-            let ours = rec.get("host").and_then(Value::as_str) == Some(self.host.id.as_str())
-                && rec.get("pid").and_then(Value::as_u64) == Some(std::process::id() as u64);
-            if !ours {
-                let message = format!(
-                    "{} ({}) died deploying {} {} (version {}) since {}: in-flight record left in {lock_path}",
-                    rec.get("name").map(py_str).unwrap_or_default(),
-                    rec.get("host").map(py_str).unwrap_or_default(),
-                    rec.get("path").map(py_str).unwrap_or_default(),
-                    rec.get("n").map(py_str).unwrap_or_default(),
-                    rec.get("version").map(py_str).unwrap_or_default(),
-                    rec.get("since").map(py_str).unwrap_or_default(),
-                );
-                halt(&self.client, &self.host, version, &message).await?;
-                lock_props.remove("in-flight");
-                call(
-                    "set",
-                    lock_path,
-                    self.client.set_data(lock_path, &encode(&lock_props), None),
-                )
-                .await?;
-                return Err(Interrupt::Fail(Failure {
-                    message,
-                    halted: true,
-                }));
-            }
-        }
-        let record = json!({
-            "host": self.host.id, "name": self.host.name, "path": path, "n": n,
-            "version": version, "pid": std::process::id(), "since": now(),
-        });
-        lock_props.insert("in-flight".into(), record);
-        call(
-            "set",
-            lock_path,
-            self.client
-                .set_data(lock_path, &encode(&lock_props), Some(stat.version)),
-        )
-        .await?;
-
-        let root = &self.config.root;
-        let etc = observe::etc_dir(root, app);
-        let mut step_report = StepReport {
-            action: "deploy".into(),
-            step: step.to_string(),
-            command: Vec::new(),
-            exit: None,
-            duration: 0.0,
-            output: String::new(),
-        };
-        let clock = Instant::now();
-        let props_file = props_dir.join(format!("{}.json", marker_base(path)));
-        let props = found.properties.get(path).cloned().unwrap_or_default();
-        let mut result = std::fs::create_dir_all(&etc)
-            .map_err(|e| format!("{}: {e}", etc.display()))
-            .and_then(|_| {
-                super::status::write_atomic(
-                    &props_file,
-                    &serde_json::to_vec_pretty(&props).unwrap_or_default(),
-                )
-                .map_err(|e| e.to_string())
-            });
-        if result.is_ok() {
-            let mut args = Vec::new();
-            if let Some(s) = subtype {
-                args.extend(["-r".to_string(), s.clone()]);
-            }
-            args.extend([path.clone(), n.to_string()]);
-            let mut cmd = self.script_cmd(rpm, &args, Some(&props_file));
-            cmd = cmd.env("ZKDEPLOYMENT_VERSION", py_str(version));
-            result = self.run_recorded(&cmd, &mut step_report).await;
-        }
-        if result.is_ok() {
-            result =
-                observe::write_script_marker(root, app, rpm, path, *n).map_err(|e| e.to_string());
-            if result.is_ok() && !etc.join(deployed_name(path, *n)).exists() {
-                tracing::warn!(
-                    "the deploy script of {rpm} did not create {}",
-                    etc.join(deployed_name(path, *n)).display()
-                );
-            }
-        }
-        step_report.duration = clock.elapsed().as_secs_f64();
-        report.steps.push(step_report);
-        if let Err(message) = result {
-            halt(&self.client, &self.host, version, &message).await?;
-            clear_in_flight(&self.client, lock_path).await?;
-            return Err(Interrupt::Fail(Failure {
-                message,
-                halted: true,
-            }));
-        }
-        clear_in_flight(&self.client, lock_path).await?;
+        self.run_deploys_controlled(version, found, deploys, report)
+            .await?;
+        self.status(version, "role end script").await;
+        self.role_script(rc, "ending-deployments", version, report)
+            .await?;
         Ok(())
     }
 
@@ -628,21 +428,9 @@ impl Context {
         }
         if let Some(after) = self.config.after.clone() {
             tracing::info!("Running after hook");
-            let mut record = StepReport {
-                action: "after".into(),
-                step: "after hook".into(),
-                command: Vec::new(),
-                exit: None,
-                duration: 0.0,
-                output: String::new(),
-            };
-            let clock = Instant::now();
-            let cmd = Cmd {
-                argv: after,
-                env: self.script_env(None),
-                cwd: None,
-            }
-            .env("ZKDEPLOYMENT_VERSION", py_str(version));
+            let mut record = record_for("after", "after hook".into());
+            let clock = std::time::Instant::now();
+            let cmd = self.script(after, version, None);
             let r = self.run_recorded(&cmd, &mut record).await;
             record.duration = clock.elapsed().as_secs_f64();
             report.steps.push(record);
@@ -654,11 +442,12 @@ impl Context {
         tracing::info!("Done deploying version {}", py_str(version));
         self.status(version, "done").await;
         report.outcome = "done".into();
+        self.metrics.passes_done += 1;
         Ok(PassOutcome::Done)
     }
 
     async fn fail(
-        &self,
+        &mut self,
         version: &Value,
         failure: Failure,
         report: &mut Report,
@@ -679,52 +468,20 @@ impl Context {
         self.status(version, "error").await;
         report.outcome = "error".into();
         report.error = Some(failure.message.clone());
+        self.metrics.passes_error += 1;
+        let last = report.steps.last();
+        let mail = FailureReport {
+            host_id: self.host.id.clone(),
+            host_name: self.host.name.clone(),
+            version: version.clone(),
+            error: failure.message.clone(),
+            step: last.map(|s| s.step.clone()),
+            command: last.map(|s| s.command.clone()).filter(|c| !c.is_empty()),
+            output: last.map(|s| s.output.clone()).unwrap_or_default(),
+            after_hook: last.is_some_and(|s| s.action == "after"),
+        };
+        let state = self.run_dir.status_path().with_file_name("last-mail.json");
+        notify_failure(&self.config, &mail, &state).await;
         Ok(PassOutcome::Failed(failure.message))
-    }
-}
-
-/// Records the outcome of a yum step: exit 0, or the failing yum command's exit status and
-/// output tail (or, when yum succeeded but the check after it failed, the message).
-fn record_yum(record: &mut StepReport, result: Result<(), YumError>) -> Result<(), String> {
-    match result {
-        Ok(()) => {
-            record.exit = Some(0);
-            Ok(())
-        }
-        Err(e) => {
-            match &e {
-                YumError::Command(CommandError::Failed { output, .. }) => {
-                    record.exit = Some(output.code);
-                    record.output = output.tail.clone();
-                }
-                other => record.output = other.to_string(),
-            }
-            Err(e.to_string())
-        }
-    }
-}
-
-async fn clear_in_flight(client: &Client, lock_path: &str) -> Result<(), ZkError> {
-    update_props(client, lock_path, |p| {
-        p.remove("in-flight");
-    })
-    .await
-    .map(|_| ())
-}
-
-fn spec(rpm: &str, version: &Option<String>) -> String {
-    match version {
-        Some(v) => format!("{rpm}-{v}"),
-        None => rpm.to_string(),
-    }
-}
-
-fn action_of(step: &Step) -> &'static str {
-    match step {
-        Step::Undeploy { .. } => "undeploy",
-        Step::Install { .. } => "install",
-        Step::Deploy { .. } => "deploy",
-        Step::Uninstall { .. } => "uninstall",
-        Step::RemoveEtc { .. } => "remove-etc",
     }
 }

@@ -4,9 +4,13 @@
 
 pub mod cluster;
 pub mod daemon;
+pub mod deploy;
 pub mod discover;
 pub mod execute;
 pub mod model;
 pub mod observe;
 pub mod plan;
+pub mod role;
+pub mod software;
 pub mod status;
+pub mod steps;

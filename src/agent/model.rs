@@ -70,6 +70,8 @@ pub struct Installed {
     /// Installed version of each wanted package (from `yum -q list installed`), `None` if not
     /// installed.
     pub versions: BTreeMap<String, Option<String>>,
+    /// The installed role controller and its version, if any.
+    pub controller: Option<(String, Option<String>)>,
 }
 
 /// The application name of a package: the name without a trailing `-<digits>(.<digits>)*`

@@ -210,6 +210,7 @@ pub fn observe_disk(root: &Path) -> io::Result<Installed> {
         packages,
         app_dirs,
         versions: BTreeMap::new(),
+        controller: None,
     })
 }
 

@@ -15,6 +15,18 @@ use crate::tree::literal::repr_str;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Step {
+    /// Bring the role controller to what `/roles/<role>` wants: remove another installed
+    /// controller, install or change this one.
+    RoleController {
+        /// The controller package wanted (`null`: none).
+        rpm: Option<String>,
+        /// Its version.
+        version: Option<String>,
+        /// The installed version of `rpm`, if any.
+        installed: Option<String>,
+        /// An installed controller to remove first.
+        remove: Option<String>,
+    },
     /// Run `zookeeper-deploy -u PATH N` of `rpm` and remove the instance's markers.
     Undeploy {
         /// Package whose script undeploys.
@@ -73,6 +85,21 @@ impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let v = |v: &Option<String>| v.clone().unwrap_or_else(|| "*".into());
         match self {
+            Step::RoleController {
+                rpm,
+                version,
+                remove,
+                ..
+            } => {
+                f.write_str("role controller")?;
+                if let Some(old) = remove {
+                    write!(f, " remove {old}")?;
+                }
+                match rpm {
+                    Some(rpm) => write!(f, " install {rpm} {}", v(version)),
+                    None => Ok(()),
+                }
+            }
             Step::Undeploy { rpm, path, n, .. } => write!(f, "undeploy {path} {n} ({rpm})"),
             Step::Install {
                 rpm,
@@ -146,10 +173,43 @@ pub fn package_versions(wanted: &[Deployment]) -> Result<BTreeMap<String, Wanted
     Ok(versions)
 }
 
-/// The steps of a pass, in order.
-pub fn plan(wanted: &[Deployment], installed: &Installed) -> Result<Vec<Step>, PlanError> {
+/// The role controller step, if the installed controller is not the wanted one.
+fn controller_step(wanted: Option<&(String, String)>, installed: &Installed) -> Option<Step> {
+    let have = installed.controller.as_ref();
+    match (wanted, have) {
+        (None, None) => None,
+        (None, Some((old, _))) => Some(Step::RoleController {
+            rpm: None,
+            version: None,
+            installed: None,
+            remove: Some(old.clone()),
+        }),
+        (Some((rpm, version)), have) => {
+            let same = have.is_some_and(|(old, _)| old == rpm);
+            let current = have.filter(|_| same).and_then(|(_, v)| v.clone());
+            let checkout = super::software::is_git(Some(version));
+            if same && !checkout && current.as_deref() == Some(version.as_str()) {
+                return None;
+            }
+            Some(Step::RoleController {
+                rpm: Some(rpm.clone()),
+                version: Some(version.clone()),
+                installed: current,
+                remove: have.filter(|_| !same).map(|(old, _)| old.clone()),
+            })
+        }
+    }
+}
+
+/// The steps of a pass, in order. `controller` is the role controller `/roles/<role>` wants.
+pub fn plan(
+    wanted: &[Deployment],
+    controller: Option<&(String, String)>,
+    installed: &Installed,
+) -> Result<Vec<Step>, PlanError> {
     let versions = package_versions(wanted)?;
     let mut steps = Vec::new();
+    steps.extend(controller_step(controller, installed));
     let wanted_instances: BTreeSet<(&str, &str, u32)> = wanted
         .iter()
         .map(|d| (d.app.as_str(), d.path.as_str(), d.n))
@@ -168,7 +228,9 @@ pub fn plan(wanted: &[Deployment], installed: &Installed) -> Result<Vec<Step>, P
     }
     for (rpm, version) in &versions {
         let have = installed.versions.get(rpm).cloned().flatten();
-        if !satisfies(version, have.as_deref()) {
+        // A checkout is brought up to date every pass: its branch may have moved.
+        let checkout = matches!(version, Wanted::Exact(v) if super::software::is_git(Some(v)));
+        if checkout || !satisfies(version, have.as_deref()) {
             steps.push(Step::Install {
                 rpm: rpm.clone(),
                 version: opt(version),

@@ -138,7 +138,12 @@ pub fn agent(args: AgentArgs) -> Outcome {
         }
         let wake = Arc::new(Notify::new());
         spawn_signal_handler(stop.clone(), wake.clone());
+        if let Some(interval) = crate::systemd::watchdog_interval() {
+            tokio::spawn(crate::systemd::watchdog(interval));
+        }
+        crate::systemd::notify("READY=1");
         let result = run_forever(&mut ctx, wake).await;
+        crate::systemd::notify("STOPPING=1");
         close(ctx).await;
         result.map_err(|e| Failure::Failed(e.to_string()))?;
         tracing::info!("stopped");

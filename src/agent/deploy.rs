@@ -1,0 +1,254 @@
+//! Running the deployments of a pass. Without a role controller each instance runs under its
+//! node lock (`/agent-locks/<name>`, kazoo's recipe): a host holds at most one node lock, goes
+//! on with another pending node when one is busy, and waits (on watches) only when every
+//! pending node is busy. After taking a lock and before the script runs, an in-flight record
+//! goes into the lock node's data; it is cleared when the step has ended, so a record found by
+//! the next holder means its writer died mid-step, and that host halts the cluster naming it.
+//! With a role controller, the role lock covers the whole pass and node locks are not used.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::cluster::{halt, update_props};
+use super::discover::Discovered;
+use super::execute::{Context, Failure, Interrupt};
+use super::model::{deployed_name, lock_name, marker_base};
+use super::observe;
+use super::plan::Step;
+use super::status::{now, Report};
+use super::steps::record_for;
+use crate::tree::literal::py_str;
+use crate::zk::lock::{try_lock, wait_for_any, TryLock};
+use crate::zk::{call, decode, encode, Client, ZkError};
+
+/// Where the node locks live.
+pub const AGENT_LOCKS: &str = "/agent-locks";
+/// Longest wait on busy locks before looking again.
+const LOCK_RECHECK: Duration = Duration::from_secs(10);
+
+/// The lock node of an application node.
+pub fn lock_path(path: &str) -> String {
+    format!("{AGENT_LOCKS}/{}", lock_name(path))
+}
+
+impl Context {
+    /// Runs the deployments under node locks, skipping busy nodes.
+    pub(super) async fn run_deploys(
+        &mut self,
+        version: &Value,
+        found: &Discovered,
+        mut pending: VecDeque<Step>,
+        report: &mut Report,
+    ) -> Result<(), Interrupt> {
+        let identifier = format!("{} ({})", self.host.name, self.host.id);
+        let mut waited_since: Option<Instant> = None;
+        while !pending.is_empty() {
+            let mut busy = Vec::new();
+            let mut ran = None;
+            for (i, step) in pending.iter().enumerate() {
+                let Step::Deploy { path, .. } = step else {
+                    continue;
+                };
+                self.checkpoint().await?;
+                let lock = lock_path(path);
+                match try_lock(&self.client, &lock, &identifier).await? {
+                    TryLock::Busy { holder } => {
+                        tracing::info!(
+                            "{lock} is held by {}; trying another node",
+                            holder.identifier
+                        );
+                        busy.push(format!("{lock}/{}", holder.name));
+                    }
+                    TryLock::Acquired(held) => {
+                        if let Some(since) = waited_since.take() {
+                            let waited = since.elapsed().as_secs_f64();
+                            tracing::info!("waited {waited:.1} s for node locks");
+                            self.metrics.lock_wait += waited;
+                        }
+                        let result = self
+                            .deploy_locked(version, found, step, &lock, report)
+                            .await;
+                        held.release(&self.client).await?;
+                        result?;
+                        ran = Some(i);
+                        break;
+                    }
+                }
+            }
+            match ran {
+                Some(i) => {
+                    pending.remove(i);
+                }
+                None => {
+                    waited_since.get_or_insert_with(Instant::now);
+                    tracing::info!("every pending node is locked by another host; waiting");
+                    wait_for_any(&self.client, &busy, LOCK_RECHECK).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the deployments in order without node locks (the role lock is held).
+    pub(super) async fn run_deploys_controlled(
+        &mut self,
+        version: &Value,
+        found: &Discovered,
+        pending: VecDeque<Step>,
+        report: &mut Report,
+    ) -> Result<(), Interrupt> {
+        for step in &pending {
+            self.checkpoint().await?;
+            self.status(version, &step.to_string()).await;
+            if let Err(message) = self.deploy_one(version, found, step, report).await {
+                return Err(Interrupt::Fail(Failure::new(message)));
+            }
+        }
+        Ok(())
+    }
+
+    /// One deployment with its node lock held: the in-flight record around the script. A
+    /// failure halts the cluster before the caller releases the lock.
+    async fn deploy_locked(
+        &mut self,
+        version: &Value,
+        found: &Discovered,
+        step: &Step,
+        lock: &str,
+        report: &mut Report,
+    ) -> Result<(), Interrupt> {
+        self.checkpoint().await?;
+        self.status(version, &step.to_string()).await;
+        let Step::Deploy { path, n, .. } = step else {
+            unreachable!("only deployments")
+        };
+        let (data, stat) = call("get", lock, self.client.get_data(lock)).await?;
+        let mut lock_props = decode(&data);
+        if let Some(Value::Object(rec)) = lock_props.get("in-flight") {
+            let ours = rec.get("host").and_then(Value::as_str) == Some(self.host.id.as_str())
+                && rec.get("pid").and_then(Value::as_u64) == Some(u64::from(std::process::id()));
+            if !ours {
+                let field = |k: &str| rec.get(k).map(py_str).unwrap_or_default();
+                let message = format!(
+                    "{} ({}) died deploying {} {} (version {}) since {}: in-flight record left in {lock}",
+                    field("name"),
+                    field("host"),
+                    field("path"),
+                    field("n"),
+                    field("version"),
+                    field("since"),
+                );
+                halt(&self.client, &self.host, version, &message).await?;
+                clear_in_flight(&self.client, lock).await?;
+                return Err(Interrupt::Fail(Failure {
+                    message,
+                    halted: true,
+                }));
+            }
+        }
+        let record = json!({
+            "host": self.host.id, "name": self.host.name, "path": path, "n": n,
+            "version": version, "pid": std::process::id(), "since": now(),
+        });
+        lock_props.insert("in-flight".into(), record);
+        call(
+            "set",
+            lock,
+            self.client
+                .set_data(lock, &encode(&lock_props), Some(stat.version)),
+        )
+        .await?;
+        let result = self.deploy_one(version, found, step, report).await;
+        if let Err(message) = &result {
+            halt(&self.client, &self.host, version, message).await?;
+        }
+        clear_in_flight(&self.client, lock).await?;
+        result.map_err(|message| {
+            Interrupt::Fail(Failure {
+                message,
+                halted: true,
+            })
+        })
+    }
+
+    /// Runs the deploy script of one instance and writes its `.script` marker.
+    async fn deploy_one(
+        &mut self,
+        version: &Value,
+        found: &Discovered,
+        step: &Step,
+        report: &mut Report,
+    ) -> Result<(), String> {
+        let Step::Deploy {
+            rpm,
+            app,
+            path,
+            n,
+            subtype,
+            ..
+        } = step
+        else {
+            unreachable!("only deployments")
+        };
+        let root = self.config.root.clone();
+        let etc = observe::etc_dir(&root, app);
+        let props_dir = self.run_dir.status_path().with_file_name("properties");
+        let props_file = props_dir.join(format!("{}.json", marker_base(path)));
+        let props = found.properties.get(path).cloned().unwrap_or_default();
+        let mut record = record_for("deploy", step.to_string());
+        let clock = Instant::now();
+        let mut result = std::fs::create_dir_all(&etc)
+            .and_then(|_| std::fs::create_dir_all(&props_dir))
+            .map_err(|e| format!("{}: {e}", etc.display()))
+            .and_then(|_| {
+                super::status::write_atomic(
+                    &props_file,
+                    &serde_json::to_vec_pretty(&props).unwrap_or_default(),
+                )
+                .map_err(|e| e.to_string())
+            });
+        if result.is_ok() {
+            let mut argv = vec![observe::deploy_script(&root, rpm).display().to_string()];
+            if let Some(s) = subtype {
+                argv.extend(["-r".to_string(), s.clone()]);
+            }
+            argv.extend([path.clone(), n.to_string()]);
+            let cmd = self.script(argv, version, Some(&props_file));
+            result = self.run_recorded(&cmd, &mut record).await;
+        }
+        if result.is_ok() {
+            result =
+                observe::write_script_marker(&root, app, rpm, path, *n).map_err(|e| e.to_string());
+            let marker = etc.join(deployed_name(path, *n));
+            if result.is_ok() && !marker.exists() {
+                tracing::warn!(
+                    "the deploy script of {rpm} did not create {}",
+                    marker.display()
+                );
+            }
+        }
+        record.duration = clock.elapsed().as_secs_f64();
+        report.steps.push(record);
+        self.step_done();
+        result
+    }
+}
+
+/// Removes the in-flight record from a lock node.
+async fn clear_in_flight(client: &Client, lock: &str) -> Result<(), ZkError> {
+    update_props(client, lock, |p| {
+        p.remove("in-flight");
+    })
+    .await
+    .map(|_| ())
+}
+
+/// Path of the properties snapshot of an application node (for tests and tools).
+pub fn properties_file(run_dir: &Path, path: &str) -> std::path::PathBuf {
+    run_dir
+        .join("properties")
+        .join(format!("{}.json", marker_base(path)))
+}

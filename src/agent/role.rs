@@ -1,0 +1,174 @@
+//! Role controllers: the package a role's hosts run around their deployments
+//! (`/roles/<role>` gives its type = package and `version`). An installed controller is a
+//! package with `bin/starting-deployments`. With a controller, a pass runs
+//! `starting-deployments /roles/<role>` before installing and `ending-deployments
+//! /roles/<role>` after deploying, all inside the role's persistent lock (the original's
+//! recipe at `/role-locks/<role>`: persistent sequential `lr-` requests holding
+//! `{"requestor", "hostname"}`; a host that fails keeps its request, so the role stays locked
+//! until that host succeeds or an operator deletes the request). Node locks are not used, and
+//! a halt does not abandon a pass that has started.
+
+use std::io;
+use std::path::Path;
+
+use serde_json::json;
+use zookeeper_client::{Acls, CreateMode};
+
+use super::discover::Host;
+use crate::zk::{call, decode, join, Client, ZkError};
+
+/// Where role controllers are declared.
+pub const ROLES: &str = "/roles";
+/// Where the persistent role locks live (created by operators).
+pub const ROLE_LOCKS: &str = "/role-locks";
+
+/// The packages under `ROOT/opt` that are role controllers (have `bin/starting-deployments`).
+pub fn installed_controllers(root: &Path) -> io::Result<Vec<String>> {
+    let opt = root.join("opt");
+    let entries = match std::fs::read_dir(&opt) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", opt.display()))),
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if super::model::check_plain_name("package", &name).is_ok()
+            && entry.path().join("bin/starting-deployments").is_file()
+        {
+            found.push(name);
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The role lock node of a role.
+pub fn lock_path(role: &str) -> String {
+    format!("{ROLE_LOCKS}/{role}")
+}
+
+/// A held role lock (our request node).
+#[derive(Debug)]
+pub struct RoleLock {
+    /// Our request node.
+    pub request: String,
+}
+
+/// Why the role lock could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum RoleLockError {
+    /// The lock node is missing (operators create it).
+    #[error("role lock node '{0}' must exist")]
+    Missing(String),
+    /// ZooKeeper failed.
+    #[error(transparent)]
+    Zk(#[from] ZkError),
+}
+
+/// The requests of the lock, in order, with their requestor.
+async fn requests(client: &Client, path: &str) -> Result<Vec<(String, Option<String>)>, ZkError> {
+    let mut names: Vec<String> = call("list", path, client.list_children(path))
+        .await?
+        .into_iter()
+        .filter(|n| n.starts_with("lr-"))
+        .collect();
+    names.sort();
+    let reads: Vec<_> = names
+        .iter()
+        .map(|n| client.get_data(&join(path, n)))
+        .collect();
+    let mut out = Vec::new();
+    for (name, read) in names.into_iter().zip(reads) {
+        match call("get", &name, read).await {
+            Ok((data, _)) => {
+                let who = decode(&data)
+                    .get("requestor")
+                    .and_then(|v| v.as_str().map(str::to_string));
+                out.push((name, who));
+            }
+            // A request deleted between the listing and the read is simply gone.
+            Err(e) if e.is_no_node() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// Enters the role lock: makes (or re-adopts) this host's request and waits until it is first.
+pub async fn enter(client: &Client, role: &str, host: &Host) -> Result<RoleLock, RoleLockError> {
+    let path = lock_path(role);
+    if call("stat", &path, client.check_stat(&path))
+        .await?
+        .is_none()
+    {
+        return Err(RoleLockError::Missing(path));
+    }
+    let data = json!({"requestor": host.id, "hostname": host.name}).to_string();
+    let mode = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
+    let prefix = join(&path, "lr-");
+    let (_, seq) = call(
+        "create",
+        &prefix,
+        client.create(&prefix, data.as_bytes(), &mode),
+    )
+    .await?;
+    let mut ours = format!("lr-{seq}");
+    let all = requests(client, &path).await?;
+    if let Some((first_ours, _)) = all
+        .iter()
+        .find(|(_, who)| who.as_deref() == Some(host.id.as_str()))
+    {
+        if *first_ours != ours {
+            tracing::info!("re-adopting our earlier role lock request {first_ours}");
+            let fresh = join(&path, &ours);
+            match call("delete", &fresh, client.delete(&fresh, None)).await {
+                Err(e) if !e.is_no_node() => return Err(e.into()),
+                _ => {}
+            }
+            ours = first_ours.clone();
+        }
+    }
+    loop {
+        let (names, _, watcher) =
+            call("watch", &path, client.get_and_watch_children(&path)).await?;
+        let mut names: Vec<String> = names.into_iter().filter(|n| n.starts_with("lr-")).collect();
+        names.sort();
+        match names.first() {
+            Some(first) if *first == ours => break,
+            Some(first) => {
+                tracing::info!("waiting for the role lock {path}, held by request {first}");
+                watcher.changed().await;
+            }
+            None => {
+                return Err(RoleLockError::Zk(ZkError::Op {
+                    op: "lock",
+                    path: path.clone(),
+                    source: zookeeper_client::Error::NoNode,
+                }))
+            }
+        }
+    }
+    Ok(RoleLock {
+        request: join(&path, &ours),
+    })
+}
+
+impl RoleLock {
+    /// Leaves the lock: the request is deleted after success, kept after a failure.
+    pub async fn leave(self, client: &Client, ok: bool) -> Result<(), ZkError> {
+        if !ok {
+            tracing::warn!(
+                "keeping the role lock request {} after the failure",
+                self.request
+            );
+            return Ok(());
+        }
+        match call("delete", &self.request, client.delete(&self.request, None)).await {
+            Err(e) if !e.is_no_node() => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
