@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use zookeeper_client::{Acls, CreateMode};
+use zookeeper_client::{Acl, Acls, CreateMode, Permission};
 
 use super::discover::Host;
 use crate::tree::Props;
@@ -118,6 +118,7 @@ pub async fn register(
     host: &Host,
     version: Value,
     wait: Duration,
+    secured: bool,
 ) -> Result<Value, RegisterError> {
     if call("stat", HOSTS, client.check_stat(HOSTS))
         .await?
@@ -147,11 +148,13 @@ pub async fn register(
                     break;
                 }
                 let ours = props.get("name").and_then(Value::as_str) == Some(host.name.as_str());
-                let dead = props
+                // Left by a dead agent of this host, or by this very process's previous
+                // (expired) session.
+                let stale = props
                     .get("pid")
                     .and_then(Value::as_i64)
-                    .is_some_and(|p| !pid_alive(p));
-                if !(ours && dead) || tokio::time::Instant::now() >= deadline {
+                    .is_some_and(|p| !pid_alive(p) || p == i64::from(std::process::id()));
+                if !(ours && stale) || tokio::time::Instant::now() >= deadline {
                     return Err(RegisterError::AnotherAgent);
                 }
                 tracing::warn!("{path} is left by a previous agent (pid gone); waiting for its session to expire");
@@ -170,7 +173,17 @@ pub async fn register(
         props.insert("role".into(), json!(role));
     }
     props.insert("pid".into(), json!(std::process::id()));
-    let mode = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    // With digest auth, the host node is readable by all and writable only by this identity.
+    static SECURED: [Acl; 2] = [
+        Acl::new_const(Permission::READ, "world", "anyone"),
+        Acl::new_const(Permission::ALL, "auth", ""),
+    ];
+    let acls = if secured {
+        Acls::new(&SECURED)
+    } else {
+        Acls::anyone_all()
+    };
+    let mode = CreateMode::Ephemeral.with_acls(acls);
     match call(
         "create",
         &path,

@@ -68,6 +68,7 @@ pub async fn start(
             &host,
             host_version,
             config.session_timeout + Duration::from_secs(2),
+            config.zookeeper_auth.is_some(),
         )
         .await?;
     }
@@ -112,8 +113,72 @@ pub async fn close(ctx: Context) {
     }
 }
 
-/// Runs passes on every change of `/hosts` until `stop` is set (then returns Ok).
+/// Runs passes on every change of `/hosts` until `stop` is set (then returns Ok). A lost or
+/// failing ZooKeeper session does not end the agent: the pass in progress is abandoned, a new
+/// session is built (with back-off), the host node registered again, `/hosts` read again and
+/// its watch re-armed, so a version bump made during the outage is not missed.
 pub async fn run_forever(ctx: &mut Context, wake: Arc<Notify>) -> Result<(), ZkError> {
+    let mut backoff = Duration::from_millis(250);
+    loop {
+        match serve(ctx, &wake).await {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                tracing::warn!("ZooKeeper failed: {e}; building a new session");
+                crate::systemd::status(&format!("ZooKeeper failed: {e}; reconnecting"));
+            }
+        }
+        loop {
+            if ctx.stop.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = wake.notified() => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(10));
+            match reconnect(ctx).await {
+                Ok(()) => {
+                    tracing::info!("ZooKeeper session re-established; host node registered again");
+                    backoff = Duration::from_millis(250);
+                    break;
+                }
+                Err(e) => tracing::warn!("reconnecting to ZooKeeper failed: {e}"),
+            }
+        }
+    }
+}
+
+/// Replaces the session (unless the current one is still usable) and registers again.
+async fn reconnect(ctx: &mut Context) -> Result<(), StartError> {
+    if ctx.client.state().is_terminated()
+        || call("stat", HOSTS, ctx.client.check_stat(HOSTS))
+            .await
+            .is_err()
+    {
+        let mut opts = ConnectOptions::new(ctx.connection.clone());
+        opts.session_timeout = ctx.config.session_timeout;
+        opts.digest = ctx
+            .config
+            .zookeeper_auth
+            .as_ref()
+            .map(|s| s.expose().to_string());
+        ctx.client = connect(&opts).await?;
+    }
+    let wait = ctx.config.session_timeout + Duration::from_secs(2);
+    let secured = ctx.config.zookeeper_auth.is_some();
+    ctx.host_version = register(
+        &ctx.client,
+        &ctx.host,
+        ctx.host_version.clone(),
+        wait,
+        secured,
+    )
+    .await?;
+    Ok(())
+}
+
+/// The watch-and-pass loop on one session; returns Err when ZooKeeper fails.
+async fn serve(ctx: &mut Context, wake: &Notify) -> Result<(), ZkError> {
     loop {
         if ctx.stop.load(Ordering::SeqCst) {
             return Ok(());

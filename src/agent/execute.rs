@@ -11,10 +11,10 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::cluster::{cluster_version, halt, host_path, update_props};
-use super::discover::{discover_on, Discovered, Host};
+use super::discover::{discover_on, DiscoverFailure, Discovered, Host};
 use super::observe;
 use super::plan::{plan, Step};
-use super::role::{enter, installed_controllers};
+use super::role::{enter, installed_controllers, RoleLockError};
 use super::software;
 use super::status::{now, Report, RunDir};
 use super::steps::record_for;
@@ -79,8 +79,13 @@ impl Failure {
 
 /// Why the steps stopped early.
 pub(super) enum Interrupt {
+    /// A step failed: the cluster is halted.
     Fail(Failure),
+    /// Stopped between steps on purpose.
     Abandon(String),
+    /// ZooKeeper failed (the session may be lost): the pass is abandoned and run again once
+    /// a session is up; never a reason to halt the cluster.
+    Lost(ZkError),
 }
 
 impl From<Failure> for Interrupt {
@@ -91,7 +96,7 @@ impl From<Failure> for Interrupt {
 
 impl From<ZkError> for Interrupt {
     fn from(e: ZkError) -> Interrupt {
-        Interrupt::Fail(Failure::new(e.to_string()))
+        Interrupt::Lost(e)
     }
 }
 
@@ -118,11 +123,15 @@ impl Context {
     }
 
     /// Discovers, observes and plans; changes nothing.
-    async fn prepare(&self) -> Result<Prepared, Failure> {
+    async fn prepare(&self) -> Result<Prepared, Interrupt> {
         let fail = |e: String| Failure::new(e);
-        let (discovered, snap) = discover_on(&self.client, &self.host)
-            .await
-            .map_err(|e| fail(e.to_string()))?;
+        let (discovered, snap) =
+            discover_on(&self.client, &self.host)
+                .await
+                .map_err(|e| match e {
+                    DiscoverFailure::Zk(e) => Interrupt::Lost(e),
+                    DiscoverFailure::Tree(e) => Interrupt::Fail(fail(e)),
+                })?;
         tracing::info!(
             "discovery walked {} nodes, {} deployments",
             snap.walked,
@@ -133,9 +142,9 @@ impl Context {
         let yum = self.yum();
         let controllers = installed_controllers(root).map_err(|e| fail(e.to_string()))?;
         if controllers.len() > 1 {
-            return Err(fail(format!(
+            return Err(Interrupt::Fail(fail(format!(
                 "too many installed role controllers: {controllers:?}"
-            )));
+            ))));
         }
         if let Some(rc) = controllers.into_iter().next() {
             let v = software::installed_version(&yum, root, &rc)
@@ -183,7 +192,11 @@ impl Context {
                 reason,
             });
         }
-        let prepared = self.prepare().await.map_err(|f| f.message)?;
+        let prepared = self.prepare().await.map_err(|i| match i {
+            Interrupt::Fail(f) => f.message,
+            Interrupt::Abandon(why) => why,
+            Interrupt::Lost(e) => e.to_string(),
+        })?;
         Ok(DryRun {
             version,
             steps: prepared.steps,
@@ -294,6 +307,22 @@ impl Context {
                 PassOutcome::Abandoned(why)
             }
             Err(Interrupt::Fail(failure)) => self.fail(&version, failure, &mut report).await?,
+            Err(Interrupt::Lost(e)) => {
+                tracing::warn!("Abandoning deployment: ZooKeeper failed: {e}");
+                if let Err(io) = self
+                    .run_dir
+                    .set_status(&version, &format!("abandoned (ZooKeeper: {e})"))
+                {
+                    tracing::warn!("cannot write the status file: {io}");
+                }
+                report.outcome = "abandoned".into();
+                report.error = Some(format!("ZooKeeper: {e}"));
+                report.finished = now();
+                self.metrics.passes_abandoned += 1;
+                self.write_metrics();
+                let _ = self.run_dir.write_report(&report);
+                return Err(e);
+            }
         };
         report.finished = now();
         self.metrics.last_pass = report.finished;
@@ -347,7 +376,10 @@ impl Context {
                 self.status(version, "waiting for the role lock").await;
                 let lock = enter(&self.client, role, &self.host)
                     .await
-                    .map_err(|e| Failure::new(e.to_string()))?;
+                    .map_err(|e| match e {
+                        RoleLockError::Zk(e) => Interrupt::Lost(e),
+                        missing => Interrupt::Fail(Failure::new(missing.to_string())),
+                    })?;
                 let result = self
                     .run_locked(
                         version,
