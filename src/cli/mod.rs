@@ -2,6 +2,7 @@
 //! commands (one module each). This is the imperative shell; the work lives in the library.
 
 mod agent;
+mod docs;
 mod monitor;
 mod status;
 mod sync;
@@ -60,12 +61,16 @@ enum Command {
     /// Show the cluster: versions, halt, hosts, locks.
     Status(status::StatusArgs),
     /// End a halt: set the cluster version (default: the last synced revision).
+    #[command(disable_version_flag = true)]
     Resume(status::ResumeArgs),
     /// Copy the tree from git into ZooKeeper and bump the cluster version (cron).
     Sync(sync::SyncArgs),
     /// Work with tree files and the tree in ZooKeeper.
     #[command(subcommand)]
     Tree(tree::TreeCommand),
+    /// Write man pages and shell completions (for packaging).
+    #[command(hide = true)]
+    Docs(docs::DocsArgs),
 }
 
 /// Runs the command line and returns the process exit code.
@@ -89,6 +94,7 @@ pub fn main() -> ExitCode {
         Command::Resume(args) => status::resume_cmd(args),
         Command::Sync(args) => sync::run(args),
         Command::Tree(cmd) => tree::run(cmd),
+        Command::Docs(args) => docs::run(args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -22,8 +22,11 @@ pub struct StatusArgs {
 pub struct ResumeArgs {
     /// The version to resume at (JSON if it parses, else a string); default: the last synced
     /// revision.
-    #[arg(long)]
+    #[arg(long, value_name = "V")]
     version: Option<String>,
+    /// Print the program's version (`--version` takes a value here).
+    #[arg(short = 'V', action = clap::ArgAction::Version)]
+    print_version: Option<bool>,
     #[command(flatten)]
     zk: ZkArg,
 }
