@@ -132,10 +132,13 @@ fn usage_error(e: clap::Error) -> ExitCode {
 
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ZKDEPLOYMENT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},zookeeper_client=warn")));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: under systemd stderr goes to the journal, where escape
+        // sequences would garble every line.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .try_init();
 }
