@@ -94,3 +94,13 @@ zkd_ensure_rust() {
   export PATH
   command -v cargo >/dev/null 2>&1 || zkd_die "cargo still not found after installing rustup"
 }
+
+# zkd_ensure_kazoo: kazoo (Python's ZooKeeper client, from PyPI) for the lock
+# interoperability tests; a failure to install it is reported, not fatal.
+zkd_ensure_kazoo() {
+  [[ ${ZKD_SKIP_INSTALL:-0} == 1 ]] && return 0
+  python3 -c 'import kazoo' >/dev/null 2>&1 && return 0
+  zkd_step "installing kazoo (pip) for the lock interoperability tests"
+  python3 -m pip install --quiet --disable-pip-version-check kazoo >&2 ||
+    zkd_note "could not install kazoo; the kazoo interoperability test will be skipped"
+}

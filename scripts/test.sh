@@ -27,6 +27,7 @@ started=$SECONDS
 zkd_step "checking prerequisites"
 zkd_ensure_system_packages
 zkd_ensure_rust
+zkd_ensure_kazoo
 
 zkd_step "building (cargo build --locked --all-targets)"
 if ! cargo build --locked --all-targets; then

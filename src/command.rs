@@ -127,6 +127,10 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // systemd's notify socket belongs to the agent alone.
+    for var in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] {
+        command.env_remove(var);
+    }
     for (k, v) in &cmd.env {
         command.env(k, v);
     }

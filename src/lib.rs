@@ -9,6 +9,7 @@ pub mod agent;
 pub mod cli;
 pub mod command;
 pub mod config;
+pub mod gitauth;
 pub mod metrics;
 pub mod monitor;
 pub mod notify;

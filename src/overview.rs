@@ -58,6 +58,11 @@ pub struct Overview {
     pub locks: Vec<LockRow>,
 }
 
+/// True for a cluster version hosts deploy (not `None`, not `False`).
+fn deployable(version: &Value) -> bool {
+    !matches!(version, Value::Null | Value::Bool(false))
+}
+
 fn contenders(path: &str, lock: &ZNode, now_ms: i64) -> Option<LockRow> {
     let mut found: Vec<(i64, &String, &ZNode)> = Vec::new();
     for (name, node) in &lock.children {
@@ -116,7 +121,9 @@ impl Overview {
                     name: get("name"),
                     role: get("role"),
                     version: get("version"),
-                    converged: node.props.get("version") == Some(&version),
+                    // Nobody is at a halted (`None`) or paused (`False`) cluster version, not
+                    // even a host that never deployed anything (version `None` too).
+                    converged: deployable(&version) && node.props.get("version") == Some(&version),
                     error: get("error"),
                     status: get("status"),
                 }
@@ -147,33 +154,54 @@ impl Overview {
         })
     }
 
-    /// Human-readable text.
+    /// Human-readable text, made to fit [`WIDTH`] columns: long cells are cut (with `…`),
+    /// git revisions in the tables are shortened to 12 characters, and a halted cluster shows
+    /// who halted it, why, and the exact `zkdeployment resume` commands that end the halt.
     pub fn render(&self) -> String {
         let mut out = String::new();
         let state = match &self.version {
             Value::Null => "HALTED".to_string(),
             Value::Bool(false) => "PAUSED".to_string(),
-            v => py_str(v),
+            v => one_line(&py_str(v)),
         };
-        out.push_str(&format!(
-            "cluster version: {state}   synced revision: {}\n",
-            py_str(&self.synced)
-        ));
-        if let Value::Object(h) = &self.halt {
-            out.push_str(&format!(
-                "halted by {} ({}) deploying {}: {}\n",
-                h.get("name").map(py_str).unwrap_or_default(),
-                h.get("host").map(py_str).unwrap_or_default(),
-                h.get("version").map(py_str).unwrap_or_default(),
-                h.get("error").map(py_str).unwrap_or_default()
-            ));
-            out.push_str("  resume with: zkdeployment resume   (or --version V)\n");
+        let synced = if self.synced.is_null() {
+            "none".to_string()
+        } else {
+            one_line(&py_str(&self.synced))
+        };
+        out.push_str(&fit(&format!(
+            "cluster version: {state}   synced revision: {synced}"
+        )));
+        out.push('\n');
+        let halt = self.halt.as_object();
+        if let Some(h) = halt {
+            let field = |k: &str| h.get(k).map(|v| one_line(&py_str(v))).unwrap_or_default();
+            let ago = h
+                .get("time")
+                .and_then(Value::as_f64)
+                .map(|t| format!(" {} ago", duration(crate::agent::status::now() - t)))
+                .unwrap_or_default();
+            out.push_str(&fit(&format!(
+                "halted{ago} by {} ({}) deploying {}:",
+                field("name"),
+                field("host"),
+                field("version")
+            )));
+            out.push('\n');
+            out.push_str(&fit(&format!("  {}", field("error"))));
+            out.push('\n');
+        } else if self.version.is_null() {
+            out.push_str("halted (no halt record)\n");
         }
+        if self.version.is_null() {
+            out.push_str(&self.resume_hint(halt.and_then(|h| h.get("version"))));
+        }
+        out.push('\n');
         let cell = |v: &Value| {
             if v.is_null() {
                 "-".to_string()
             } else {
-                py_str(v)
+                one_line(&py_str(v))
             }
         };
         let mut rows = vec![[
@@ -187,10 +215,10 @@ impl Overview {
         ]];
         for h in &self.hosts {
             rows.push([
-                h.id.clone(),
+                one_line(&h.id),
                 cell(&h.name),
                 cell(&h.role),
-                cell(&h.version),
+                short_revision(&cell(&h.version)),
                 if h.converged {
                     "yes".into()
                 } else {
@@ -202,6 +230,7 @@ impl Overview {
         }
         out.push_str(&table(&rows));
         if !self.locks.is_empty() {
+            out.push('\n');
             let mut rows = vec![[
                 "LOCK".to_string(),
                 "HOLDER".into(),
@@ -210,37 +239,199 @@ impl Overview {
             ]];
             for l in &self.locks {
                 rows.push([
-                    l.path.clone(),
-                    l.holder.clone().unwrap_or_else(|| "-".into()),
-                    l.age.map(|a| format!("{a:.0}s")).unwrap_or_default(),
-                    l.waiters.join(", "),
+                    one_line(&l.path),
+                    l.holder
+                        .as_deref()
+                        .map(one_line)
+                        .unwrap_or_else(|| "-".into()),
+                    l.age.map(duration).unwrap_or_default(),
+                    one_line(&l.waiters.join(", ")),
                 ]);
             }
             out.push_str(&table(&rows));
         }
         out
     }
+
+    /// The commands that end a halt: `resume` (the synced revision) when there is one, and
+    /// `resume --version V` with the version the halted pass was deploying.
+    fn resume_hint(&self, halted_version: Option<&Value>) -> String {
+        let mut out = String::from("resume with:\n");
+        if !self.synced.is_null() {
+            out.push_str(&fit(&format!(
+                "  zkdeployment resume   (deploys the synced revision {})",
+                short_revision(&one_line(&py_str(&self.synced)))
+            )));
+            out.push('\n');
+        }
+        match halted_version.filter(|v| !v.is_null()) {
+            Some(v) => {
+                let arg = serde_json::to_string(v).unwrap_or_default();
+                out.push_str(&fit(&format!(
+                    "  zkdeployment resume --version {}   (deploys the halted version again)",
+                    shell_words::quote(&arg),
+                )));
+            }
+            None => out.push_str("  zkdeployment resume --version VERSION"),
+        }
+        out.push('\n');
+        out
+    }
 }
 
+/// The width the text view fits in.
+pub const WIDTH: usize = 120;
+
+/// Control characters (newlines, tabs) as spaces.
+fn one_line(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+/// A git revision (40 or 64 hex digits) shortened to 12, as `git log --oneline` shows it.
+fn short_revision(s: &str) -> String {
+    if (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        s[..12].to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+/// `s` cut to `width` characters, the cut marked with `…`.
+fn cut(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// A line cut to [`WIDTH`].
+fn fit(line: &str) -> String {
+    cut(line, WIDTH)
+}
+
+/// Seconds as `42s`, `5m`, `3h`, `2d`.
+fn duration(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        7200..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+/// Columns separated by two spaces, fitted into [`WIDTH`] by narrowing the widest column
+/// (never below its header) until the rows fit.
 fn table<const N: usize>(rows: &[[String; N]]) -> String {
     let mut widths = [0usize; N];
+    let mut least = [0usize; N];
     for row in rows {
         for (i, c) in row.iter().enumerate() {
-            widths[i] = widths[i].max(c.chars().count().min(60));
+            widths[i] = widths[i].max(c.chars().count());
         }
+    }
+    if let Some(header) = rows.first() {
+        for (i, c) in header.iter().enumerate() {
+            least[i] = c.chars().count().max(4);
+        }
+    }
+    let total = |w: &[usize; N]| w.iter().sum::<usize>() + 2 * N.saturating_sub(1);
+    while total(&widths) > WIDTH {
+        let Some((i, _)) = widths
+            .iter()
+            .enumerate()
+            .filter(|(i, w)| **w > least[*i])
+            .max_by_key(|(_, w)| **w)
+        else {
+            break;
+        };
+        widths[i] -= 1;
     }
     let mut out = String::new();
     for row in rows {
         let cells: Vec<String> = row
             .iter()
             .enumerate()
-            .map(|(i, c)| {
-                let c: String = c.chars().take(60).collect();
-                format!("{c:<w$}", w = widths[i])
-            })
+            .map(|(i, c)| format!("{:<w$}", cut(c, widths[i]), w = widths[i]))
             .collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn host(id: &str, version: Value, status: &str, error: Value) -> HostRow {
+        HostRow {
+            id: id.into(),
+            name: json!(format!("{id}.some-long-domain-name.example.com")),
+            role: json!("webserver-frontend"),
+            version,
+            converged: false,
+            error,
+            status: json!(status),
+        }
+    }
+
+    #[test]
+    fn the_text_view_fits_120_columns() {
+        let rev = "0123456789abcdef0123456789abcdef01234567";
+        let error = format!(
+            "Command failed: /opt/some-package/bin/zookeeper-deploy {}",
+            "/x".repeat(80)
+        );
+        let o = Overview {
+            version: Value::Null,
+            synced: json!(rev),
+            halt: json!({"host": "app01", "name": "app01.example.com", "version": rev,
+                         "error": error, "time": 0.0}),
+            hosts: vec![
+                host("app01", json!(rev), "error", json!(error)),
+                host(
+                    "app02",
+                    json!(rev),
+                    "deploy /acme/some/long/application/path 3 (webapp 1.4.2-17)",
+                    Value::Null,
+                ),
+            ],
+            locks: vec![LockRow {
+                path: "/agent-locks/acme,some,long,application,path".into(),
+                holder: Some("app02.some-long-domain-name.example.com (app02)".into()),
+                waiters: vec!["app03.some-long-domain-name.example.com (app03)".into(); 3],
+                age: Some(12.0),
+            }],
+        };
+        let text = o.render();
+        for line in text.lines() {
+            assert!(line.chars().count() <= WIDTH, "{line:?}\n{text}");
+        }
+        assert!(text.contains("HALTED"), "{text}");
+        assert!(text.contains("0123456789ab "), "{text}");
+        assert!(
+            text.contains("zkdeployment resume   (deploys the synced revision"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("zkdeployment resume --version '\"{rev}\"'")),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn tables_keep_short_rows_as_they_are() {
+        let rows = [["A".to_string(), "BB".into()], ["xyz".into(), "-".into()]];
+        assert_eq!(table(&rows), "A    BB\nxyz  -\n");
+        assert_eq!(cut("abcdef", 4), "abc…");
+        assert_eq!(short_revision("r1"), "r1");
+        assert_eq!(duration(59.6), "60s");
+        assert_eq!(duration(3600.0), "60m");
+    }
 }

@@ -12,6 +12,9 @@ pub enum ResumeError {
     /// Nothing to resume to.
     #[error("no synced revision on {HOSTS} and no --version given: nothing to resume to")]
     NoVersion,
+    /// `--version null`: that would leave the cluster halted (and drop the halt record).
+    #[error("--version null would leave the cluster halted: give the version to deploy")]
+    NullVersion,
     /// `/hosts` missing.
     #[error("{HOSTS} does not exist")]
     NoHosts,
@@ -26,8 +29,11 @@ pub fn parse_version(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
 }
 
-/// Resumes; returns the version set.
+/// Resumes; returns the version set. `Some(null)` is refused ([`ResumeError::NullVersion`]).
 pub async fn resume(client: &Client, version: Option<Value>) -> Result<Value, ResumeError> {
+    if version.as_ref().is_some_and(Value::is_null) {
+        return Err(ResumeError::NullVersion);
+    }
     let props = match call("get", HOSTS, client.get_data(HOSTS)).await {
         Ok((data, _)) => decode(&data),
         Err(e) if e.is_no_node() => return Err(ResumeError::NoHosts),

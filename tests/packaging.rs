@@ -10,19 +10,40 @@ use support::rpm::Sandbox;
 #[test]
 fn the_rpm_installs_with_dnf_and_its_binary_runs() {
     let Ok(rpm) = std::env::var("ZKD_TEST_RPM") else {
-        assert!(std::env::var_os("CI").is_none(), "CI must build the RPM (scripts/test.sh sets ZKD_TEST_RPM)");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must build the RPM (scripts/test.sh sets ZKD_TEST_RPM)"
+        );
         eprintln!("SKIPPED: ZKD_TEST_RPM is not set (run scripts/test.sh, which builds the RPM)");
         return;
     };
     let Some(sb) = Sandbox::try_new() else { return };
-    let out = std::process::Command::new(sb.yum_path()).args(["-y", "install", &rpm]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(sb.rpm_q("zkdeployment").is_some_and(|v| v.starts_with(env!("CARGO_PKG_VERSION"))));
+    let out = std::process::Command::new(sb.yum_path())
+        .args(["-y", "install", &rpm])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(sb
+        .rpm_q("zkdeployment")
+        .is_some_and(|v| v.starts_with(env!("CARGO_PKG_VERSION"))));
     let bin = sb.root().join("usr/bin/zkdeployment");
-    let version = std::process::Command::new(&bin).arg("--version").output().unwrap();
+    let version = std::process::Command::new(&bin)
+        .arg("--version")
+        .output()
+        .unwrap();
     assert!(version.status.success());
-    assert_eq!(String::from_utf8_lossy(&version.stdout).trim(), format!("zkdeployment {}", env!("CARGO_PKG_VERSION")));
-    let help = std::process::Command::new(&bin).args(["monitor", "--help"]).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        format!("zkdeployment {}", env!("CARGO_PKG_VERSION"))
+    );
+    let help = std::process::Command::new(&bin)
+        .args(["monitor", "--help"])
+        .output()
+        .unwrap();
     assert_eq!(help.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&help.stdout).contains("Nagios"));
     for file in [
@@ -39,8 +60,12 @@ fn the_rpm_installs_with_dnf_and_its_binary_runs() {
     let cfg = std::fs::read_to_string(sb.root().join("etc/zkdeployment/agent.cfg")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("host-id"), "h1\n").unwrap();
-    let cfg = cfg.replace("file:///etc/zkdeployment/host-id", &format!("file://{}/host-id", dir.path().display()));
-    zkdeployment::config::parse(&dir.path().join("agent.cfg"), &cfg, &|_| Ok(None)).expect("the example config parses");
+    let cfg = cfg.replace(
+        "file:///etc/zkdeployment/host-id",
+        &format!("file://{}/host-id", dir.path().display()),
+    );
+    zkdeployment::config::parse(&dir.path().join("agent.cfg"), &cfg, &|_| Ok(None))
+        .expect("the example config parses");
 }
 
 #[test]
@@ -76,16 +101,39 @@ fn every_command_answers_help_and_version() {
 
 #[test]
 fn the_systemd_unit_verifies() {
-    let Ok(out) = std::process::Command::new("systemd-analyze").arg("--version").output() else {
+    let Ok(out) = std::process::Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+    else {
         eprintln!("SKIPPED: systemd-analyze is not installed");
         return;
     };
     assert!(out.status.success());
     let dir = tempfile::tempdir().unwrap();
-    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/zkdeployment-agent.service")).unwrap();
-    assert!(unit.contains("Type=notify") && unit.contains("Restart=on-failure") && unit.contains("RestartPreventExitStatus=2"));
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/systemd/zkdeployment-agent.service"
+    ))
+    .unwrap();
+    assert!(
+        unit.contains("Type=notify")
+            && unit.contains("Restart=on-failure")
+            && unit.contains("RestartPreventExitStatus=2")
+    );
     let path = dir.path().join("zkdeployment-agent.service");
-    std::fs::write(&path, unit.replace("/usr/bin/zkdeployment", env!("CARGO_BIN_EXE_zkdeployment"))).unwrap();
-    let out = std::process::Command::new("systemd-analyze").args(["verify", "--man=no"]).arg(&path).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(
+        &path,
+        unit.replace("/usr/bin/zkdeployment", env!("CARGO_BIN_EXE_zkdeployment")),
+    )
+    .unwrap();
+    let out = std::process::Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -10,7 +10,7 @@ use zookeeper_client::{Acl, Acls, CreateMode, Permission};
 
 use super::discover::Host;
 use crate::tree::Props;
-use crate::zk::{call, decode, encode, Client, ZkError};
+use crate::zk::{call, call_retrying, decode, encode, Client, ZkError, LOSS_RETRIES};
 
 /// The cluster node.
 pub const HOSTS: &str = "/hosts";
@@ -22,20 +22,23 @@ pub fn host_path(id: &str) -> String {
 
 /// The cluster version (`None`/missing → `Value::Null`).
 pub async fn cluster_version(client: &Client) -> Result<Value, ZkError> {
-    let (data, _) = call("get", HOSTS, client.get_data(HOSTS)).await?;
+    let (data, _) = call_retrying("get", HOSTS, || client.get_data(HOSTS)).await?;
     Ok(decode(&data).get("version").cloned().unwrap_or(Value::Null))
 }
 
 /// Applies `change` to the properties of `path` with a version-guarded write, retrying when
 /// someone else wrote in between. Returns false (and writes nothing) if `change` left the
-/// properties as they were.
+/// properties as they were. `change` must be idempotent (set or remove keys): when the
+/// connection breaks during the write, the properties are read again and `change` applied
+/// again, so a write that did go through is not repeated (see [`call_retrying`]).
 pub async fn update_props(
     client: &Client,
     path: &str,
     change: impl Fn(&mut Props),
 ) -> Result<bool, ZkError> {
+    let mut lost = 0;
     loop {
-        let (data, stat) = call("get", path, client.get_data(path)).await?;
+        let (data, stat) = call_retrying("get", path, || client.get_data(path)).await?;
         let before = decode(&data);
         let mut props = before.clone();
         change(&mut props);
@@ -54,6 +57,10 @@ pub async fn update_props(
                 source: zookeeper_client::Error::BadVersion,
                 ..
             }) => continue,
+            Err(e) if e.is_connection_loss() && lost < LOSS_RETRIES => {
+                lost += 1;
+                tracing::info!("{e}; reading {path} again once reconnected");
+            }
             Err(e) => return Err(e),
         }
     }

@@ -123,8 +123,8 @@ pub async fn run_forever(ctx: &mut Context, wake: Arc<Notify>) -> Result<(), ZkE
         match serve(ctx, &wake).await {
             Ok(()) => return Ok(()),
             Err(e) => {
-                tracing::warn!("ZooKeeper failed: {e}; building a new session");
-                crate::systemd::status(&format!("ZooKeeper failed: {e}; reconnecting"));
+                tracing::warn!("{e}; building a new session");
+                crate::systemd::status(&format!("{e}; reconnecting"));
             }
         }
         loop {

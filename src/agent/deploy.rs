@@ -22,7 +22,7 @@ use super::status::{now, Report};
 use super::steps::record_for;
 use crate::tree::literal::py_str;
 use crate::zk::lock::{try_lock, wait_for_any, TryLock};
-use crate::zk::{call, decode, encode, Client, ZkError};
+use crate::zk::{call_retrying, decode, Client, ZkError};
 
 /// Where the node locks live.
 pub const AGENT_LOCKS: &str = "/agent-locks";
@@ -45,8 +45,12 @@ impl Context {
     ) -> Result<(), Interrupt> {
         let identifier = format!("{} ({})", self.host.name, self.host.id);
         let mut waited_since: Option<Instant> = None;
+        // The waiting status last written: rewritten only when it changes, so that its age
+        // (what the monitor reports) counts from the start of the wait.
+        let mut waiting: Option<String> = None;
         while !pending.is_empty() {
             let mut busy = Vec::new();
+            let mut holders = Vec::new();
             let mut ran = None;
             for (i, step) in pending.iter().enumerate() {
                 let Step::Deploy { path, .. } = step else {
@@ -61,6 +65,7 @@ impl Context {
                             holder.identifier
                         );
                         busy.push(format!("{lock}/{}", holder.name));
+                        holders.push(format!("{path} held by {}", holder.identifier));
                     }
                     TryLock::Acquired(held) => {
                         if let Some(since) = waited_since.take() {
@@ -71,8 +76,10 @@ impl Context {
                         let result = self
                             .deploy_locked(version, found, step, &lock, report)
                             .await;
-                        held.release(&self.client).await?;
+                        // The step's own outcome first: a failed release only hides it.
+                        let released = held.release(&self.client).await;
                         result?;
+                        released?;
                         ran = Some(i);
                         break;
                     }
@@ -81,10 +88,18 @@ impl Context {
             match ran {
                 Some(i) => {
                     pending.remove(i);
+                    waiting = None;
                 }
                 None => {
                     waited_since.get_or_insert_with(Instant::now);
                     tracing::info!("every pending node is locked by another host; waiting");
+                    // The status says what the host waits for, and for whom (not the step
+                    // it last ran).
+                    let text = waiting_status(&holders);
+                    if waiting.as_ref() != Some(&text) {
+                        self.status(version, &text).await;
+                        waiting = Some(text);
+                    }
                     wait_for_any(&self.client, &busy, LOCK_RECHECK).await?;
                 }
             }
@@ -125,8 +140,8 @@ impl Context {
         let Step::Deploy { path, n, .. } = step else {
             unreachable!("only deployments")
         };
-        let (data, stat) = call("get", lock, self.client.get_data(lock)).await?;
-        let mut lock_props = decode(&data);
+        let (data, _) = call_retrying("get", lock, || self.client.get_data(lock)).await?;
+        let lock_props = decode(&data);
         if let Some(Value::Object(rec)) = lock_props.get("in-flight") {
             let ours = rec.get("host").and_then(Value::as_str) == Some(self.host.id.as_str())
                 && rec.get("pid").and_then(Value::as_u64) == Some(u64::from(std::process::id()));
@@ -153,13 +168,10 @@ impl Context {
             "host": self.host.id, "name": self.host.name, "path": path, "n": n,
             "version": version, "pid": std::process::id(), "since": now(),
         });
-        lock_props.insert("in-flight".into(), record);
-        call(
-            "set",
-            lock,
-            self.client
-                .set_data(lock, &encode(&lock_props), Some(stat.version)),
-        )
+        // Version-guarded, and read again after a connection loss: written exactly once.
+        update_props(&self.client, lock, |p| {
+            p.insert("in-flight".into(), record.clone());
+        })
         .await?;
         let result = self.deploy_one(version, found, step, report).await;
         if let Err(message) = &result {
@@ -235,6 +247,19 @@ impl Context {
         self.step_done();
         result
     }
+}
+
+/// The status of a host waiting for node locks: the first few nodes and their holders.
+fn waiting_status(holders: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut text = format!(
+        "waiting for node locks: {}",
+        holders[..holders.len().min(SHOWN)].join(", ")
+    );
+    if holders.len() > SHOWN {
+        text.push_str(&format!(" and {} more", holders.len() - SHOWN));
+    }
+    text
 }
 
 /// Removes the in-flight record from a lock node.

@@ -14,13 +14,13 @@ use super::cluster::{cluster_version, halt, host_path, update_props};
 use super::discover::{discover_on, DiscoverFailure, Discovered, Host};
 use super::observe;
 use super::plan::{plan, Step};
-use super::role::{enter, installed_controllers, RoleLockError};
+use super::role::{check_lock_node, enter, installed_controllers, RoleLockError};
 use super::software;
 use super::status::{now, Report, RunDir};
 use super::steps::record_for;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::notify::{notify_failure, FailureReport};
+use crate::notify::{forget_failure, notify_failure, FailureReport};
 use crate::packages::yum::Yum;
 use crate::tree::literal::py_str;
 use crate::zk::{Client, ZkError};
@@ -261,6 +261,13 @@ impl Context {
                 "Not deploying because cluster version is {}",
                 py_str(&version)
             );
+            // `systemctl status` says why nothing happens (the status file keeps the last
+            // pass's outcome, which the monitor reads).
+            crate::systemd::status(if version.is_null() {
+                "not deploying: the cluster is halted"
+            } else {
+                "not deploying: deployments are paused"
+            });
             self.write_metrics();
             return Ok(PassOutcome::Skipped(version));
         }
@@ -308,16 +315,20 @@ impl Context {
             }
             Err(Interrupt::Fail(failure)) => self.fail(&version, failure, &mut report).await?,
             Err(Interrupt::Lost(e)) => {
-                tracing::warn!("Abandoning deployment: ZooKeeper failed: {e}");
+                tracing::warn!("Abandoning deployment: {e}");
                 if let Err(io) = self
                     .run_dir
-                    .set_status(&version, &format!("abandoned (ZooKeeper: {e})"))
+                    .set_status(&version, &format!("abandoned ({e})"))
                 {
                     tracing::warn!("cannot write the status file: {io}");
                 }
+                // No step runs while the session is rebuilt: the agent is idle for the watchdog.
+                crate::systemd::busy(false);
                 report.outcome = "abandoned".into();
-                report.error = Some(format!("ZooKeeper: {e}"));
+                report.error = Some(e.to_string());
                 report.finished = now();
+                self.metrics.last_pass = report.finished;
+                self.metrics.pass_duration = report.finished - report.started;
                 self.metrics.passes_abandoned += 1;
                 self.write_metrics();
                 let _ = self.run_dir.write_report(&report);
@@ -359,20 +370,31 @@ impl Context {
                 Step::Uninstall { .. } | Step::RemoveEtc { .. } => after.push(step),
             }
         }
+        let controller = prepared
+            .discovered
+            .controller
+            .as_ref()
+            .map(|(rpm, _)| rpm.clone());
+        if let (Some(_), Some(role)) = (&controller, &self.host.role) {
+            // Known before acting: the role lock node exists.
+            check_lock_node(&self.client, role)
+                .await
+                .map_err(|e| match e {
+                    RoleLockError::Zk(e) => Interrupt::Lost(e),
+                    missing => Interrupt::Fail(Failure::new(missing.to_string())),
+                })?;
+            // A pass run by a role controller is never abandoned on a halt, from its first
+            // step on (the original settles the controller before removing old deployments).
+            self.controlled = true;
+        }
         for step in &before {
             self.checkpoint().await?;
             self.status(version, &step.to_string()).await;
             self.run_step(step, version, &mut yum, report).await?;
             self.step_done();
         }
-        let controller = prepared
-            .discovered
-            .controller
-            .as_ref()
-            .map(|(rpm, _)| rpm.clone());
         match (&controller, &self.host.role) {
             (Some(rc), Some(role)) => {
-                self.controlled = true;
                 self.status(version, "waiting for the role lock").await;
                 let lock = enter(&self.client, role, &self.host)
                     .await
@@ -475,7 +497,16 @@ impl Context {
         self.status(version, "done").await;
         report.outcome = "done".into();
         self.metrics.passes_done += 1;
+        // The failure last mailed is over: if it happens again, that is news worth a mail.
+        if let Err(e) = forget_failure(&self.mail_state()) {
+            tracing::warn!("cannot forget the failure last mailed: {e}");
+        }
         Ok(PassOutcome::Done)
+    }
+
+    /// The file remembering the failure last mailed (see [`crate::notify`]).
+    fn mail_state(&self) -> std::path::PathBuf {
+        self.run_dir.status_path().with_file_name("last-mail.json")
     }
 
     async fn fail(
@@ -501,7 +532,10 @@ impl Context {
         report.outcome = "error".into();
         report.error = Some(failure.message.clone());
         self.metrics.passes_error += 1;
-        let last = report.steps.last();
+        // The last step recorded is the failing one only if it did not succeed: a failure that
+        // is not a step's (an in-flight record left by a dead holder, a missing role lock)
+        // comes after steps that went well, whose command and output would mislead.
+        let last = report.steps.last().filter(|s| s.exit != Some(0));
         let mail = FailureReport {
             host_id: self.host.id.clone(),
             host_name: self.host.name.clone(),
@@ -512,8 +546,7 @@ impl Context {
             output: last.map(|s| s.output.clone()).unwrap_or_default(),
             after_hook: last.is_some_and(|s| s.action == "after"),
         };
-        let state = self.run_dir.status_path().with_file_name("last-mail.json");
-        notify_failure(&self.config, &mail, &state).await;
+        notify_failure(&self.config, &mail, &self.mail_state()).await;
         Ok(PassOutcome::Failed(failure.message))
     }
 }

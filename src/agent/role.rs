@@ -97,8 +97,8 @@ async fn requests(client: &Client, path: &str) -> Result<Vec<(String, Option<Str
     Ok(out)
 }
 
-/// Enters the role lock: makes (or re-adopts) this host's request and waits until it is first.
-pub async fn enter(client: &Client, role: &str, host: &Host) -> Result<RoleLock, RoleLockError> {
+/// Checks that the role lock node of `role` exists (operators create it).
+pub async fn check_lock_node(client: &Client, role: &str) -> Result<(), RoleLockError> {
     let path = lock_path(role);
     if call("stat", &path, client.check_stat(&path))
         .await?
@@ -106,6 +106,13 @@ pub async fn enter(client: &Client, role: &str, host: &Host) -> Result<RoleLock,
     {
         return Err(RoleLockError::Missing(path));
     }
+    Ok(())
+}
+
+/// Enters the role lock: makes (or re-adopts) this host's request and waits until it is first.
+pub async fn enter(client: &Client, role: &str, host: &Host) -> Result<RoleLock, RoleLockError> {
+    let path = lock_path(role);
+    check_lock_node(client, role).await?;
     let data = json!({"requestor": host.id, "hostname": host.name}).to_string();
     let mode = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
     let prefix = join(&path, "lr-");
@@ -131,6 +138,7 @@ pub async fn enter(client: &Client, role: &str, host: &Host) -> Result<RoleLock,
             ours = first_ours.clone();
         }
     }
+    let mut logged: Option<String> = None;
     loop {
         let (names, _, watcher) =
             call("watch", &path, client.get_and_watch_children(&path)).await?;
@@ -139,7 +147,15 @@ pub async fn enter(client: &Client, role: &str, host: &Host) -> Result<RoleLock,
         match names.first() {
             Some(first) if *first == ours => break,
             Some(first) => {
-                tracing::info!("waiting for the role lock {path}, held by request {first}");
+                // Name the holder (once per holder): who blocks the role is what an operator
+                // needs to know, e.g. a host that failed and keeps its request.
+                if logged.as_ref() != Some(first) {
+                    let who = requestor(client, &join(&path, first)).await;
+                    tracing::info!(
+                        "waiting for the role lock {path}, held by {who} (request {first})"
+                    );
+                    logged = Some(first.clone());
+                }
                 watcher.changed().await;
             }
             None => {
@@ -154,6 +170,24 @@ pub async fn enter(client: &Client, role: &str, host: &Host) -> Result<RoleLock,
     Ok(RoleLock {
         request: join(&path, &ours),
     })
+}
+
+/// `hostname (requestor)` of a request node, as far as it can be read.
+async fn requestor(client: &Client, request: &str) -> String {
+    match call("get", request, client.get_data(request)).await {
+        Ok((data, _)) => {
+            let props = decode(&data);
+            let field = |k: &str| {
+                props
+                    .get(k)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("?")
+                    .to_string()
+            };
+            format!("{} ({})", field("hostname"), field("requestor"))
+        }
+        Err(_) => "a request gone meanwhile".to_string(),
+    }
 }
 
 impl RoleLock {

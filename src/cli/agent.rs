@@ -143,7 +143,6 @@ pub fn agent(args: AgentArgs) -> Outcome {
         }
         crate::systemd::notify("READY=1");
         let result = run_forever(&mut ctx, wake).await;
-        crate::systemd::notify("STOPPING=1");
         close(ctx).await;
         result.map_err(|e| Failure::Failed(e.to_string()))?;
         tracing::info!("stopped");
@@ -165,6 +164,8 @@ fn spawn_signal_handler(stop: Arc<AtomicBool>, wake: Arc<Notify>) {
             _ = int.recv() => {}
         }
         tracing::info!("stopping: the step in progress finishes, no new step starts");
+        crate::systemd::notify("STOPPING=1");
+        crate::systemd::status("stopping: finishing the step in progress");
         stop.store(true, Ordering::SeqCst);
         wake.notify_one();
     });

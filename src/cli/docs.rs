@@ -26,18 +26,26 @@ pub fn run(args: DocsArgs) -> Outcome {
     }
     let cmd = Cli::command();
     let mut page = Vec::new();
-    clap_mangen::Man::new(cmd.clone()).render(&mut page).map_err(|e| Failure::Failed(e.to_string()))?;
+    clap_mangen::Man::new(cmd.clone())
+        .render(&mut page)
+        .map_err(|e| Failure::Failed(e.to_string()))?;
     write(&man.join("zkdeployment.1"), &page)?;
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
         let name = format!("zkdeployment-{}", sub.get_name());
         let mut page = Vec::new();
         let leaked: &'static str = Box::leak(name.clone().into_boxed_str());
         let sub = sub.clone().name(leaked).version(env!("CARGO_PKG_VERSION"));
-        clap_mangen::Man::new(sub).render(&mut page).map_err(|e| Failure::Failed(e.to_string()))?;
+        clap_mangen::Man::new(sub)
+            .render(&mut page)
+            .map_err(|e| Failure::Failed(e.to_string()))?;
         write(&man.join(format!("{name}.1")), &page)?;
     }
     use clap_complete::Shell;
-    for (shell, file) in [(Shell::Bash, "zkdeployment"), (Shell::Zsh, "_zkdeployment"), (Shell::Fish, "zkdeployment.fish")] {
+    for (shell, file) in [
+        (Shell::Bash, "zkdeployment"),
+        (Shell::Zsh, "_zkdeployment"),
+        (Shell::Fish, "zkdeployment.fish"),
+    ] {
         let mut out = Vec::new();
         clap_complete::generate(shell, &mut Cli::command(), "zkdeployment", &mut out);
         write(&completions.join(file), &out)?;

@@ -131,8 +131,10 @@ fn usage_error(e: clap::Error) -> ExitCode {
 }
 
 fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ZKDEPLOYMENT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},zookeeper_client=warn")));
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("ZKDEPLOYMENT_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(format!("{level},zookeeper_client=warn"))
+        });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

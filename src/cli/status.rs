@@ -6,7 +6,7 @@ use clap::Args;
 use super::tree::ZkArg;
 use super::{runtime, Failure, Outcome};
 use crate::overview::Overview;
-use crate::resume::{parse_version, resume};
+use crate::resume::{parse_version, resume, ResumeError};
 use crate::tree::literal::py_str;
 
 #[derive(Debug, Args)]
@@ -53,9 +53,10 @@ pub fn resume_cmd(args: ResumeArgs) -> Outcome {
     runtime()?.block_on(async {
         let client = args.zk.connect().await?;
         let version = args.version.as_deref().map(parse_version);
-        let set = resume(&client, version)
-            .await
-            .map_err(|e| Failure::Failed(e.to_string()))?;
+        let set = resume(&client, version).await.map_err(|e| match e {
+            ResumeError::NullVersion => Failure::Usage(e.to_string()),
+            e => Failure::Failed(e.to_string()),
+        })?;
         println!("cluster version set to {}; halt cleared", py_str(&set));
         Ok(0)
     })

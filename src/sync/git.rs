@@ -79,7 +79,11 @@ fn update_blocking(url: &str, dir: &Path, branch: &str) -> Step<Checkout> {
         step("set-url", repo.remote_set_url("origin", url))?;
         {
             let mut remote = step("remote", repo.find_remote("origin"))?;
-            step("fetch", remote.fetch(&[refspec.as_str()], None, None))?;
+            let mut opts = crate::gitauth::fetch_options();
+            step(
+                "fetch",
+                remote.fetch(&[refspec.as_str()], Some(&mut opts), None),
+            )?;
         }
         repo
     } else {
@@ -93,10 +97,19 @@ fn update_blocking(url: &str, dir: &Path, branch: &str) -> Step<Checkout> {
                 format!("{} exists and is not a git checkout", dir.display()),
             ));
         }
-        let repo = step("clone", Repository::clone(url, dir))?;
+        let repo = step(
+            "clone",
+            git2::build::RepoBuilder::new()
+                .fetch_options(crate::gitauth::fetch_options())
+                .clone(url, dir),
+        )?;
         {
             let mut remote = step("remote", repo.find_remote("origin"))?;
-            step("fetch", remote.fetch(&[refspec.as_str()], None, None))?;
+            let mut opts = crate::gitauth::fetch_options();
+            step(
+                "fetch",
+                remote.fetch(&[refspec.as_str()], Some(&mut opts), None),
+            )?;
         }
         repo
     };

@@ -8,7 +8,7 @@
 
 use zookeeper_client::{Acls, CreateMode};
 
-use super::{call, join, open_persistent, Client, ZkError};
+use super::{call, call_retrying, join, open_persistent, Client, ZkError, LOSS_RETRIES};
 
 /// The marker between the contender's prefix and its sequence number.
 pub const LOCK_MARKER: &str = "__lock__";
@@ -21,12 +21,10 @@ pub struct Held {
 }
 
 impl Held {
-    /// Deletes our contender node.
+    /// Deletes our contender node (again after a connection loss: a delete that went
+    /// through answers `NoNode` the second time).
     pub async fn release(self, client: &Client) -> Result<(), ZkError> {
-        match call("delete", &self.node, client.delete(&self.node, None)).await {
-            Err(e) if e.is_no_node() => Ok(()),
-            other => other,
-        }
+        delete_own(client, &self.node).await
     }
 }
 
@@ -39,6 +37,8 @@ pub struct Contender {
     pub sequence: i64,
     /// Its data (the identifier), as text.
     pub identifier: String,
+    /// The session that created it.
+    pub owner: i64,
 }
 
 /// Outcome of [`try_lock`].
@@ -66,7 +66,7 @@ pub fn sequence_of(name: &str) -> Option<i64> {
 
 /// Lists the contenders of the lock at `path`, lowest sequence first (with identifiers).
 pub async fn contenders(client: &Client, path: &str) -> Result<Vec<Contender>, ZkError> {
-    let names = match call("list", path, client.list_children(path)).await {
+    let names = match call_retrying("list", path, || client.list_children(path)).await {
         Ok(names) => names,
         Err(e) if e.is_no_node() => return Ok(Vec::new()),
         Err(e) => return Err(e),
@@ -82,11 +82,26 @@ pub async fn contenders(client: &Client, path: &str) -> Result<Vec<Contender>, Z
         .collect();
     let mut out = Vec::new();
     for ((sequence, name), read) in found.into_iter().zip(reads) {
-        match call("get", &name, read).await {
-            Ok((data, _)) => out.push(Contender {
+        let full = join(path, &name);
+        let mut read = Some(read);
+        let got = call_retrying("get", &full, || {
+            let again = read.take();
+            let client = client.clone();
+            let full = full.clone();
+            async move {
+                match again {
+                    Some(pipelined) => pipelined.await,
+                    None => client.get_data(&full).await,
+                }
+            }
+        })
+        .await;
+        match got {
+            Ok((data, stat)) => out.push(Contender {
                 name,
                 sequence,
                 identifier: String::from_utf8_lossy(&data).into_owned(),
+                owner: stat.ephemeral_owner,
             }),
             Err(e) if e.is_no_node() => {}
             Err(e) => return Err(e),
@@ -96,37 +111,105 @@ pub async fn contenders(client: &Client, path: &str) -> Result<Vec<Contender>, Z
 }
 
 /// Tries once to take the lock at `path` (created if missing) with `identifier` as data.
+///
+/// Connection losses are survived as kazoo does: a create whose answer was lost is looked
+/// for by its unique prefix before trying again. Contenders left by this very session (an
+/// earlier attempt that failed after its create) are removed: a process holds at most the
+/// contender it is creating now, and a leftover would block the lock for everyone while the
+/// session lives. On any error after the create, our contender is removed again (best
+/// effort).
 pub async fn try_lock(client: &Client, path: &str, identifier: &str) -> Result<TryLock, ZkError> {
     ensure_node(client, path).await?;
+    let node = create_contender(client, path, identifier).await?;
+    let decided = decide(client, path, &node).await;
+    if !matches!(decided, Ok(TryLock::Acquired(_))) {
+        // Busy, or failed: leave the queue (an error here is the session's, reported by
+        // the next request anyway).
+        if let Err(e) = delete_own(client, &node).await {
+            if decided.is_ok() {
+                return Err(e);
+            }
+        }
+    }
+    decided
+}
+
+/// Creates our ephemeral sequential contender under `path`, returning its full path.
+async fn create_contender(
+    client: &Client,
+    path: &str,
+    identifier: &str,
+) -> Result<String, ZkError> {
     let prefix = format!("{}{LOCK_MARKER}", uuid::Uuid::new_v4().simple());
     let ours = join(path, &prefix);
     let mode = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-    let (_, seq) = call(
-        "create",
-        &ours,
-        client.create(&ours, identifier.as_bytes(), &mode),
-    )
-    .await?;
-    let node = format!("{ours}{seq}");
-    let name = node.rsplit('/').next().unwrap_or_default().to_string();
-    let all = contenders(client, path).await?;
-    match all.first() {
-        Some(first) if first.name == name => Ok(TryLock::Acquired(Held { node })),
-        first => {
-            let holder = first.cloned().unwrap_or(Contender {
+    let mut lost = 0;
+    loop {
+        match call(
+            "create",
+            &ours,
+            client.create(&ours, identifier.as_bytes(), &mode),
+        )
+        .await
+        {
+            Ok((_, seq)) => return Ok(format!("{ours}{seq}")),
+            Err(e) if e.is_connection_loss() && lost < LOSS_RETRIES => {
+                lost += 1;
+                tracing::info!("{e}; looking for our contender once reconnected");
+                let names = call_retrying("list", path, || client.list_children(path)).await?;
+                if let Some(name) = names.iter().find(|n| n.starts_with(&prefix)) {
+                    return Ok(join(path, name));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether our contender `node` holds the lock; drops leftovers of our own session first.
+async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkError> {
+    let name = node.rsplit('/').next().unwrap_or_default();
+    let session = client.session_id().0;
+    let mut all = contenders(client, path).await?;
+    let (leftovers, others): (Vec<Contender>, Vec<Contender>) = all
+        .drain(..)
+        .partition(|c| c.owner == session && c.name != name);
+    for stale in &leftovers {
+        tracing::warn!(
+            "removing {path}/{}, left by an interrupted attempt of this session",
+            stale.name
+        );
+        delete_own(client, &join(path, &stale.name)).await?;
+    }
+    match others.first() {
+        Some(first) if first.name == name => Ok(TryLock::Acquired(Held {
+            node: node.to_string(),
+        })),
+        first => Ok(TryLock::Busy {
+            holder: first.cloned().unwrap_or(Contender {
                 name: String::new(),
                 sequence: -1,
                 identifier: String::new(),
-            });
-            Held { node }.release(client).await?;
-            Ok(TryLock::Busy { holder })
-        }
+                owner: 0,
+            }),
+        }),
+    }
+}
+
+/// Deletes a node of ours; already gone is fine.
+async fn delete_own(client: &Client, node: &str) -> Result<(), ZkError> {
+    match call_retrying("delete", node, || client.delete(node, None)).await {
+        Err(e) if e.is_no_node() => Ok(()),
+        other => other,
     }
 }
 
 /// Creates a persistent (empty) node and its ancestors if missing.
 pub async fn ensure_node(client: &Client, path: &str) -> Result<(), ZkError> {
-    if call("stat", path, client.check_stat(path)).await?.is_some() {
+    if call_retrying("stat", path, || client.check_stat(path))
+        .await?
+        .is_some()
+    {
         return Ok(());
     }
     match call("create", path, client.mkdir(path, &open_persistent())).await {
@@ -147,7 +230,7 @@ pub async fn wait_for_any(
 ) -> Result<(), ZkError> {
     let mut watches = Vec::new();
     for node in nodes {
-        match call("watch", node, client.check_and_watch_stat(node)).await? {
+        match call_retrying("watch", node, || client.check_and_watch_stat(node)).await? {
             (None, _) => return Ok(()),
             (Some(_), watcher) => watches.push(Box::pin(watcher.changed())),
         }

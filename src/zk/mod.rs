@@ -28,8 +28,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// A ZooKeeper operation that failed, with the operation and path it was about.
 #[derive(Debug, thiserror::Error)]
 pub enum ZkError {
-    /// The server (or the client library) answered with an error.
-    #[error("{op} {path}: {source}")]
+    /// The server (or the client library) answered with an error. The message names
+    /// ZooKeeper: it reaches operators as is (`zkdeployment: ZooKeeper get /hosts: session
+    /// expired`).
+    #[error("ZooKeeper {op} {path}: {source}")]
     Op {
         /// What was being done (`get`, `create`, …).
         op: &'static str,
@@ -68,6 +70,47 @@ impl ZkError {
     /// True if the node did not exist.
     pub fn is_no_node(&self) -> bool {
         matches!(self.source_error(), Some(zookeeper_client::Error::NoNode))
+    }
+
+    /// True if the connection broke while the request was in flight (`ConnectionLoss`, or the
+    /// socket's own error): the request may or may not have been applied, and the session
+    /// may live on (the client reconnects, to another server of an ensemble too).
+    pub fn is_connection_loss(&self) -> bool {
+        matches!(
+            self.source_error(),
+            Some(zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::Custom(_))
+        )
+    }
+}
+
+/// How many times [`call_retrying`] tries again after a connection loss.
+pub const LOSS_RETRIES: u32 = 5;
+
+/// [`call`] for requests that are safe to repeat (reads, version-guarded writes whose
+/// outcome the caller checks, deletes of its own nodes): when the connection broke while the
+/// request was in flight, it is made again, up to [`LOSS_RETRIES`] times. The new request is
+/// queued by the client until it has reconnected within the session (or fails with
+/// `SessionExpired` if the session is gone), so a leader election or a server restart costs
+/// a pause, not an abandoned pass.
+pub async fn call_retrying<T, F, Fut>(
+    op: &'static str,
+    path: &str,
+    mut request: F,
+) -> Result<T, ZkError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, zookeeper_client::Error>>,
+{
+    let mut attempt = 0;
+    loop {
+        match call(op, path, request()).await {
+            Err(e) if e.is_connection_loss() && attempt < LOSS_RETRIES => {
+                attempt += 1;
+                tracing::info!("{e}; trying again once reconnected");
+                tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+            }
+            other => return other,
+        }
     }
 }
 

@@ -281,6 +281,26 @@ impl Spawned {
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     }
 
+    /// Crashes it as a dying host would: SIGKILL to the process, then to every descendant it
+    /// had (its deploy script and the script's children), found through `/proc` before the
+    /// kill. Waits for the process itself to be gone.
+    pub async fn kill_tree(&mut self) {
+        let root = self.pid();
+        let mut family = vec![root];
+        let mut i = 0;
+        while i < family.len() {
+            family.extend(children_of(family[i]));
+            i += 1;
+        }
+        for pid in family {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = self.child.wait().await;
+    }
+
     /// Waits for it to exit (at most `limit`) and returns its exit code (128 + N for signal N).
     pub async fn wait(&mut self, limit: Duration) -> i32 {
         use std::os::unix::process::ExitStatusExt;
@@ -404,6 +424,35 @@ pub fn dir_snapshot(dir: &Path) -> BTreeMap<String, (String, Vec<u8>, Option<Sys
                 ("file", std::fs::read(&path).unwrap())
             };
             out.insert(rel, (kind.to_string(), content, meta.modified().ok()));
+        }
+    }
+    out
+}
+
+/// The processes whose parent is `pid` (from `/proc/*/stat`).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `PID (COMM) STATE PPID ...`: COMM may hold spaces and parentheses.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push(child);
         }
     }
     out

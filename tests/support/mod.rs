@@ -588,5 +588,8 @@ pub fn read(path: impl AsRef<Path>) -> String {
     text
 }
 pub mod agent;
+pub mod ensemble;
 pub mod git;
+pub mod proxy;
 pub mod rpm;
+pub mod smtp;

@@ -87,7 +87,8 @@ const fn pkg(
 /// - `foo` 1.0, 1.4, 2.0 → `/opt/foo/bin/zookeeper-deploy`
 /// - `bar-1.0` 1.0 and `bar-1.4` 1.4 (version in the name) → `/opt/bar-1.x/bin/zookeeper-deploy`
 /// - `webapp` 1.0, 1.4, 2.0; `worker` 1.0, 1.1; `cache-1.2` 1.2 → `/opt/NAME/bin/zookeeper-deploy`
-/// - `webrc` 1.0, 1.1 → `/opt/webrc/bin/starting-deployments` and `ending-deployments`
+/// - `webrc` 1.0, 1.1 and `otherrc` 1.0 → `/opt/NAME/bin/starting-deployments` and
+///   `ending-deployments` (role controllers)
 /// - `epochy` 1:2.5-1 (an epoch) and [`LONG_NAME`] 1.0 → `/opt/NAME/bin/zookeeper-deploy`
 pub const PACKAGES: &[TestPackage] = &[
     pkg("foo", "1.0", "/opt/foo", DEPLOY),
@@ -103,6 +104,7 @@ pub const PACKAGES: &[TestPackage] = &[
     pkg("cache-1.2", "1.2", "/opt/cache-1.2", DEPLOY),
     pkg("webrc", "1.0", "/opt/webrc", RC),
     pkg("webrc", "1.1", "/opt/webrc", RC),
+    pkg("otherrc", "1.0", "/opt/otherrc", RC),
     TestPackage {
         epoch: Some(1),
         ..pkg("epochy", "2.5", "/opt/epochy", DEPLOY)
@@ -125,11 +127,16 @@ pub fn payload_script(nvr: &str) -> String {
 # $ZKDEPLOYMENT_ROOT/etc/<app>/<marker>.<n>.deployed. Test knobs (from the agent's
 # environment): ZK_TEST_FAIL=PATH fails deploying PATH with some output; ZK_TEST_SLEEP=S
 # sleeps S seconds; ZK_TEST_TIMES=FILE gets "start|end <rpm> <path> <n> <host> <time>" lines;
-# ZK_TEST_ENV=FILE gets the ZKDEPLOYMENT_* environment and the properties file.
+# ZK_TEST_ENV=FILE gets the ZKDEPLOYMENT_* environment and the properties file;
+# ZK_TEST_FAIL_ROLE=starting|ending fails starting-deployments / ending-deployments.
 me=$(basename "$0")
 log=${{ZK_DEPLOY_LOG:-$(dirname "$0")/../deploy.log}}
 if [ "$me" = zookeeper-deploy ]; then tag='{nvr}'; else tag="{nvr} $me"; fi
 printf '%s\n' "$tag: $*" >> "$log"
+if [ "$me" = "${{ZK_TEST_FAIL_ROLE:-}}-deployments" ]; then
+  echo "$me failed: the test asked for it"
+  exit 4
+fi
 [ "$me" = zookeeper-deploy ] || exit 0
 rpm=$(basename "$(cd "$(dirname "$0")/.." && pwd)")
 app=$(printf %s "$rpm" | sed -E 's/-[0-9]+(\.[0-9]+)*$//')

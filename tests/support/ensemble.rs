@@ -1,0 +1,259 @@
+//! A 3-server ZooKeeper ensemble on loopback, owned by one test: three JVMs running
+//! `QuorumPeerMain` (same java, classpath and PDEATHSIG spawning as [`super::ZkServer`]), each
+//! with its own `zoo.cfg` (`server.N=127.0.0.1:PEER:ELECTION`, `tickTime=500`, `initLimit=5`,
+//! `syncLimit=2`), `myid` and data directory under one temporary directory. Killed on drop.
+//!
+//! [`Ensemble::start`] returns once every server serves and one of them says
+//! `Mode: leader`. [`Ensemble::kill`] crashes one server (SIGKILL), [`Ensemble::restart`]
+//! starts it again with its data, [`Ensemble::leader`] finds the current leader, and
+//! [`Ensemble::connect_string`] lists all three client ports.
+#![allow(dead_code)]
+
+use std::fs::OpenOptions;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{four_letter, free_port, java_and_classpath, spawn_with_pdeathsig, tail, TICK_MS};
+
+/// Servers in the ensemble.
+pub const SIZE: usize = 3;
+const READY_TIMEOUT: Duration = Duration::from_secs(40);
+const START_ATTEMPTS: usize = 3;
+
+/// One server's ports.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    /// Client port.
+    pub client: u16,
+    /// Quorum (follower ↔ leader) port.
+    pub peer: u16,
+    /// Leader election port.
+    pub election: u16,
+}
+
+/// A running 3-server ensemble.
+pub struct Ensemble {
+    /// Holds `N/zoo.cfg`, `N/data/myid` and `N/zk.log` for N = 1..=3.
+    pub dir: tempfile::TempDir,
+    /// The ports of server i (0-based index; its myid is i + 1).
+    pub ports: [Ports; SIZE],
+    children: [Option<Child>; SIZE],
+}
+
+impl Ensemble {
+    /// Starts three servers and waits for a leader (retrying with new ports on a bind race).
+    pub fn start() -> Ensemble {
+        let mut last = String::new();
+        for attempt in 1..=START_ATTEMPTS {
+            match Ensemble::try_start() {
+                Ok(ensemble) => return ensemble,
+                Err(why) => {
+                    last = format!("attempt {attempt}: {why}");
+                    if !why.contains("BindException") {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+        panic!("the ZooKeeper ensemble did not start: {last}");
+    }
+
+    fn try_start() -> Result<Ensemble, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("zkd-test-ensemble-")
+            .tempdir()
+            .expect("cannot create a temporary directory for the ensemble");
+        let ports = std::array::from_fn(|_| Ports {
+            client: free_port(),
+            peer: free_port(),
+            election: free_port(),
+        });
+        let mut ensemble = Ensemble {
+            dir,
+            ports,
+            children: [None, None, None],
+        };
+        ensemble.write_configs();
+        for i in 0..SIZE {
+            ensemble.launch(i);
+        }
+        match ensemble.wait_ready() {
+            Ok(()) => Ok(ensemble),
+            Err(why) => {
+                for i in 0..SIZE {
+                    ensemble.kill(i);
+                }
+                Err(format!("{why}\n{}", ensemble.logs()))
+            }
+        }
+    }
+
+    /// `127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`.
+    pub fn connect_string(&self) -> String {
+        self.ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{}", p.client))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The index (0-based) of the server that says `Mode: leader`, waiting up to 30 s for
+    /// an election to finish.
+    pub fn leader(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            for i in 0..SIZE {
+                if self.children[i].is_some() && self.mode(i).as_deref() == Some("leader") {
+                    return i;
+                }
+            }
+            if Instant::now() >= deadline {
+                panic!("no leader after 30 s\n{}", self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// What `srvr` says server i is (`leader`, `follower`), if it serves.
+    pub fn mode(&self, i: usize) -> Option<String> {
+        four_letter(self.ports[i].client, "srvr")
+            .lines()
+            .find_map(|l| l.strip_prefix("Mode: ").map(|m| m.trim().to_string()))
+    }
+
+    /// True while server i's JVM runs.
+    pub fn is_running(&mut self, i: usize) -> bool {
+        match self.children[i].as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Crashes server i (SIGKILL) and waits for the JVM to be gone. No-op if not running.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.children[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts server i again with its data and waits until it serves (as leader or follower).
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.launch(i);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while self.mode(i).is_none() {
+            if Instant::now() >= deadline {
+                panic!("server {} did not rejoin\n{}", i + 1, self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The tails of the three logs (for failure messages).
+    pub fn logs(&self) -> String {
+        (0..SIZE)
+            .map(|i| {
+                let log =
+                    std::fs::read_to_string(self.server_dir(i).join("zk.log")).unwrap_or_default();
+                format!("--- server {} ---\n{}", i + 1, tail(&log, 30))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn server_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join((i + 1).to_string())
+    }
+
+    fn write_configs(&self) {
+        let servers: String = self
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("server.{}=127.0.0.1:{}:{}\n", i + 1, p.peer, p.election))
+            .collect();
+        for i in 0..SIZE {
+            let dir = self.server_dir(i);
+            let data = dir.join("data");
+            std::fs::create_dir_all(&data).expect("cannot create dataDir");
+            std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
+            let config = format!(
+                "tickTime={TICK_MS}\n\
+                 initLimit=5\n\
+                 syncLimit=2\n\
+                 dataDir={}\n\
+                 clientPort={}\n\
+                 clientPortAddress=127.0.0.1\n\
+                 maxClientCnxns=0\n\
+                 4lw.commands.whitelist=*\n\
+                 admin.enableServer=false\n\
+                 forceSync=no\n\
+                 {servers}",
+                data.display(),
+                self.ports[i].client,
+            );
+            std::fs::write(dir.join("zoo.cfg"), config).expect("cannot write zoo.cfg");
+        }
+    }
+
+    fn launch(&mut self, i: usize) {
+        let (java, classpath) = java_and_classpath();
+        let dir = self.server_dir(i);
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("zk.log"))
+            .expect("cannot open zk.log");
+        let heap = std::env::var("ZK_HEAP").unwrap_or_else(|_| "192m".into());
+        let mut cmd = Command::new(&java);
+        cmd.arg(format!("-Xmx{heap}"))
+            .args(["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+            .arg("-Djava.net.preferIPv4Stack=true")
+            .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=info")
+            .arg("-Dorg.slf4j.simpleLogger.showDateTime=true")
+            .arg("-cp")
+            .arg(&classpath)
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(dir.join("zoo.cfg"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("cannot clone the zk.log handle"))
+            .stderr(log);
+        let child = spawn_with_pdeathsig(cmd)
+            .unwrap_or_else(|e| panic!("cannot run {java:?} to start ZooKeeper: {e}"));
+        self.children[i] = Some(child);
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            for i in 0..SIZE {
+                if !self.is_running(i) {
+                    return Err(format!("server {} exited during startup", i + 1));
+                }
+            }
+            let modes: Vec<Option<String>> = (0..SIZE).map(|i| self.mode(i)).collect();
+            if modes.iter().all(Option::is_some)
+                && modes.iter().any(|m| m.as_deref() == Some("leader"))
+            {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "no serving ensemble after {READY_TIMEOUT:?}: {modes:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Ensemble {
+    fn drop(&mut self) {
+        for i in 0..SIZE {
+            self.kill(i);
+        }
+    }
+}
