@@ -382,7 +382,7 @@ pub fn parse(
         }
     }
 
-    let zookeeper_auth = match values.optional(SECRET_KEY)? {
+    let zookeeper_auth = match values.optional_strict(SECRET_KEY)? {
         None => None,
         Some(v) => {
             let ok = match v.split_once(':') {
@@ -767,6 +767,33 @@ impl Values<'_> {
     fn optional(&self, key: &str) -> Result<Option<String>, ConfigError> {
         match self.lookup(key)? {
             Lookup::Set(value) => Ok(Some(value)),
+            Lookup::Unset { .. } => Ok(None),
+        }
+    }
+
+    /// [`Values::optional`] for credentials: a `file://` or `http(s)://` value that gives
+    /// nothing (a missing or empty file, a 404) is an error rather than "not set", since
+    /// running without them would silently drop the authentication (and, for
+    /// `zookeeper-auth`, leave the host node writable by anyone).
+    fn optional_strict(&self, key: &str) -> Result<Option<String>, ConfigError> {
+        let indirect = self
+            .entries
+            .iter()
+            .find(|(k, _)| k == key)
+            .is_some_and(|(_, e)| {
+                ["file://", "http://", "https://"]
+                    .iter()
+                    .any(|p| e.value.starts_with(p))
+            });
+        match self.lookup(key)? {
+            Lookup::Set(value) => Ok(Some(value)),
+            Lookup::Unset { why, .. } if indirect => Err(self.invalid(
+                key,
+                format!(
+                    "{}; set, so it must give the credentials",
+                    why.unwrap_or_else(|| "the value it refers to is empty".into())
+                ),
+            )),
             Lookup::Unset { .. } => Ok(None),
         }
     }

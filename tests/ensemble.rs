@@ -201,5 +201,8 @@ async fn fleet_survives_losing_the_leader(sleep: &str) {
         let (data, _) = hosts[0].client.get_data(&lock).await.unwrap();
         assert_eq!(zkdeployment::zk::decode(&data).get("in-flight"), None);
     }
+    // The old leader comes back as a follower.
+    tokio::task::block_in_place(|| ensemble.restart(leader));
+    assert_eq!(ensemble.mode(leader).as_deref(), Some("follower"));
     eprintln!("done in {:?}", t0.elapsed());
 }

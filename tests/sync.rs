@@ -832,3 +832,84 @@ async fn a_syncer_killed_while_applying_leaves_the_version_and_the_next_run_comp
     assert_eq!(env.hosts().await["version"], json!(new));
     assert_eq!(env.snapshot().await.get("/big").unwrap().count(), 20_201);
 }
+
+#[tokio::test]
+async fn syncs_over_the_network_from_a_git_daemon() {
+    // A `git daemon` on loopback serves the repository over git:// (libgit2's network
+    // transport); skipped where no git binary is installed.
+    if std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI has git (scripts/test.sh installs it)"
+        );
+        eprintln!("SKIPPED: no git binary for git daemon");
+        return;
+    }
+    let env = Env::new("sync-network").await;
+    let rev = env.repo.commit(&[("acme.zk", ACME)]);
+    std::fs::write(env.repo.path().join(".git/git-daemon-export-ok"), "").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base = env.repo.path().parent().unwrap().to_path_buf();
+    // Run git-daemon itself (`git daemon` forks it as a child that would outlive a kill).
+    let exec_path = std::process::Command::new("git")
+        .arg("--exec-path")
+        .output()
+        .unwrap();
+    let exec_path = String::from_utf8_lossy(&exec_path.stdout)
+        .trim()
+        .to_string();
+    let mut daemon = tokio::process::Command::new(format!("{exec_path}/git-daemon"))
+        .args([
+            "--reuseaddr",
+            "--listen=127.0.0.1",
+            &format!("--port={port}"),
+        ])
+        .arg(format!("--base-path={}", base.display()))
+        .arg(&base)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "git daemon did not start"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let name = env
+        .repo
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let url = format!("git://127.0.0.1:{port}/{name}/.git");
+    let (checkout, tomb, lock) = (env.checkout(), env.tombstone(), env.lock_file());
+    let run = support::run_async(&[
+        "sync",
+        "-u",
+        &url,
+        "-t",
+        checkout.to_str().unwrap(),
+        "--tombstone",
+        tomb.to_str().unwrap(),
+        "--lock-file",
+        lock.to_str().unwrap(),
+        "-z",
+        &env.conn,
+    ])
+    .await;
+    run.assert_ok();
+    assert_eq!(env.hosts().await["version"], json!(rev));
+    assert!(env.snapshot().await.get("/acme/web").is_some());
+    daemon.start_kill().unwrap();
+}

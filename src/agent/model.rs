@@ -97,11 +97,13 @@ pub fn is_versioned_name(rpm: &str) -> bool {
 }
 
 /// Checks that a package, application or role name is a plain name: not empty, not `.` or
-/// `..`, no `/`, no whitespace, no control characters.
+/// `..`, no `/`, no whitespace, no control characters, and not starting with `-` (it goes
+/// into yum's argument vector, where it would be read as an option).
 pub fn check_plain_name(what: &str, name: &str) -> Result<(), String> {
     let bad = name.is_empty()
         || name == "."
         || name == ".."
+        || name.starts_with('-')
         || name.contains('/')
         || name.chars().any(|c| c.is_whitespace() || c.is_control());
     if bad {
@@ -213,7 +215,17 @@ mod tests {
     #[test]
     fn plain_names() {
         assert!(check_plain_name("package", "foo-1.2").is_ok());
-        for bad in ["", ".", "..", "a/b", "a b", "a\tb", "a\u{0}b"] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "a b",
+            "a\tb",
+            "a\u{0}b",
+            "-y",
+            "--installroot=x",
+        ] {
             assert!(check_plain_name("package", bad).is_err(), "{bad:?}");
         }
     }

@@ -15,7 +15,7 @@ use serde_json::json;
 use zookeeper_client::{Acls, CreateMode};
 
 use super::discover::Host;
-use crate::zk::{call, decode, join, Client, ZkError};
+use crate::zk::{call, call_retrying, decode, join, Client, ZkError};
 
 /// Where role controllers are declared.
 pub const ROLES: &str = "/roles";
@@ -70,19 +70,16 @@ pub enum RoleLockError {
 
 /// The requests of the lock, in order, with their requestor.
 async fn requests(client: &Client, path: &str) -> Result<Vec<(String, Option<String>)>, ZkError> {
-    let mut names: Vec<String> = call("list", path, client.list_children(path))
+    let mut names: Vec<String> = call_retrying("list", path, || client.list_children(path))
         .await?
         .into_iter()
         .filter(|n| n.starts_with("lr-"))
         .collect();
     names.sort();
-    let reads: Vec<_> = names
-        .iter()
-        .map(|n| client.get_data(&join(path, n)))
-        .collect();
     let mut out = Vec::new();
-    for (name, read) in names.into_iter().zip(reads) {
-        match call("get", &name, read).await {
+    for name in names {
+        let node = join(path, &name);
+        match call_retrying("get", &node, || client.get_data(&node)).await {
             Ok((data, _)) => {
                 let who = decode(&data)
                     .get("requestor")
@@ -200,7 +197,13 @@ impl RoleLock {
             );
             return Ok(());
         }
-        match call("delete", &self.request, client.delete(&self.request, None)).await {
+        // Retried across a connection loss: a request left behind would block the role for
+        // every other host until this one runs another pass.
+        match call_retrying("delete", &self.request, || {
+            client.delete(&self.request, None)
+        })
+        .await
+        {
             Err(e) if !e.is_no_node() => Err(e),
             _ => Ok(()),
         }

@@ -46,7 +46,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use git2::build::CheckoutBuilder;
-use git2::{AutotagOption, Commit, FetchOptions, FetchPrune, Oid, Repository};
+use git2::{AutotagOption, Commit, FetchPrune, Oid, Repository};
 
 use crate::command::{run_checked, Cmd, CommandError};
 
@@ -255,11 +255,14 @@ fn checkout_blocking(
             }
             remove_path(dir).map_err(|e| io_error("remove", dir, e))?;
         }
-        Repository::clone(location, dir).map_err(git("clone"))?
+        git2::build::RepoBuilder::new()
+            .fetch_options(crate::gitauth::fetch_options())
+            .clone(location, dir)
+            .map_err(git("clone"))?
     };
     {
         let mut remote = repo.find_remote("origin").map_err(git("fetch"))?;
-        let mut options = FetchOptions::new();
+        let mut options = crate::gitauth::fetch_options();
         // `All`, not the default auto-follow: auto-followed tags never overwrite local ones,
         // and a tag moved at LOCATION must move here too.
         options

@@ -77,14 +77,6 @@ fn update_blocking(url: &str, dir: &Path, branch: &str) -> Step<Checkout> {
     let repo = if dir.join(".git").exists() || dir.join("HEAD").exists() {
         let repo = step("open", Repository::open(dir))?;
         step("set-url", repo.remote_set_url("origin", url))?;
-        {
-            let mut remote = step("remote", repo.find_remote("origin"))?;
-            let mut opts = crate::gitauth::fetch_options();
-            step(
-                "fetch",
-                remote.fetch(&[refspec.as_str()], Some(&mut opts), None),
-            )?;
-        }
         repo
     } else {
         if dir.exists()
@@ -97,22 +89,22 @@ fn update_blocking(url: &str, dir: &Path, branch: &str) -> Step<Checkout> {
                 format!("{} exists and is not a git checkout", dir.display()),
             ));
         }
-        let repo = step(
+        step(
             "clone",
             git2::build::RepoBuilder::new()
                 .fetch_options(crate::gitauth::fetch_options())
                 .clone(url, dir),
-        )?;
-        {
-            let mut remote = step("remote", repo.find_remote("origin"))?;
-            let mut opts = crate::gitauth::fetch_options();
-            step(
-                "fetch",
-                remote.fetch(&[refspec.as_str()], Some(&mut opts), None),
-            )?;
-        }
-        repo
+        )?
     };
+    {
+        // The branch may not be the clone's default one: fetch it explicitly.
+        let mut remote = step("remote", repo.find_remote("origin"))?;
+        let mut opts = crate::gitauth::fetch_options();
+        step(
+            "fetch",
+            remote.fetch(&[refspec.as_str()], Some(&mut opts), None),
+        )?;
+    }
     let reference = format!("refs/remotes/origin/{branch}");
     let commit = step(
         "branch",

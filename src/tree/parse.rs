@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use super::literal::{parse_literal, repr_str};
 use super::{bad_node_name, Node, Props, LINK_SUFFIX, PLINK_SUFFIX};
+use crate::zk::MAX_NODE_DATA;
 
 /// Deepest node nesting accepted (ZooKeeper paths are bounded anyway).
 pub const MAX_DEPTH: usize = 200;
@@ -36,6 +37,22 @@ impl fmt::Display for ParseError {
 }
 
 impl std::error::Error for ParseError {}
+
+/// Longest piece of the offending text an error message quotes.
+const QUOTED_CHARS: usize = 200;
+
+/// The offending text as the original quotes it (Python's `repr`), cut to [`QUOTED_CHARS`]
+/// characters so a huge line cannot make a huge message.
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS) {
+        None => repr_str(text),
+        Some((at, _)) => format!(
+            "{}… ({} characters)",
+            repr_str(&text[..at]),
+            text.chars().count()
+        ),
+    }
+}
 
 fn err(line: usize, message: impl Into<String>) -> ParseError {
     ParseError {
@@ -94,10 +111,7 @@ fn classify(stripped: &str, lineno: usize) -> Result<Item, ParseError> {
         let value = parse_literal(expr).map_err(|e| {
             err(
                 lineno,
-                format!(
-                    "Error {e} in expression: {} in line {lineno}",
-                    repr_str(expr)
-                ),
+                format!("Error {e} in expression: {} in line {lineno}", quoted(expr)),
             )
         })?;
         return Ok(Item::Prop {
@@ -120,12 +134,12 @@ fn classify(stripped: &str, lineno: usize) -> Result<Item, ParseError> {
     if stripped.contains("->") {
         Err(err(
             lineno,
-            format!("Bad link format: {}", repr_str(stripped)),
+            format!("Bad link format: {}", quoted(stripped)),
         ))
     } else {
         Err(err(
             lineno,
-            format!("Unrecognized data: {}", repr_str(stripped)),
+            format!("Unrecognized data: {}", quoted(stripped)),
         ))
     }
 }
@@ -169,7 +183,7 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
             if !matches!(stack.last(), Some((_, Entry::Node(_)))) {
                 return Err(err(
                     lineno,
-                    format!("Can't indent under properties: {}", repr_str(line)),
+                    format!("Can't indent under properties: {}", quoted(line)),
                 ));
             }
             stack.push((indent, Entry::Prop));
@@ -180,7 +194,7 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
             if indent > stack[stack.len() - 1].0 {
                 return Err(err(
                     lineno,
-                    format!("Invalid indentation: {}", repr_str(stripped)),
+                    format!("Invalid indentation: {}", quoted(stripped)),
                 ));
             }
         }
@@ -191,7 +205,7 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
         match item {
             Item::Node { name, kind } => {
                 if let Some(why) = bad_node_name(&name) {
-                    return Err(err(lineno, format!("{why}: {}", repr_str(stripped))));
+                    return Err(err(lineno, format!("{why}: {}", quoted(stripped))));
                 }
                 if stack.len() - 1 > MAX_DEPTH {
                     return Err(err(
@@ -200,10 +214,7 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
                     ));
                 }
                 if arena[parent].children.contains_key(&name) {
-                    return Err(err(
-                        lineno,
-                        format!("duplicate node: {}", repr_str(stripped)),
-                    ));
+                    return Err(err(lineno, format!("duplicate node: {}", quoted(stripped))));
                 }
                 let mut props = Props::new();
                 if let Some(kind) = kind {
@@ -226,14 +237,36 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
                 if arena[parent].props.contains_key(&key) {
                     return Err(err(
                         lineno,
-                        format!("duplicate property: {}", repr_str(stripped)),
+                        format!("duplicate property: {}", quoted(stripped)),
                     ));
                 }
                 arena[parent].props.insert(key, value);
             }
         }
     }
-    Ok(assemble(&mut arena, 0))
+    let root = assemble(&mut arena, 0);
+    check_sizes(&root, "")?;
+    Ok(root)
+}
+
+/// Refuses a node whose data ZooKeeper would not take (its properties, encoded, over
+/// [`MAX_NODE_DATA`]): the server would drop the connection of whoever sends it.
+fn check_sizes(node: &Node, path: &str) -> Result<(), ParseError> {
+    for (name, child) in &node.children {
+        let child_path = format!("{path}/{name}");
+        let bytes = crate::zk::encode(&child.props).len();
+        if bytes > MAX_NODE_DATA {
+            return Err(err(
+                child.line,
+                format!(
+                    "the data of {child_path} would be {bytes} bytes, over ZooKeeper's limit \
+                     of {MAX_NODE_DATA} bytes (jute.maxbuffer)"
+                ),
+            ));
+        }
+        check_sizes(child, &child_path)?;
+    }
+    Ok(())
 }
 
 /// Parses bytes, reporting invalid UTF-8 with the line it is on.

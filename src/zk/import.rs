@@ -262,10 +262,32 @@ fn batches(ops: &[Op]) -> Vec<std::ops::Range<usize>> {
     out
 }
 
+/// Refuses a plan holding node data ZooKeeper would not take (the server would drop the
+/// connection mid-apply): nothing is written.
+fn check_sizes(ops: &[Op]) -> Result<(), ApplyError> {
+    for op in ops {
+        if let Op::Create { path, data } | Op::Set { path, data, .. } = op {
+            if data.len() > super::MAX_NODE_DATA {
+                return Err(ApplyError {
+                    error: ZkError::TooLarge {
+                        op: "write",
+                        path: path.clone(),
+                        bytes: data.len(),
+                    },
+                    applied: 0,
+                    total: ops.len(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Sends the writes of a plan in order: consecutive writes are grouped in multi-op
 /// transactions, several of which are in flight at once (ZooKeeper runs one session's
 /// requests in order). Stops at the first failure.
 pub async fn apply(client: &Client, ops: &[Op]) -> Result<usize, ApplyError> {
+    check_sizes(ops)?;
     let total = ops.len();
     let options = open_persistent();
     let fail = |error: ZkError, applied: usize| ApplyError {
@@ -336,6 +358,7 @@ pub async fn apply(client: &Client, ops: &[Op]) -> Result<usize, ApplyError> {
 /// Sends the writes one request at a time, waiting for each answer (zc.zk's way; kept for
 /// the benchmark's comparison).
 pub async fn apply_one_by_one(client: &Client, ops: &[Op]) -> Result<usize, ApplyError> {
+    check_sizes(ops)?;
     let options = open_persistent();
     for (i, op) in ops.iter().enumerate() {
         let r = match op {

@@ -22,6 +22,11 @@ pub use zookeeper_client as client;
 /// A ZooKeeper client (re-exported so callers need not name the crate).
 pub type Client = zookeeper_client::Client;
 
+/// The most node data this crate writes: ZooKeeper's default request limit (`jute.maxbuffer`,
+/// 1 MiB − 1) less room for the path and the request's framing. The tree parser refuses
+/// bigger nodes ([`crate::tree::parse`]), and imports check again before sending.
+pub const MAX_NODE_DATA: usize = 1024 * 1024 - 4096;
+
 /// Longest time any single ZooKeeper request may take before it is reported as an error.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -47,6 +52,17 @@ pub enum ZkError {
         op: &'static str,
         /// The node path.
         path: String,
+    },
+    /// Node data too large for ZooKeeper (whose server drops the connection of a client
+    /// sending a request over `jute.maxbuffer`, 1 MiB by default): refused before sending.
+    #[error("ZooKeeper {op} {path}: {bytes} bytes of data, over the limit of {MAX_NODE_DATA} bytes (jute.maxbuffer)")]
+    TooLarge {
+        /// What was being done.
+        op: &'static str,
+        /// The node path.
+        path: String,
+        /// The size of its data.
+        bytes: usize,
     },
     /// Could not connect at all.
     #[error("cannot connect to ZooKeeper at {conn}: {reason}")]
