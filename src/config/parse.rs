@@ -1,0 +1,204 @@
+//! [`parse`]: the `[zkdeployment]` entries read by the INI reader, looked up with indirection
+//! applied, validated key by key and assembled into a [`Config`], defaults filled in.
+
+use std::path::{Path, PathBuf};
+
+use super::error::quote;
+use super::ini::read_ini;
+use super::validate::{
+    check_plain_name, looks_like_address, parse_seconds, parse_smtp, resolve_path,
+};
+use super::values::Values;
+use super::{
+    fqdn, Config, ConfigError, Secret, DEFAULT_SENDMAIL, DEFAULT_SESSION_TIMEOUT, DEFAULT_YUM,
+    SECRET_KEY,
+};
+
+/// Parses configuration text read from `path` (used for messages and to resolve relative
+/// paths). Pure except for reading `file://` values, `fetch` (called for `http(s)://` values:
+/// `Ok(Some(body))`, `Ok(None)` for a 404, `Err(message)` otherwise) and, when `host-name` is
+/// not set, [`fqdn()`].
+pub fn parse(
+    path: &Path,
+    text: &str,
+    fetch: &dyn Fn(&str) -> Result<Option<String>, String>,
+) -> Result<Config, ConfigError> {
+    let entries = read_ini(path, text)?;
+    let values = Values {
+        path,
+        entries,
+        fetch,
+    };
+    values.check_keys()?;
+
+    let host_id = values.required("host-id")?;
+    check_plain_name(&host_id).map_err(|m| values.invalid("host-id", m))?;
+
+    let run_directory = values.required("run-directory")?;
+    let run_directory = resolve_path(path, &run_directory);
+
+    let role = values.optional("role")?;
+    if let Some(role) = &role {
+        check_plain_name(role).map_err(|m| values.invalid("role", m))?;
+    }
+
+    let after = match values.optional("after")? {
+        None => None,
+        Some(v) => {
+            let words = shell_words::split(&v).map_err(|_| {
+                values.invalid(
+                    "after",
+                    "cannot split into words: missing closing quote".into(),
+                )
+            })?;
+            Some(words).filter(|w| !w.is_empty())
+        }
+    };
+
+    let zookeeper = values.optional("zookeeper")?;
+    if let Some(z) = &zookeeper {
+        if z.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(values.invalid(
+                "zookeeper",
+                format!(
+                    "expected a connection string HOST:PORT[,...][/CHROOT], got {}",
+                    quote(z)
+                ),
+            ));
+        }
+    }
+
+    let zookeeper_auth = match values.optional_strict(SECRET_KEY)? {
+        None => None,
+        Some(v) => {
+            let ok = match v.split_once(':') {
+                Some((user, _)) => {
+                    !user.is_empty() && !v.chars().any(|c| c.is_control() || c == '\n')
+                }
+                None => false,
+            };
+            if !ok {
+                return Err(values.invalid(
+                    SECRET_KEY,
+                    "expected digest credentials user:password (value not shown)".into(),
+                ));
+            }
+            Some(Secret(v))
+        }
+    };
+
+    let session_timeout = match values.optional("session-timeout")? {
+        None => DEFAULT_SESSION_TIMEOUT,
+        Some(v) => parse_seconds(&v).map_err(|m| values.invalid("session-timeout", m))?,
+    };
+
+    let root = match values.optional("root")? {
+        None => PathBuf::from("/"),
+        Some(v) => {
+            let p = PathBuf::from(&v);
+            if !p.is_absolute() {
+                return Err(values.invalid(
+                    "root",
+                    format!("expected an absolute path, got {}", quote(&v)),
+                ));
+            }
+            p
+        }
+    };
+
+    let host_name = match values.optional("host-name")? {
+        None => fqdn(),
+        Some(v) => {
+            check_plain_name(&v).map_err(|m| values.invalid("host-name", m))?;
+            v
+        }
+    };
+
+    let yum = match values.optional("yum")? {
+        None => DEFAULT_YUM.to_string(),
+        Some(v) => {
+            if v.chars().any(char::is_control) {
+                return Err(values.invalid("yum", format!("expected a command, got {}", quote(&v))));
+            }
+            v
+        }
+    };
+
+    let mail_to = match values.optional("mail-to")? {
+        None => Vec::new(),
+        Some(v) => {
+            let mut out = Vec::new();
+            for item in v
+                .split([',', '\n'])
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+            {
+                if !looks_like_address(item) {
+                    return Err(values.invalid(
+                        "mail-to",
+                        format!(
+                            "expected comma-separated mail addresses, got {}",
+                            quote(item)
+                        ),
+                    ));
+                }
+                out.push(item.to_string());
+            }
+            out
+        }
+    };
+
+    let mail_from = match values.optional("mail-from")? {
+        None => format!("zkdeployment@{host_name}"),
+        Some(v) => {
+            if !looks_like_address(&v) {
+                return Err(values.invalid(
+                    "mail-from",
+                    format!("expected a mail address, got {}", quote(&v)),
+                ));
+            }
+            v
+        }
+    };
+
+    let smtp = match values.optional("smtp")? {
+        None => None,
+        Some(v) => Some(parse_smtp(&v).map_err(|m| values.invalid("smtp", m))?),
+    };
+
+    let sendmail = match values.optional("sendmail")? {
+        None => PathBuf::from(DEFAULT_SENDMAIL),
+        Some(v) => {
+            if v.chars().any(char::is_control) {
+                return Err(values.invalid(
+                    "sendmail",
+                    format!("expected a command path, got {}", quote(&v)),
+                ));
+            }
+            PathBuf::from(v)
+        }
+    };
+
+    let metrics_file = values
+        .optional("metrics-file")?
+        .map(|v| resolve_path(path, &v));
+
+    Ok(Config {
+        path: path.to_path_buf(),
+        host_id,
+        run_directory,
+        role,
+        after,
+        zookeeper,
+        zookeeper_auth,
+        session_timeout,
+        root,
+        host_name,
+        yum,
+        mail_to,
+        mail_from,
+        smtp,
+        sendmail,
+        metrics_file,
+    })
+}
