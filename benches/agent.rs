@@ -30,15 +30,8 @@ fn rss_kib(pid: u32) -> Option<u64> {
 }
 
 fn main() {
-    let customers: usize = std::env::var("BENCH_CUSTOMERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    let customers = fleet::customers();
+    fleet::runtime().block_on(async {
         let conn = support::chroot("bench-agent").await;
         let client = support::connect(&conn).await;
         let t = Instant::now();

@@ -13,15 +13,8 @@ use zkdeployment::tree::parse::parse;
 use zkdeployment::zk::import::{apply_one_by_one, import_tree, plan, read_existing, Trim};
 
 fn main() {
-    let customers: usize = std::env::var("BENCH_CUSTOMERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    let customers = fleet::customers();
+    fleet::runtime().block_on(async {
         let text = fleet::fleet_text(customers);
         let t = Instant::now();
         let tree = parse(&text).expect("generated tree parses");

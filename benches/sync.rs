@@ -13,15 +13,8 @@ use support::git::TestRepo;
 use zkdeployment::sync::{run, Options, Outcome};
 
 fn main() {
-    let customers: usize = std::env::var("BENCH_CUSTOMERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    let customers = fleet::customers();
+    fleet::runtime().block_on(async {
         let files = fleet::fleet_files(customers, 100);
         let repo = TestRepo::new();
         let refs: Vec<(&str, &str)> = files

@@ -1,21 +1,16 @@
 //! `zkdeployment::agent::observe`: the host disk as the agent sees it (installed packages,
 //! deployment markers and their attribution, our `/etc/<app>` directories), the marker file
-//! operations, and the installed versions from the yum 3 fake. Every test works under a
-//! temporary directory as `root`.
-
-mod support;
+//! operations. Every test works under a temporary directory as `root`.
 
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use support::rpm::FakeYum;
 use zkdeployment::agent::model::{deployed_name, script_name, InstalledDeployment};
 use zkdeployment::agent::observe::{
-    deploy_script, etc_dir, installed_versions, observe_disk, opt_dir, remove_etc_dir,
-    remove_markers, under_root, write_script_marker,
+    deploy_script, etc_dir, observe_disk, opt_dir, remove_etc_dir, remove_markers, under_root,
+    write_script_marker,
 };
-use zkdeployment::packages::yum::{Yum, YumError};
 
 fn temp_root() -> tempfile::TempDir {
     tempfile::Builder::new()
@@ -595,43 +590,4 @@ fn full_cycle_under_a_prefix() {
     assert_eq!(observe_disk(&r).unwrap().app_dirs, ["z4m"]);
     assert!(remove_etc_dir(&r, "z4m").unwrap());
     assert!(fs::read_dir(r.join("etc")).unwrap().next().is_none());
-}
-
-// ---------------------------------------------------------------------------------------------
-// installed_versions
-
-#[tokio::test]
-async fn installed_versions_from_yum() {
-    let fake = FakeYum::new();
-    let mut yum = Yum::new(fake.yum_path());
-    yum.install("foo", Some("1.4")).await.unwrap();
-    yum.install("bar-1.4", None).await.unwrap();
-    let rpms: Vec<String> = ["foo", "bar-1.4", "webapp", "foo"]
-        .into_iter()
-        .map(String::from)
-        .collect();
-    let before = fake.calls().len();
-    let versions = installed_versions(&yum, &rpms).await.unwrap();
-    assert_eq!(
-        versions.into_iter().collect::<Vec<_>>(),
-        [
-            ("bar-1.4".to_string(), Some("1.4".to_string())),
-            ("foo".to_string(), Some("1.4".to_string())),
-            ("webapp".to_string(), None),
-        ]
-    );
-    // One query per distinct package.
-    assert_eq!(
-        fake.calls()[before..],
-        [
-            "-q list installed foo",
-            "-q list installed bar-1.4",
-            "-q list installed webapp"
-        ]
-    );
-    assert!(installed_versions(&yum, &[]).await.unwrap().is_empty());
-
-    let missing = Yum::new("/nonexistent/yum");
-    let err = installed_versions(&missing, &rpms).await.unwrap_err();
-    assert!(matches!(err, YumError::Command(_)), "{err:?}");
 }

@@ -7,6 +7,22 @@ pub const HOSTS: usize = 200;
 /// The host the agent benchmark plays (it gets a handful of deployments).
 pub const BENCH_HOST: &str = "bench-host";
 
+/// Customers to generate: `BENCH_CUSTOMERS`, default 1,000 (about 50,000 nodes).
+pub fn customers() -> usize {
+    std::env::var("BENCH_CUSTOMERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// The single-threaded runtime the agent itself uses.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// Text of the fleet: `(file name, text)` pairs, `per_file` customers per file.
 /// Each customer is 50 nodes, so 1,000 customers are about 50,000 nodes.
 pub fn fleet_files(customers: usize, per_file: usize) -> Vec<(String, String)> {

@@ -207,8 +207,11 @@ impl Context {
         };
         let root = self.config.root.clone();
         let etc = observe::etc_dir(&root, app);
-        let props_dir = self.run_dir.status_path().with_file_name("properties");
-        let props_file = props_dir.join(format!("{}.json", marker_base(path)));
+        let props_file = properties_file(&self.run_dir.status_path().with_file_name(""), path);
+        let props_dir = props_file
+            .parent()
+            .expect("in the run directory")
+            .to_path_buf();
         let props = found.properties.get(path).cloned().unwrap_or_default();
         let mut record = record_for("deploy", step.to_string());
         let clock = Instant::now();
@@ -271,7 +274,8 @@ async fn clear_in_flight(client: &Client, lock: &str) -> Result<(), ZkError> {
     .map(|_| ())
 }
 
-/// Path of the properties snapshot of an application node (for tests and tools).
+/// Path of the properties snapshot of an application node in the run directory
+/// (`ZKDEPLOYMENT_PROPERTIES`).
 pub fn properties_file(run_dir: &Path, path: &str) -> std::path::PathBuf {
     run_dir
         .join("properties")

@@ -12,7 +12,6 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::Value;
 use zookeeper_client::MultiReadResult;
 
@@ -20,7 +19,8 @@ use super::model::{app_name, check_plain_name, is_versioned_name, Deployment, Wa
 use crate::tree::literal::{py_str, repr_str};
 use crate::tree::{Props, PLINK_SUFFIX};
 use crate::zk::links::{property, LinkError, NodeSource};
-use crate::zk::{call, decode, join, Client, ZkError};
+use crate::zk::multiread::{read_all, Want};
+use crate::zk::{decode, join, Client, ZkError};
 
 /// Top-level subtrees discovery never walks.
 pub const SKIPPED_ROOTS: [&str; 5] = [
@@ -297,81 +297,6 @@ fn resolved_props(src: &Recording<'_>, path: &str) -> Result<Props, DiscoverErro
     Ok(out)
 }
 
-/// Requests kept in flight by the walk, and paths per multi-read request.
-const WINDOW: usize = 16;
-const BATCH: usize = 128;
-
-enum Want {
-    Children(String),
-    Data(String),
-}
-
-type Reply = (Vec<Want>, Result<Vec<MultiReadResult>, ZkError>);
-
-fn send<'a>(
-    client: &'a Client,
-    batch: Vec<Want>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send + 'a>> {
-    let mut reader = client.new_multi_reader();
-    let mut bad = None;
-    for want in &batch {
-        let (r, p) = match want {
-            Want::Children(p) => (reader.add_get_children(p), p),
-            Want::Data(p) => (reader.add_get_data(p), p),
-        };
-        if let Err(source) = r {
-            bad = Some(ZkError::Op {
-                op: "read",
-                path: p.clone(),
-                source,
-            });
-            break;
-        }
-    }
-    let commit = reader.commit();
-    Box::pin(async move {
-        if let Some(e) = bad {
-            return (batch, Err(e));
-        }
-        let r = call("read", "/", commit).await;
-        (batch, r)
-    })
-}
-
-/// Runs reads in pipelined batches, calling `on` with each result.
-async fn read_all(
-    client: &Client,
-    mut queue: Vec<Want>,
-    mut on: impl FnMut(Want, MultiReadResult, &mut Vec<Want>),
-) -> Result<(), ZkError> {
-    let mut in_flight = FuturesUnordered::new();
-    while !queue.is_empty() || !in_flight.is_empty() {
-        while in_flight.len() < WINDOW && !queue.is_empty() {
-            let at = queue.len().saturating_sub(BATCH);
-            in_flight.push(send(client, queue.split_off(at)));
-        }
-        let Some((batch, results)) = in_flight.next().await else {
-            break;
-        };
-        for (want, result) in batch.into_iter().zip(results?) {
-            if let MultiReadResult::Error { err } = &result {
-                if *err != zookeeper_client::Error::NoNode {
-                    let path = match &want {
-                        Want::Children(p) | Want::Data(p) => p.clone(),
-                    };
-                    return Err(ZkError::Op {
-                        op: "read",
-                        path,
-                        source: err.clone(),
-                    });
-                }
-            }
-            on(want, result, &mut queue);
-        }
-    }
-    Ok(())
-}
-
 /// Walks the tree for deploy nodes named after this host.
 pub async fn find_deploy_nodes(
     client: &Client,
@@ -442,8 +367,7 @@ pub async fn read_snapshot(client: &Client, host: &Host) -> Result<Snapshot, ZkE
         walked,
         ..Snapshot::default()
     };
-    // The root too: link resolution climbs to it, and recurses without end when it is
-    // neither read nor known absent.
+    // The root too: resolving a link climbs to it, so reading it now saves a round.
     let mut wanted: Vec<String> = vec!["/".to_string()];
     for d in &deploy_nodes {
         wanted.push(d.clone());

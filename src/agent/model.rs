@@ -67,8 +67,8 @@ pub struct Installed {
     /// Application directories under `/etc` that are ours: apps of installed packages, and
     /// directories holding `.deployed` or `.script` markers; sorted.
     pub app_dirs: Vec<String>,
-    /// Installed version of each wanted package (from `yum -q list installed`), `None` if not
-    /// installed.
+    /// Installed version of each wanted package (`yum -q list installed`, or a checkout's
+    /// recorded version), `None` if not installed.
     pub versions: BTreeMap<String, Option<String>>,
     /// The installed role controller and its version, if any.
     pub controller: Option<(String, Option<String>)>,

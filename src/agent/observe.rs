@@ -1,11 +1,11 @@
 //! What the host has: the agent's view of its disk under `root` (behaviour 1.9 and 2.5,
-//! installed side), with the fixes of 8.1 items 9–12, and the installed versions from yum
-//! (2.6, item 15).
+//! installed side), with the fixes of 8.1 items 9–12 (installed versions come from
+//! [`super::software::installed_version`]).
 //!
 //! This module owns the host disk layout of CONTRACT section 3 and every file operation on it
 //! that is not a package install:
 //! - reading: [`observe_disk`] (installed packages, deployment markers, our `/etc/<app>`
-//!   directories) and [`installed_versions`];
+//!   directories);
 //! - the paths: [`opt_dir`], [`deploy_script`], [`etc_dir`], [`under_root`];
 //! - the marker files the agent manages: [`write_script_marker`], [`remove_markers`], and the
 //!   removal of unused application directories, [`remove_etc_dir`].
@@ -28,7 +28,6 @@ use std::path::{Path, PathBuf};
 use super::model::{
     app_name, check_plain_name, parse_marker, script_name, Installed, InstalledDeployment,
 };
-use crate::packages::yum::{Yum, YumError};
 
 const DEPLOYED: &str = ".deployed";
 const SCRIPT: &str = ".script";
@@ -185,7 +184,7 @@ fn is_script_tmp(name: &str) -> bool {
 ///   an installed package (when it exists), or a real directory holding at least one file
 ///   `*.deployed` / `*.script` accepted by [`parse_marker`] (so orphans whose `/opt` directory
 ///   is gone are found: 8.1 item 11). Other `/etc` directories never are. Sorted.
-/// - `versions`: left empty (see [`installed_versions`]).
+/// - `versions`: left empty (filled by the pass from [`super::software::installed_version`]).
 ///
 /// Missing `ROOT/opt` or `ROOT/etc` mean nothing installed. Errors (an unreadable directory of
 /// ours, ...) carry the path. An unreadable `/etc` directory that is not an installed
@@ -332,24 +331,6 @@ fn holds_markers(dir: &Path) -> io::Result<bool> {
         }
     }
     Ok(false)
-}
-
-/// The installed version of each package of `rpms` (`yum -q list installed NAME`, see
-/// [`Yum::installed_version`]), `None` when not installed: the `versions` of [`Installed`].
-/// Queried one after the other, once per distinct name. A yum that cannot be run, or output
-/// that cannot be parsed, is an error.
-pub async fn installed_versions(
-    yum: &Yum,
-    rpms: &[String],
-) -> Result<BTreeMap<String, Option<String>>, YumError> {
-    let mut versions = BTreeMap::new();
-    for rpm in rpms {
-        if !versions.contains_key(rpm) {
-            let version = yum.installed_version(rpm).await?;
-            versions.insert(rpm.clone(), version);
-        }
-    }
-    Ok(versions)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -40,12 +40,6 @@ pub fn record_for(action: &str, step: String) -> StepReport {
     }
 }
 
-fn take_ran(record: &mut StepReport, ran: Ran) {
-    record.command = ran.command;
-    record.exit = ran.exit;
-    record.output = ran.output;
-}
-
 impl Context {
     /// The environment of every script the agent runs.
     pub(super) fn script_env(
@@ -183,7 +177,6 @@ impl Context {
                     )
                     .await;
                 }
-                take_ran(&mut record, ran);
                 r
             }
             Step::Undeploy { rpm, app, path, n } => {
@@ -212,12 +205,10 @@ impl Context {
                     &mut ran,
                 )
                 .await;
-                take_ran(&mut record, ran);
                 r
             }
             Step::Uninstall { rpm } => {
                 let r = software::uninstall(yum, root, rpm, &mut ran).await;
-                take_ran(&mut record, ran);
                 r
             }
             Step::RemoveEtc { app } => {
@@ -228,6 +219,12 @@ impl Context {
             }
             Step::Deploy { .. } => unreachable!("deployments run under locks"),
         };
+        // Software steps report what `software` ran; scripts were recorded directly.
+        if ran != Ran::default() {
+            record.command = ran.command;
+            record.exit = ran.exit;
+            record.output = ran.output;
+        }
         record.duration = clock.elapsed().as_secs_f64();
         report.steps.push(record);
         result.map_err(Failure::new)

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use super::{runtime, Failure, Outcome};
 use crate::tree::parse::parse_bytes;
 use crate::tree::Node;
-use crate::zk::connect::resolve_connection;
+use crate::zk::connect::connection_string;
 use crate::zk::export::export_tree;
 use crate::zk::import::{import_tree, Trim};
 use crate::zk::{connect, Client, ConnectOptions};
@@ -68,7 +68,7 @@ pub struct ZkArg {
 impl ZkArg {
     /// Connects with the resolved connection string.
     pub async fn connect(&self) -> Result<Client, Failure> {
-        let opts = ConnectOptions::new(resolve_connection(self.zookeeper.as_deref()));
+        let opts = ConnectOptions::new(connection_string(self.zookeeper.as_deref(), None));
         connect(&opts)
             .await
             .map_err(|e| Failure::Failed(e.to_string()))

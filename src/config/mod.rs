@@ -68,6 +68,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::zk::connect::connection_string;
+/// The connection string precedence lives with the ZooKeeper connection.
+pub use crate::zk::connect::{resolve_connection, CONNECTION_ENV, DEFAULT_CONNECTION};
 pub use error::ConfigError;
 pub use host::fqdn;
 pub use parse::parse;
@@ -75,10 +78,6 @@ pub use values::http_get;
 
 /// The section the agent reads.
 pub const SECTION: &str = "zkdeployment";
-/// The connection string used when neither the flag, the file nor the environment gives one.
-pub const DEFAULT_CONNECTION: &str = "zookeeper:2181";
-/// The environment variable consulted after the flag and the file.
-pub const CONNECTION_ENV: &str = "ZC_ZK_CONNECTION_STRING";
 /// Default `session-timeout`.
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default `sendmail`.
@@ -181,19 +180,8 @@ impl Config {
     /// The connection string: `flag`, else the file's `zookeeper`, else the environment variable
     /// `ZC_ZK_CONNECTION_STRING` (if non-empty), else `zookeeper:2181`.
     pub fn connection(&self, flag: Option<&str>) -> String {
-        let env = std::env::var(CONNECTION_ENV).ok();
-        resolve_connection(flag, self.zookeeper.as_deref(), env.as_deref())
+        connection_string(flag, self.zookeeper.as_deref())
     }
-}
-
-/// The precedence of [`Config::connection`], for callers without a configuration file
-/// (`sync`, `status`, `tree ...`): `flag`, then `file`, then a non-empty `env`, then
-/// `zookeeper:2181`.
-pub fn resolve_connection(flag: Option<&str>, file: Option<&str>, env: Option<&str>) -> String {
-    flag.or(file)
-        .or(env.filter(|e| !e.trim().is_empty()).map(str::trim))
-        .unwrap_or(DEFAULT_CONNECTION)
-        .to_string()
 }
 
 /// Reads and parses the configuration file at `path`; `http(s)://` values are fetched with

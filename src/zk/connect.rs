@@ -33,16 +33,22 @@ impl ConnectOptions {
     }
 }
 
-/// The connection string to use: an explicit one, else `ZC_ZK_CONNECTION_STRING`, else
-/// [`DEFAULT_CONNECTION`].
-pub fn resolve_connection(explicit: Option<&str>) -> String {
-    if let Some(c) = explicit.filter(|c| !c.is_empty()) {
-        return c.to_string();
-    }
-    match std::env::var("ZC_ZK_CONNECTION_STRING") {
-        Ok(c) if !c.is_empty() => c,
-        _ => DEFAULT_CONNECTION.to_string(),
-    }
+/// The environment variable holding a connection string (zc.zk's).
+pub const CONNECTION_ENV: &str = "ZC_ZK_CONNECTION_STRING";
+
+/// The precedence of connection strings, everywhere: `flag`, then the config file's `file`,
+/// then a non-empty `env`, then [`DEFAULT_CONNECTION`].
+pub fn resolve_connection(flag: Option<&str>, file: Option<&str>, env: Option<&str>) -> String {
+    flag.or(file)
+        .or(env.filter(|e| !e.trim().is_empty()).map(str::trim))
+        .unwrap_or(DEFAULT_CONNECTION)
+        .to_string()
+}
+
+/// [`resolve_connection`] with `env` read from [`CONNECTION_ENV`].
+pub fn connection_string(flag: Option<&str>, file: Option<&str>) -> String {
+    let env = std::env::var(CONNECTION_ENV).ok();
+    resolve_connection(flag, file, env.as_deref())
 }
 
 /// Connects, failing with a clear error after `connect_timeout`.

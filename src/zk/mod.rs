@@ -9,6 +9,7 @@ pub mod export;
 pub mod import;
 pub mod links;
 pub mod lock;
+pub mod multiread;
 pub mod snapshot;
 
 pub use connect::{connect, ConnectOptions};

@@ -1,23 +1,18 @@
 //! Reading a ZooKeeper subtree into memory with pipelined requests (zc.zk's `walk`, without
 //! one round trip per node).
 //!
-//! Up to [`WINDOW`] requests are in flight at once: a `get_data` per node, and a
+//! Reads go out as pipelined multi-reads ([`super::multiread`]): a `get_data` per node, and a
 //! `get_children` only for nodes whose stat says they have children. A node that disappears
 //! while the walk runs is left out (the walk sees a consistent-enough picture; callers that need
 //! more take a lock). Ephemeral nodes can be left out, and subtrees can be skipped by path.
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
-use std::pin::Pin;
 
-use futures::stream::{FuturesUnordered, StreamExt};
 use zookeeper_client::MultiReadResult;
 
-use super::{call, decode, join, Client, ZkError};
+use super::multiread::{read_all, Want};
+use super::{decode, join, Client, ZkError};
 use crate::tree::{Node, Props};
-
-/// Requests kept in flight at once.
-pub const WINDOW: usize = 2000;
 
 /// A node read from ZooKeeper.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -92,125 +87,50 @@ impl Default for ReadOptions<'_> {
     }
 }
 
-/// Paths read per multi-read request.
-pub const BATCH: usize = 128;
-
-enum Want {
-    Data(String),
-    Children(String),
-}
-
-type Reply = (Vec<Want>, Result<Vec<MultiReadResult>, ZkError>);
-type Pending<'a> = Pin<Box<dyn Future<Output = Reply> + Send + 'a>>;
-
-/// Sends one multi-read for a batch of wants.
-fn send<'a>(client: &'a Client, batch: Vec<Want>) -> Pending<'a> {
-    let mut reader = client.new_multi_reader();
-    let mut bad = None;
-    for want in &batch {
-        let r = match want {
-            Want::Data(p) => reader.add_get_data(p),
-            Want::Children(p) => reader.add_get_children(p),
-        };
-        if let Err(e) = r {
-            bad = Some(ZkError::Op {
-                op: "read",
-                path: want_path(want).to_string(),
-                source: e,
-            });
-            break;
-        }
-    }
-    if let Some(e) = bad {
-        return Box::pin(async move { (batch, Err(e)) });
-    }
-    let fut = reader.commit();
-    Box::pin(async move {
-        let first = batch.first().map(want_path).unwrap_or("/").to_string();
-        let r = call("read", &first, fut).await;
-        (batch, r)
-    })
-}
-
-fn want_path(w: &Want) -> &str {
-    match w {
-        Want::Data(p) | Want::Children(p) => p,
-    }
-}
-
 /// Reads the subtree at `path`; `None` if `path` does not exist.
 pub async fn read_subtree(
     client: &Client,
     path: &str,
     opts: &ReadOptions<'_>,
 ) -> Result<Option<ZNode>, ZkError> {
-    let mut queue: Vec<Want> = vec![Want::Data(path.to_string())];
-    let mut in_flight = FuturesUnordered::new();
     let mut nodes: HashMap<String, (ZNode, Vec<String>)> = HashMap::new();
-    while !queue.is_empty() || !in_flight.is_empty() {
-        while in_flight.len() < WINDOW / BATCH && !queue.is_empty() {
-            let at = queue.len().saturating_sub(BATCH);
-            in_flight.push(send(client, queue.split_off(at)));
-        }
-        let Some((batch, results)) = in_flight.next().await else {
-            break;
-        };
-        let results = results?;
-        for (want, result) in batch.into_iter().zip(results) {
-            match (want, result) {
-                (
-                    _,
-                    MultiReadResult::Error {
-                        err: zookeeper_client::Error::NoNode,
-                    },
-                ) => {}
-                (want, MultiReadResult::Error { err }) => {
-                    return Err(ZkError::Op {
-                        op: "read",
-                        path: want_path(&want).to_string(),
-                        source: err,
-                    })
+    read_all(
+        client,
+        vec![Want::Data(path.to_string())],
+        |want, result, queue| match (want, result) {
+            (Want::Data(p), MultiReadResult::Data { data, stat }) => {
+                if stat.ephemeral_owner != 0 && !opts.include_ephemeral {
+                    return;
                 }
-                (Want::Data(p), MultiReadResult::Data { data, stat }) => {
-                    if stat.ephemeral_owner != 0 && !opts.include_ephemeral {
-                        continue;
-                    }
-                    let node = ZNode {
-                        props: decode(&data),
-                        ephemeral_owner: stat.ephemeral_owner,
-                        mzxid: stat.mzxid,
-                        version: stat.version,
-                        ctime: stat.ctime,
-                        children: BTreeMap::new(),
-                    };
-                    if stat.num_children > 0 {
-                        queue.push(Want::Children(p.clone()));
-                    }
-                    nodes.insert(p, (node, Vec::new()));
+                let node = ZNode {
+                    props: decode(&data),
+                    ephemeral_owner: stat.ephemeral_owner,
+                    mzxid: stat.mzxid,
+                    version: stat.version,
+                    ctime: stat.ctime,
+                    children: BTreeMap::new(),
+                };
+                if stat.num_children > 0 {
+                    queue.push(Want::Children(p.clone()));
                 }
-                (Want::Children(p), MultiReadResult::Children { children }) => {
-                    for name in &children {
-                        let child = join(&p, name);
-                        if !(opts.skip)(&child) {
-                            queue.push(Want::Data(child));
-                        }
-                    }
-                    if let Some(entry) = nodes.get_mut(&p) {
-                        entry.1 = children;
+                nodes.insert(p, (node, Vec::new()));
+            }
+            (Want::Children(p), MultiReadResult::Children { children }) => {
+                for name in &children {
+                    let child = join(&p, name);
+                    if !(opts.skip)(&child) {
+                        queue.push(Want::Data(child));
                     }
                 }
-                (want, _) => {
-                    return Err(ZkError::Op {
-                        op: "read",
-                        path: want_path(&want).to_string(),
-                        source: zookeeper_client::Error::UnexpectedError(
-                            "mismatched multi-read reply".into(),
-                        ),
-                    })
+                if let Some(entry) = nodes.get_mut(&p) {
+                    entry.1 = children;
                 }
             }
-        }
-    }
+            // A node deleted while the walk runs is left out.
+            _ => {}
+        },
+    )
+    .await?;
     Ok(assemble(&mut nodes, path))
 }
 
