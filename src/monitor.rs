@@ -1,7 +1,7 @@
 //! The Nagios check: what the state of this host's deployments is, as one line
 //! `ZKDEPLOYMENT <STATE> - <message> | age=<seconds>s;<warn>;<error>;0` and the plugin exit
-//! codes (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN). [`evaluate`] is pure: the checks of the
-//! contract, in order, over what [`gather`] read (the status file, the host node, `/hosts`).
+//! codes (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN). [`evaluate`] is pure: the checks of
+//! README "Operations", in order, over what [`gather`] read (the status file, the host node, `/hosts`).
 //! The original's one-word messages (`Host not registered`, `Cluster version is None`,
 //! `Version mismatch (...)`, `Too long deploying ...`) appear verbatim inside the line.
 
@@ -103,7 +103,7 @@ pub struct Observed {
     pub now: f64,
 }
 
-/// The checks of the contract, in order.
+/// The checks, in order (README "Operations").
 pub fn evaluate(o: &Observed, warn: u64, error: u64) -> Check {
     let age = o.now - o.status.time;
     let with_age = |state, message: String| Check::new(state, message, Some(age));
@@ -223,6 +223,6 @@ pub async fn gather(
         status,
         host,
         cluster,
-        now: crate::agent::status::now(),
+        now: crate::files::now(),
     })
 }

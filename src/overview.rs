@@ -129,7 +129,7 @@ impl Overview {
                 }
             })
             .collect();
-        let now_ms = (crate::agent::status::now() * 1000.0) as i64;
+        let now_ms = (crate::files::now() * 1000.0) as i64;
         let mut locks = Vec::new();
         for base in ["/agent-locks", "/role-locks"] {
             if let Some(tree) = read_subtree(client, base, &ReadOptions::default()).await? {
@@ -179,7 +179,7 @@ impl Overview {
             let ago = h
                 .get("time")
                 .and_then(Value::as_f64)
-                .map(|t| format!(" {} ago", duration(crate::agent::status::now() - t)))
+                .map(|t| format!(" {} ago", duration(crate::files::now() - t)))
                 .unwrap_or_default();
             out.push_str(&fit(&format!(
                 "halted{ago} by {} ({}) deploying {}:",

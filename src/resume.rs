@@ -3,7 +3,8 @@
 
 use serde_json::Value;
 
-use crate::agent::cluster::{update_props, HOSTS};
+use crate::zk::paths::HOSTS;
+use crate::zk::update::update_props;
 use crate::zk::{call, decode, Client, ZkError};
 
 /// Why resume refused or failed.

@@ -14,13 +14,10 @@ use std::path::Path;
 use serde_json::json;
 use zookeeper_client::{Acls, CreateMode};
 
-use super::discover::Host;
+use super::error::{Interrupt, StepError};
+use super::model::Host;
+use crate::zk::paths::role_lock_path;
 use crate::zk::{call, call_retrying, decode, join, Client, ZkError};
-
-/// Where role controllers are declared.
-pub const ROLES: &str = "/roles";
-/// Where the persistent role locks live (created by operators).
-pub const ROLE_LOCKS: &str = "/role-locks";
 
 /// The packages under `ROOT/opt` that are role controllers (have `bin/starting-deployments`).
 pub fn installed_controllers(root: &Path) -> io::Result<Vec<String>> {
@@ -45,11 +42,6 @@ pub fn installed_controllers(root: &Path) -> io::Result<Vec<String>> {
     Ok(found)
 }
 
-/// The role lock node of a role.
-pub fn lock_path(role: &str) -> String {
-    format!("{ROLE_LOCKS}/{role}")
-}
-
 /// A held role lock (our request node).
 #[derive(Debug)]
 pub struct RoleLock {
@@ -66,6 +58,15 @@ pub enum RoleLockError {
     /// ZooKeeper failed.
     #[error(transparent)]
     Zk(#[from] ZkError),
+}
+
+impl From<RoleLockError> for Interrupt {
+    fn from(e: RoleLockError) -> Interrupt {
+        match e {
+            RoleLockError::Zk(e) => Interrupt::Lost(e),
+            RoleLockError::Missing(path) => StepError::RoleLockMissing(path).into(),
+        }
+    }
 }
 
 /// The requests of the lock, in order, with their requestor.
@@ -96,7 +97,7 @@ async fn requests(client: &Client, path: &str) -> Result<Vec<(String, Option<Str
 
 /// Checks that the role lock node of `role` exists (operators create it).
 pub async fn check_lock_node(client: &Client, role: &str) -> Result<(), RoleLockError> {
-    let path = lock_path(role);
+    let path = role_lock_path(role);
     if call("stat", &path, client.check_stat(&path))
         .await?
         .is_none()
@@ -108,7 +109,7 @@ pub async fn check_lock_node(client: &Client, role: &str) -> Result<(), RoleLock
 
 /// Enters the role lock: makes (or re-adopts) this host's request and waits until it is first.
 pub async fn enter(client: &Client, role: &str, host: &Host) -> Result<RoleLock, RoleLockError> {
-    let path = lock_path(role);
+    let path = role_lock_path(role);
     check_lock_node(client, role).await?;
     let data = json!({"requestor": host.id, "hostname": host.name}).to_string();
     let mode = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());

@@ -14,7 +14,8 @@ use tokio::sync::Notify;
 
 use super::{runtime, Failure, Outcome};
 use crate::agent::daemon::{close, run_forever, start, StartError};
-use crate::agent::execute::{Context, PassOutcome};
+use crate::agent::execute::PassOutcome;
+use crate::agent::session::Agent;
 use crate::config::{load, Config};
 
 #[derive(Debug, Args)]
@@ -191,10 +192,14 @@ pub fn deploy(args: DeployArgs) -> Outcome {
     })
 }
 
-async fn dry_run(ctx: &Context, force: bool, as_json: bool) -> Outcome {
-    let plan = ctx.dry_run(force).await.map_err(Failure::Failed)?;
+async fn dry_run(ctx: &Agent, force: bool, as_json: bool) -> Outcome {
+    let plan = ctx
+        .dry_run(force)
+        .await
+        .map_err(|e| Failure::Failed(e.to_string()))?;
+    let steps = &plan.plan.steps;
     if as_json {
-        let out = json!({"version": plan.version, "host": ctx.host.id, "steps": plan.steps});
+        let out = json!({"version": plan.version, "host": ctx.host.id, "steps": steps});
         println!(
             "{}",
             serde_json::to_string_pretty(&out).expect("serialisable")
@@ -203,14 +208,17 @@ async fn dry_run(ctx: &Context, force: bool, as_json: bool) -> Outcome {
         let version = crate::tree::literal::py_str(&plan.version);
         match plan.reason {
             Some(reason) => println!("nothing to do: version {version}, {reason}"),
-            None if plan.steps.is_empty() => println!("nothing to do: version {version}"),
             None => {
-                println!("plan for version {version} on {}:", ctx.host.id);
-                for step in &plan.steps {
+                if plan.plan.changes_host() {
+                    println!("plan for version {version} on {}:", ctx.host.id);
+                } else {
+                    println!("nothing to do: version {version}; the pass would run:");
+                }
+                for step in steps {
                     println!("  {step}");
                 }
             }
         }
     }
-    Ok(if plan.steps.is_empty() { 0 } else { 10 })
+    Ok(if plan.plan.changes_host() { 10 } else { 0 })
 }

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// How a command ended, mapped to the exit codes of the contract.
+/// How a command ended, mapped to the exit codes (README "Commands").
 #[derive(Debug)]
 pub enum Failure {
     /// Exit 1: the command failed (an import, a pass, a sync).

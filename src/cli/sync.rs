@@ -1,5 +1,5 @@
 //! `zkdeployment sync`: the cron-driven syncer (see [`crate::sync`]), with its local lock file
-//! and tombstone, and the contract's exit codes (0 done or nothing to do or lock file busy,
+//! and tombstone, and its exit codes (0 done or nothing to do or lock file busy,
 //! 1 failed, 3 refused).
 
 use std::path::PathBuf;
