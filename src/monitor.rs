@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::agent::status::{parse_status, version_token, StatusLine};
 use crate::tree::literal::py_str;
 use crate::tree::Props;
+use crate::zk::paths::{host_path, HOSTS};
 use crate::zk::{call, connect, decode, ConnectOptions};
 
 /// A plugin state.
@@ -198,10 +199,12 @@ pub async fn gather(
         let client = connect(connect_opts)
             .await
             .map_err(|e| unknown(e.to_string()))?;
-        let host_path = format!("/hosts/{host_id}");
-        let cluster = match call("get", "/hosts", client.get_data("/hosts")).await {
+        let host_path = host_path(host_id);
+        let cluster = match call("get", HOSTS, client.get_data(HOSTS)).await {
             Ok((data, _)) => decode(&data),
-            Err(e) if e.is_no_node() => return Err(unknown("/hosts does not exist in ZooKeeper")),
+            Err(e) if e.is_no_node() => {
+                return Err(unknown(format!("{HOSTS} does not exist in ZooKeeper")))
+            }
             Err(e) => return Err(unknown(e.to_string())),
         };
         let host = match call("get", &host_path, client.get_data(&host_path)).await {

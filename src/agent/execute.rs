@@ -13,7 +13,7 @@ use super::error::{Failure, Interrupt, StepError};
 use super::observe;
 use super::pass::Pass;
 use super::plan::{plan, Inputs, Plan};
-use super::role::{check_lock_node, installed_controllers};
+use super::role::installed_controllers;
 use super::session::Agent;
 use super::software;
 use super::status::{Report, ReportOutcome};
@@ -21,6 +21,7 @@ use crate::files::now;
 use crate::notify::{forget_failure, notify_failure, FailureReport};
 use crate::tree::literal::py_str;
 use crate::zk::paths::host_path;
+use crate::zk::role_lock::check_lock_node;
 use crate::zk::update::update_props;
 use crate::zk::ZkError;
 

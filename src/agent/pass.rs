@@ -13,7 +13,6 @@ use serde_json::{json, Value};
 use super::cluster::cluster_version;
 use super::error::Interrupt;
 use super::plan::Step;
-use super::role::RoleLock;
 use super::session::{write_metrics, Agent};
 use super::status::StepReport;
 use crate::command::{run_checked, Cmd, CommandError};
@@ -22,6 +21,7 @@ use crate::packages::yum::Yum;
 use crate::tree::literal::py_str;
 use crate::tree::Props;
 use crate::zk::paths::host_path;
+use crate::zk::role_lock::RoleLock;
 use crate::zk::update::update_props;
 
 /// One pass in progress.

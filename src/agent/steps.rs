@@ -9,11 +9,11 @@ use super::error::{Interrupt, StepError};
 use super::observe;
 use super::pass::{run_recorded, Pass};
 use super::plan::Step;
-use super::role::enter;
 use super::software::{self, Ran};
 use super::status::StepReport;
 use crate::tree::literal::py_str;
 use crate::zk::paths::{host_path, role_path};
+use crate::zk::role_lock::enter;
 use crate::zk::update::update_props;
 
 impl Step {
@@ -28,7 +28,8 @@ impl Step {
         }
         if let Step::StartingDeployments { role, .. } = self {
             pass.status("waiting for the role lock").await;
-            pass.role_lock = Some(enter(&pass.agent.client, role, &pass.agent.host).await?);
+            let host = &pass.agent.host;
+            pass.role_lock = Some(enter(&pass.agent.client, role, &host.id, &host.name).await?);
         }
         if let Some(text) = self.status_text() {
             pass.status(&text).await;

@@ -12,6 +12,7 @@ use clap::Args;
 use serde_json::json;
 use tokio::sync::Notify;
 
+use super::zkarg::ZkArg;
 use super::{runtime, Failure, Outcome};
 use crate::agent::daemon::{close, run_forever, start, StartError};
 use crate::agent::execute::PassOutcome;
@@ -31,9 +32,8 @@ pub struct AgentArgs {
     /// Refuse to start unless the ZooKeeper host name resolves to ADDR (the original's check).
     #[arg(short = 'z', long = "assert-zookeeper-address", value_name = "ADDR")]
     assert_address: Option<String>,
-    /// ZooKeeper connection string (overrides the config file).
-    #[arg(long = "zookeeper", value_name = "CONN")]
-    zookeeper: Option<String>,
+    #[command(flatten)]
+    zk: ZkArg,
 }
 
 #[derive(Debug, Args)]
@@ -49,9 +49,8 @@ pub struct DeployArgs {
     /// Run the pass even if the host is already at the cluster version.
     #[arg(long)]
     force: bool,
-    /// ZooKeeper connection string (overrides the config file).
-    #[arg(short = 'z', long = "zookeeper", value_name = "CONN")]
-    zookeeper: Option<String>,
+    #[command(flatten)]
+    zk: ZkArg,
 }
 
 impl AgentArgs {
@@ -123,7 +122,7 @@ fn assert_address(connection: &str, addr: &str) -> Result<(), Failure> {
 
 pub fn agent(args: AgentArgs) -> Outcome {
     let config = load_config(&args.config)?;
-    let connection = config.connection(args.zookeeper.as_deref());
+    let connection = args.zk.with_config(&config);
     if let Some(addr) = &args.assert_address {
         assert_address(&connection, addr)?;
     }
@@ -174,7 +173,7 @@ fn spawn_signal_handler(stop: Arc<AtomicBool>, wake: Arc<Notify>) {
 
 pub fn deploy(args: DeployArgs) -> Outcome {
     let config = load_config(&args.config)?;
-    let connection = config.connection(args.zookeeper.as_deref());
+    let connection = args.zk.with_config(&config);
     let stop = Arc::new(AtomicBool::new(false));
     runtime()?.block_on(async move {
         let mut ctx = start(config, connection, stop.clone(), args.dry_run)

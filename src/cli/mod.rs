@@ -7,6 +7,7 @@ mod monitor;
 mod status;
 mod sync;
 mod tree;
+mod zkarg;
 
 use std::process::ExitCode;
 
@@ -53,6 +54,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the agent: converge this host on every cluster version change (systemd service).
+    // `-z` is the original's --assert-zookeeper-address here, not --zookeeper.
+    #[command(mut_arg("zookeeper", |a| a.short(None)))]
     Agent(agent::AgentArgs),
     /// Run one deployment pass now (or show its plan with --dry-run).
     Deploy(agent::DeployArgs),

@@ -20,16 +20,14 @@ use crate::tree::literal::py_str;
 use crate::tree::Props;
 use crate::zk::import::{apply, plan, plan_delete, read_existing, ApplyError, Op};
 use crate::zk::lock::{try_lock, TryLock};
+use crate::zk::paths::is_reserved_root;
 use crate::zk::snapshot::{read_subtree, ReadOptions};
 use crate::zk::{
     call, connect, decode, encode, join, open_persistent, Client, ConnectOptions, ZkError,
 };
 use desired::{Desired, TreeError};
 
-/// The cluster node.
-pub const HOSTS: &str = "/hosts";
-/// The syncer's cluster lock.
-pub const HOSTS_LOCK: &str = "/hosts-lock";
+pub use crate::zk::paths::{HOSTS, HOSTS_LOCK};
 
 /// What to sync.
 #[derive(Debug, Clone)]
@@ -277,14 +275,7 @@ async fn plan_sync(
         .cloned()
         .unwrap_or_default();
     for name in owned.iter().filter_map(Value::as_str) {
-        let reserved = [
-            "zookeeper",
-            "hosts",
-            "hosts-lock",
-            "agent-locks",
-            "role-locks",
-        ]
-        .contains(&name);
+        let reserved = is_reserved_root(name);
         if reserved || roots.iter().any(|r| r == name) || crate::tree::bad_node_name(name).is_some()
         {
             continue;

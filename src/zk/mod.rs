@@ -2,8 +2,8 @@
 //! [`crate::tree::encoding`]), where things live ([`paths`]), the guarded property update
 //! ([`update`]), reading subtrees with pipelined requests ([`snapshot`], [`multiread`]),
 //! symbolic and property links ([`links`]), importing a parsed tree as a minimal diff
-//! ([`import`]), exporting it back ([`export`]), and the kazoo-compatible lock recipe
-//! ([`lock`]).
+//! ([`import`]), exporting it back ([`export`]), the kazoo-compatible lock recipe
+//! ([`lock`]) and the persistent role lock ([`role_lock`]).
 
 pub mod connect;
 pub mod export;
@@ -12,6 +12,7 @@ pub mod links;
 pub mod lock;
 pub mod multiread;
 pub mod paths;
+pub mod role_lock;
 pub mod snapshot;
 pub mod update;
 

@@ -21,6 +21,13 @@ pub const ROLE_LOCKS: &str = "/role-locks";
 /// overlays, where operators may create role lock nodes).
 pub const RESERVED_ROOTS: [&str; 5] = ["/zookeeper", HOSTS, HOSTS_LOCK, AGENT_LOCKS, ROLE_LOCKS];
 
+/// True if `name` (a top-level node name, without `/`) is one of [`RESERVED_ROOTS`].
+pub fn is_reserved_root(name: &str) -> bool {
+    RESERVED_ROOTS
+        .iter()
+        .any(|r| r.strip_prefix('/') == Some(name))
+}
+
 /// The path of a host's node.
 pub fn host_path(id: &str) -> String {
     format!("{HOSTS}/{id}")
@@ -56,5 +63,7 @@ mod tests {
         assert_eq!(node_lock_path("/cust/app"), "/agent-locks/cust,app");
         assert_eq!(role_lock_path("web"), "/role-locks/web");
         assert_eq!(role_path("web"), "/roles/web");
+        assert!(is_reserved_root("hosts") && is_reserved_root("role-locks"));
+        assert!(!is_reserved_root("acme") && !is_reserved_root("/hosts"));
     }
 }
