@@ -22,6 +22,7 @@ use crate::zk::import::{apply, plan, plan_delete, read_existing, ApplyError, Op}
 use crate::zk::lock::{try_lock, TryLock};
 use crate::zk::paths::is_reserved_root;
 use crate::zk::snapshot::{read_subtree, ReadOptions};
+use crate::zk::update::try_update_props;
 use crate::zk::{
     call, connect, decode, encode, join, open_persistent, Client, ConnectOptions, ZkError,
 };
@@ -299,37 +300,16 @@ async fn set_version(
     revision: &str,
     force: bool,
 ) -> Result<usize, SyncError> {
-    for _ in 0..10 {
-        let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
-        let mut props = decode(&data);
+    let roots = json!(desired.roots());
+    let written = try_update_props(client, HOSTS, |props| {
         if !force && props.get("version").is_none_or(Value::is_null) {
             return Err(SyncError::HaltedDuringSync);
         }
-        let before = props.clone();
         props.insert("version".into(), json!(revision));
         props.insert("synced".into(), json!(revision));
-        props.insert("synced-roots".into(), json!(desired.roots()));
-        if props == before {
-            return Ok(0);
-        }
-        match call(
-            "set",
-            HOSTS,
-            client.set_data(HOSTS, &encode(&props), Some(stat.version)),
-        )
-        .await
-        {
-            Ok(_) => return Ok(1),
-            Err(ZkError::Op {
-                source: zookeeper_client::Error::BadVersion,
-                ..
-            }) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(SyncError::Zk(ZkError::Op {
-        op: "set",
-        path: HOSTS.into(),
-        source: zookeeper_client::Error::UnexpectedError("/hosts kept changing".into()),
-    }))
+        props.insert("synced-roots".into(), roots.clone());
+        Ok(())
+    })
+    .await?;
+    Ok(usize::from(written))
 }

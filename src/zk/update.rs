@@ -6,6 +6,10 @@
 use super::{call, call_retrying, decode, encode, Client, ZkError, LOSS_RETRIES};
 use crate::tree::Props;
 
+/// Most writes lost to someone else's write in a row before giving up: a node that changes
+/// this often is not being converged on, it is being fought over.
+pub const MAX_CONFLICTS: usize = 100;
+
 /// Applies `change` to the properties of `path` with a version-guarded write, retrying when
 /// someone else wrote in between. Returns false (and writes nothing) if `change` left the
 /// properties as they were. `change` must be idempotent (set or remove keys): when the
@@ -16,12 +20,27 @@ pub async fn update_props(
     path: &str,
     change: impl Fn(&mut Props),
 ) -> Result<bool, ZkError> {
+    try_update_props(client, path, |p| {
+        change(p);
+        Ok::<(), ZkError>(())
+    })
+    .await
+}
+
+/// [`update_props`] with a change that may refuse (its error is returned, nothing written),
+/// for example when the properties read show that the update no longer applies.
+pub async fn try_update_props<E: From<ZkError>>(
+    client: &Client,
+    path: &str,
+    change: impl Fn(&mut Props) -> Result<(), E>,
+) -> Result<bool, E> {
     let mut lost = 0;
+    let mut conflicts = 0;
     loop {
         let (data, stat) = call_retrying("get", path, || client.get_data(path)).await?;
         let before = decode(&data);
         let mut props = before.clone();
-        change(&mut props);
+        change(&mut props)?;
         if props == before {
             return Ok(false);
         }
@@ -36,12 +55,25 @@ pub async fn update_props(
             Err(ZkError::Op {
                 source: zookeeper_client::Error::BadVersion,
                 ..
-            }) => continue,
+            }) if conflicts < MAX_CONFLICTS => conflicts += 1,
+            Err(ZkError::Op {
+                source: zookeeper_client::Error::BadVersion,
+                ..
+            }) => {
+                return Err(ZkError::Op {
+                    op: "set",
+                    path: path.to_string(),
+                    source: zookeeper_client::Error::UnexpectedError(format!(
+                        "{path} kept changing ({MAX_CONFLICTS} writes lost to others in a row)"
+                    )),
+                }
+                .into())
+            }
             Err(e) if e.is_connection_loss() && lost < LOSS_RETRIES => {
                 lost += 1;
                 tracing::info!("{e}; reading {path} again once reconnected");
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     }
 }
