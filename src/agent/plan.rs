@@ -18,7 +18,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::model::{Deployment, Installed, Wanted};
+use super::model::{is_git, Deployment, Installed, Wanted};
 use crate::tree::literal::repr_str;
 use crate::zk::paths::{node_lock_path, role_lock_path, ROLES};
 
@@ -334,7 +334,7 @@ fn controller_step(wanted: Option<&(String, String)>, installed: &Installed) -> 
         (Some((rpm, version)), have) => {
             let same = have.is_some_and(|(old, _)| old == rpm);
             let current = have.filter(|_| same).and_then(|(_, v)| v.clone());
-            let checkout = super::software::is_git(Some(version));
+            let checkout = is_git(Some(version));
             if same && !checkout && current.as_deref() == Some(version.as_str()) {
                 return None;
             }
@@ -406,7 +406,7 @@ pub fn plan(inputs: Inputs<'_>) -> Result<Plan, PlanError> {
     for (rpm, version) in &versions {
         let have = installed.versions.get(rpm).cloned().flatten();
         // A checkout is brought up to date every pass: its branch may have moved.
-        let checkout = matches!(version, Wanted::Exact(v) if super::software::is_git(Some(v)));
+        let checkout = matches!(version, Wanted::Exact(v) if is_git(Some(v)));
         if checkout || !satisfies(version, have.as_deref()) {
             steps.push(Step::Install {
                 rpm: rpm.clone(),
