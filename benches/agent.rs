@@ -3,6 +3,8 @@
 //! deploy script of the running agent, and the agent's idle resident memory.
 //! Run with `cargo bench --bench agent` (`ZK_HEAP=2g` for the big tree).
 
+// A bench uses a few of the test helpers.
+#[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
 

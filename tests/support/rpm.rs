@@ -396,17 +396,6 @@ impl Sandbox {
         dnf_available().then(Sandbox::create)
     }
 
-    /// A fresh sandbox; panics when dnf & co. are missing.
-    pub fn new() -> Sandbox {
-        let missing = missing_tools();
-        assert!(
-            missing.is_empty(),
-            "the real-dnf sandbox needs {} (apt-get install rpm dnf createrepo-c)",
-            missing.join(", ")
-        );
-        Sandbox::create()
-    }
-
     fn create() -> Sandbox {
         let repo = shared_repo().join("repo");
         let dir = tempfile::Builder::new()
@@ -428,11 +417,6 @@ impl Sandbox {
             String::from_utf8_lossy(&output.stderr)
         );
         Sandbox { dir }
-    }
-
-    /// The sandbox directory (holds `bin/`, `root/`, `calls.log`, ...).
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 
     /// The `yum` wrapper: give it to the agent (`Yum::new(sandbox.yum_path())`).
@@ -556,13 +540,6 @@ impl FakeYum {
         text.split_whitespace().next().map(str::to_string)
     }
 
-    /// Makes `name` `[EPOCH:]VERSION-RELEASE` available, with no payload.
-    pub fn add(&self, name: &str, evr: &str) {
-        let dir = self.state().join("repo").join(name);
-        fs::create_dir_all(&dir).expect("cannot create a fake repo directory");
-        fs::write(dir.join(format!("{evr}.noarch")), "").expect("cannot add a fake package");
-    }
-
     fn set_knob(&self, knob: &str, value: Option<&str>) {
         let path = self.state().join("knobs").join(knob);
         match value {
@@ -582,10 +559,5 @@ impl FakeYum {
     /// Calls whose `COMMAND ARGS` match the (bash) regex fail with exit 1; `None` clears it.
     pub fn set_fail(&self, regex: Option<&str>) {
         self.set_knob("FAKE_YUM_FAIL", regex);
-    }
-
-    /// Every call sleeps this long first (timeouts); `None` clears it.
-    pub fn set_sleep(&self, seconds: Option<f64>) {
-        self.set_knob("FAKE_YUM_SLEEP", seconds.map(|s| s.to_string()).as_deref());
     }
 }

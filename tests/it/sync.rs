@@ -2,7 +2,7 @@
 //! sync, edits, removed files, `.zkx` overlays without churn, bad files, every guard, dry-run,
 //! force, the tombstone, concurrent syncers, the lock's kazoo layout, and interrupted syncs.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

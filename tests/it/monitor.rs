@@ -1,7 +1,7 @@
 //! The Nagios check: a golden test for every check of README "Operations" against a real
 //! ZooKeeper, plus a stopped ZooKeeper, a garbage status file, and usage errors.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::{Run, ZkServer};

@@ -9,7 +9,7 @@
 //! grammar errors one by one against the original's messages (`tests/tree_parse.rs`); most
 //! configuration errors through the library (`tests/config.rs`).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -15,7 +15,7 @@
 //! - a version bump while a pass runs is coalesced, the newest wins: `tests/agent_daemon.rs`
 //!   (`bumps_during_a_pass_are_coalesced_into_one_more_pass`).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
