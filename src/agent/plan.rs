@@ -172,10 +172,12 @@ impl Step {
     }
 
     /// True for the steps before which the executor checks that it may go on (a stop
-    /// request, a halted or paused cluster). Recording the version and the after hook end a
-    /// pass whose work is done: they are not stopped half-way.
+    /// request, a halted or paused cluster). The role controller's scripts open and close the
+    /// role lock's critical section and run whenever what they bracket does; recording the
+    /// version and the after hook end a pass whose work is done: none of them is stopped
+    /// before it starts.
     pub fn checkpointed(&self) -> bool {
-        !matches!(self, Step::RecordVersion | Step::After { .. })
+        self.changes_host()
     }
 }
 

@@ -2,7 +2,9 @@
 //! against a real ZooKeeper, real agent processes, real git repositories, a yum 3 fake and a
 //! real dnf sandbox; the shared helpers are in `tests/support/` (see its documentation).
 //!
-//! Run one concern with a filter: `cargo nextest run --locked --test it 'agent::'`.
+//! Run one concern with a filter: `cargo nextest run --locked --test it 'agent::'`. A new
+//! concern is a new file here, declared below (a file directly under `tests/` would be a
+//! binary of its own, linking the whole crate again).
 
 #[path = "../support/mod.rs"]
 mod support;
