@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use zkdeployment::config::{
-    fqdn, http_get, load, parse, resolve_connection, Config, ConfigError, Secret, Smtp,
+    fqdn, http_get, load, parse, FetchError, resolve_connection, Config, ConfigError, Secret, Smtp,
 };
 
 const CFG: &str = "/etc/x.cfg";
 const BASE: &str = "[zkdeployment]\nhost-id = h1\nrun-directory = /var/run/zkdeployment\n";
 
-fn no_fetch(url: &str) -> Result<Option<String>, String> {
-    Err(format!("no network in this test ({url})"))
+fn no_fetch(url: &str) -> Result<Option<String>, FetchError> {
+    Err(FetchError::Refused(format!("no network in this test ({url})")))
 }
 
 fn try_parse(text: &str) -> Result<Config, ConfigError> {
@@ -573,7 +573,7 @@ fn zookeeper_auth_from_file_and_http() {
     let e = parse(
         Path::new(CFG),
         &format!("{BASE}host-name = h\nzookeeper-auth = http://user:pw123@127.0.0.1:1/x\n"),
-        &|_| Err("refused".to_string()),
+        &|_| Err(FetchError::Unreachable("refused".to_string())),
     )
     .unwrap_err();
     let msg = e.to_string();
@@ -916,10 +916,15 @@ fn http_get_directly() {
     assert_eq!(http_get(&format!("{base}/missing")), Ok(None));
     assert_eq!(
         http_get(&format!("{base}/error")),
-        Err("unexpected response code 500".to_string())
+        Err(FetchError::Unreachable(
+            "unexpected response code 500".to_string()
+        ))
     );
     // Nothing listens on port 1.
-    assert!(http_get("http://127.0.0.1:1/").is_err());
+    assert!(matches!(
+        http_get("http://127.0.0.1:1/"),
+        Err(FetchError::Unreachable(_))
+    ));
 }
 
 #[test]
