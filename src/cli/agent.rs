@@ -12,7 +12,7 @@ use clap::Args;
 use serde_json::json;
 use tokio::sync::Notify;
 
-use super::{runtime, Failure, Outcome};
+use super::{runtime, runtime_own_signals, Failure, Outcome};
 use crate::agent::daemon::{close, run_forever, start, StartError};
 use crate::agent::execute::{Context, PassOutcome};
 use crate::config::{load, Config};
@@ -68,7 +68,13 @@ impl DeployArgs {
 }
 
 fn load_config(path: &std::path::Path) -> Result<Config, Failure> {
-    load(path).map_err(|e| Failure::Usage(e.to_string()))
+    load(path).map_err(|e| {
+        if e.is_transient() {
+            Failure::TempFail(e.to_string())
+        } else {
+            Failure::Usage(e.to_string())
+        }
+    })
 }
 
 fn start_error(e: StartError) -> Failure {
@@ -127,17 +133,17 @@ pub fn agent(args: AgentArgs) -> Outcome {
         assert_address(&connection, addr)?;
     }
     let stop = Arc::new(AtomicBool::new(false));
-    runtime()?.block_on(async move {
+    runtime_own_signals()?.block_on(async move {
         let mut ctx = start(config, connection, stop.clone(), false)
             .await
             .map_err(start_error)?;
+        let wake = Arc::new(Notify::new());
+        spawn_signal_handler(stop.clone(), wake.clone());
         if args.run_once {
             let outcome = ctx.run_pass(false).await;
             close(ctx).await;
             return pass_exit(outcome.map_err(|e| Failure::Failed(e.to_string()))?);
         }
-        let wake = Arc::new(Notify::new());
-        spawn_signal_handler(stop.clone(), wake.clone());
         if let Some(interval) = crate::systemd::watchdog_interval() {
             tokio::spawn(crate::systemd::watchdog(interval));
         }
@@ -175,7 +181,13 @@ pub fn deploy(args: DeployArgs) -> Outcome {
     let config = load_config(&args.config)?;
     let connection = config.connection(args.zookeeper.as_deref());
     let stop = Arc::new(AtomicBool::new(false));
-    runtime()?.block_on(async move {
+    // A dry run stops at once on SIGTERM; a real pass finishes the step in progress.
+    let rt = if args.dry_run {
+        runtime()?
+    } else {
+        runtime_own_signals()?
+    };
+    rt.block_on(async move {
         let mut ctx = start(config, connection, stop.clone(), args.dry_run)
             .await
             .map_err(start_error)?;

@@ -69,11 +69,66 @@ pub async fn connect(opts: &ConnectOptions) -> Result<Client, ZkError> {
         connector = connector.with_auth("digest", digest.as_bytes());
     }
     match tokio::time::timeout(opts.connect_timeout, connector.connect(&opts.connection)).await {
-        Ok(Ok(client)) => Ok(client),
-        Ok(Err(e)) => Err(fail(e.to_string())),
-        Err(_) => Err(fail(format!(
-            "no session within {} s",
-            opts.connect_timeout.as_secs_f64()
+        Ok(Ok(client)) => {
+            super::session::track(&client);
+            Ok(client)
+        }
+        Ok(Err(e)) => Err(fail(format!(
+            "{e}{}",
+            diagnose(&opts.connection).await
         ))),
+        Err(_) => Err(fail(format!(
+            "no session within {} s{}",
+            opts.connect_timeout.as_secs_f64(),
+            diagnose(&opts.connection).await
+        ))),
+    }
+}
+
+/// Why each server of a connection string cannot be reached, for the error message: a name
+/// that does not resolve, a refused connection, no answer. `""` if every server accepts a
+/// connection (the failure is then the ZooKeeper handshake's).
+async fn diagnose(connection: &str) -> String {
+    let hosts = connection.split('/').next().unwrap_or("");
+    let mut problems = Vec::new();
+    for server in hosts.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let target = if server.rsplit_once(':').is_some_and(|(h, p)| {
+            !h.is_empty() && !h.ends_with(':') && p.parse::<u16>().is_ok()
+        }) {
+            server.to_string()
+        } else {
+            format!("{server}:2181")
+        };
+        let probe = async {
+            let addrs: Vec<std::net::SocketAddr> = match tokio::net::lookup_host(&target).await {
+                Ok(addrs) => addrs.collect(),
+                Err(e) => return Some(format!("{server}: cannot resolve the name ({e})")),
+            };
+            let mut last = None;
+            for addr in addrs {
+                match tokio::time::timeout(
+                    Duration::from_secs(2),
+                    tokio::net::TcpStream::connect(addr),
+                )
+                .await
+                {
+                    Ok(Ok(_)) => return None,
+                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                        last = Some(format!("{server}: connection refused"));
+                    }
+                    Ok(Err(e)) => last = Some(format!("{server}: {e}")),
+                    Err(_) => last = Some(format!("{server}: no answer to a TCP connect")),
+                }
+            }
+            Some(last.unwrap_or_else(|| format!("{server}: the name resolves to no address")))
+        };
+        if let Some(problem) = probe.await {
+            problems.push(problem);
+        }
+    }
+    if problems.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", problems.join("; "))
     }
 }
