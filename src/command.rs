@@ -108,6 +108,11 @@ impl CommandError {
 
 /// How often the output file is read while the command runs.
 const POLL: Duration = Duration::from_millis(100);
+/// Most reads of [`CHUNK`] bytes per poll while the command runs (so that waiting for its
+/// exit resumes).
+const POLL_CHUNKS: usize = 256;
+/// One read of the output file.
+const CHUNK: usize = 64 * 1024;
 
 /// Runs a command to completion; `Ok` whatever its exit code (see [`run_checked`]).
 ///
@@ -165,10 +170,18 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     let status = loop {
         tokio::select! {
             status = child.wait() => break status.map_err(spawn_err)?,
-            _ = tokio::time::sleep(POLL) => lines.read(&mut read, &mut emit),
+            _ = tokio::time::sleep(POLL) => lines.read(&mut read, &mut emit, POLL_CHUNKS),
         }
     };
-    lines.read(&mut read, &mut emit);
+    // Everything the process wrote before it exited, and no more: what a daemon it left
+    // writes from now on is not read (nor waited for).
+    let written = {
+        use std::io::Seek;
+        let end = read.metadata().map(|m| m.len()).unwrap_or(0);
+        end.saturating_sub(read.stream_position().unwrap_or(end))
+    };
+    let chunks = usize::try_from(written / CHUNK as u64 + 1).unwrap_or(usize::MAX);
+    lines.read(&mut read, &mut emit, chunks);
     lines.finish(&mut emit);
     let code = status.code().unwrap_or_else(|| {
         use std::os::unix::process::ExitStatusExt;
@@ -207,11 +220,12 @@ struct Lines {
 }
 
 impl Lines {
-    /// Reads what the file holds now (a bounded amount per call) and emits complete lines.
-    fn read(&mut self, file: &mut std::fs::File, emit: &mut impl FnMut(String)) {
+    /// Reads what the file holds now, at most `chunks` reads of [`CHUNK`] bytes, and emits
+    /// complete lines.
+    fn read(&mut self, file: &mut std::fs::File, emit: &mut impl FnMut(String), chunks: usize) {
         use std::io::Read;
-        let mut buf = [0u8; 64 * 1024];
-        for _ in 0..256 {
+        let mut buf = vec![0u8; CHUNK];
+        for _ in 0..chunks {
             let n = match file.read(&mut buf) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,

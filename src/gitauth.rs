@@ -18,7 +18,9 @@ pub const DEFAULT_NETWORK_TIMEOUT: Duration = Duration::from_secs(60);
 ///
 /// Call it before the process starts any thread (it sets a libgit2 global).
 pub fn bound_network(timeout: Duration) {
-    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX).max(1);
+    let ms = i32::try_from(timeout.as_millis())
+        .unwrap_or(i32::MAX)
+        .max(1);
     // SAFETY: called at start-up, before the runtime or any other thread exists.
     unsafe {
         let _ = git2::opts::set_server_connect_timeout_in_milliseconds(ms);

@@ -14,8 +14,9 @@ use std::time::{Duration, SystemTime};
 use serde_json::{json, Value};
 use support::agent::{lines, v, wait_for, wait_for_async, Pm, TestHost};
 use support::git::TestRepo;
+use support::proxy::Proxy;
 use support::rpm::FakeYum;
-use support::{four_letter, Run, ZkServer};
+use support::{four_letter, split_chroot, Run, ZkServer};
 use zkdeployment::zk::decode;
 use zookeeper_client::{Acls, CreateMode};
 
@@ -159,6 +160,78 @@ async fn a_sync_that_fails_part_way_is_cleaned_up_after_a_revert() {
     assert_eq!(hosts_props(&client).await["synced-roots"], json!(["b"]));
 }
 
+#[tokio::test]
+async fn a_syncer_killed_while_applying_leaves_nothing_a_revert_does_not_clean() {
+    let direct = support::chroot("killed-sync").await;
+    let client = support::connect(&direct).await;
+    let (server, chroot) = split_chroot(&direct);
+    let proxy = Proxy::start(server);
+    let through_proxy = format!("{}{chroot}", proxy.address());
+    // Many batches: the apply is still going when its first batch is seen.
+    let mut big = String::from("/a-new\n");
+    for i in 0..80 * zkdeployment::zk::import::BATCH_OPS {
+        big.push_str(&format!("  /n{i}\n"));
+    }
+    let repo = TestRepo::new();
+    let work = tempfile::tempdir().unwrap();
+    repo.commit(&[("a.zk", &big)]);
+    let url = repo.url();
+    let checkout = work.path().join("checkout").display().to_string();
+    let tombstone = work.path().join("tombstone").display().to_string();
+    let lock = work.path().join("lock").display().to_string();
+    let mut syncer = tokio::process::Command::new(support::bin())
+        .args([
+            "sync",
+            "-u",
+            &url,
+            "-t",
+            &checkout,
+            "--tombstone",
+            &tombstone,
+            "--lock-file",
+            &lock,
+            "-z",
+            &through_proxy,
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_for_async("the first batch of the apply", LIMIT, || async {
+        exists(&client, "/a-new").await.then_some(())
+    })
+    .await;
+    // Nothing more reaches the server; the syncer dies mid-apply.
+    proxy.freeze();
+    syncer.start_kill().unwrap();
+    syncer.wait().await.unwrap();
+    proxy.restore();
+    let hosts = hosts_props(&client).await;
+    assert_eq!(
+        hosts["version"],
+        json!("initial"),
+        "the sync should have been killed before it finished"
+    );
+    assert_eq!(hosts["synced-roots"], json!(["a-new"]));
+
+    // Reverted: once the dead syncer's session (and its /hosts-lock node) is gone, the next
+    // sync removes what it left.
+    repo.commit(&[("b.zk", "/b\n  y = 1\n")]);
+    wait_for_async("the dead syncer's cluster lock to go", LIMIT, || async {
+        client
+            .list_children("/hosts-lock")
+            .await
+            .map_or(true, |c| c.is_empty())
+            .then_some(())
+    })
+    .await;
+    sync(&repo, &direct, work.path(), &[]).await.assert_ok();
+    assert!(!exists(&client, "/a-new").await);
+    assert!(exists(&client, "/b").await);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. A deploy script is done when its process exits, whatever it leaves running.
 
@@ -198,7 +271,10 @@ async fn a_deploy_script_that_leaves_a_daemon_ends_its_step_when_it_exits() {
         .cloned()
         .unwrap();
     assert!(
-        step["output"].as_str().unwrap_or("").contains("started a daemon")
+        step["output"]
+            .as_str()
+            .unwrap_or("")
+            .contains("started a daemon")
             || agent.output().contains("started a daemon"),
         "{step}\n{}",
         agent.output()
@@ -334,17 +410,46 @@ async fn an_unreachable_config_value_exits_75_not_2() {
         dir.path(),
         &format!("host-name = http://127.0.0.1:{}/name\n", closed_port()),
     );
-    let cfg = cfg.to_str().unwrap();
-    for command in ["agent", "deploy"] {
-        let run = support::run_async(&[command, cfg]).await;
-        run.assert_code(75);
-        assert!(
-            run.stderr.contains("host-name: cannot fetch the value now"),
-            "{run}"
-        );
-    }
+    let cfg_path = cfg.to_str().unwrap();
+    let run = support::run_async(&["deploy", cfg_path]).await;
+    run.assert_code(75);
+    assert!(
+        run.stderr.contains("host-name: cannot fetch the value now"),
+        "{run}"
+    );
+    // The agent waits a minute before it exits 75 (keeping systemd's restarts under the
+    // unit's start limit); SIGTERM ends the wait.
+    let mut agent = tokio::process::Command::new(support::bin())
+        .args(["agent", cfg_path])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("agent.err")).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let said = wait_for("the agent to say it will exit 75", LIMIT, || {
+        let text = std::fs::read_to_string(dir.path().join("agent.err")).unwrap_or_default();
+        text.contains("exiting 75 in 60 s").then_some(text)
+    })
+    .await;
+    assert!(
+        said.contains("host-name: cannot fetch the value now"),
+        "{said}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(LIMIT, agent.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(143));
     // The unit restarts the agent after 75, not after 2 (a configuration to fix).
-    let unit = support::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/zkdeployment-agent.service"));
+    let unit = support::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/zkdeployment-agent.service"),
+    );
     let prevent = unit
         .lines()
         .find_map(|l| l.strip_prefix("RestartPreventExitStatus="))
@@ -440,7 +545,8 @@ async fn refused_and_unresolvable_zookeeper_hosts_say_so() {
     let run = support::run_async(&["status", "-z", &refused]).await;
     run.assert_code(1);
     assert!(
-        run.stderr.contains(&format!("{refused}: connection refused")),
+        run.stderr
+            .contains(&format!("{refused}: connection refused")),
         "{run}"
     );
     let unknown = "no-such-host.invalid:2181";
@@ -496,10 +602,22 @@ async fn a_megabyte_bad_line_is_not_echoed_whole() {
     let work = tempfile::tempdir().unwrap();
     let run = sync(&repo, &conn, work.path(), &[]).await;
     run.assert_code(1);
-    assert!(run.stderr.contains("a.zk:2:"), "{}", &run.stderr[..2000.min(run.stderr.len())]);
-    assert!(run.stderr.len() < 8 * 1024, "{} bytes on stderr", run.stderr.len());
+    assert!(
+        run.stderr.contains("a.zk:2:"),
+        "{}",
+        &run.stderr[..2000.min(run.stderr.len())]
+    );
+    assert!(
+        run.stderr.len() < 8 * 1024,
+        "{} bytes on stderr",
+        run.stderr.len()
+    );
     let tombstone = support::read(work.path().join("tombstone"));
-    assert!(tombstone.len() < 8 * 1024, "{} bytes in the tombstone", tombstone.len());
+    assert!(
+        tombstone.len() < 8 * 1024,
+        "{} bytes in the tombstone",
+        tombstone.len()
+    );
     // The same for tree check, and for a configuration line.
     let file = work.path().join("long.zk");
     std::fs::write(&file, format!("/a\n  x = {long}\n")).unwrap();
@@ -575,7 +693,9 @@ async fn every_command_closes_its_session_on_exit() {
     }
     // The syncer (its cluster lock is an ephemeral node of its session).
     let work = tempfile::tempdir().unwrap();
-    sync(&repo, &conn, work.path(), &["--force"]).await.assert_ok();
+    sync(&repo, &conn, work.path(), &["--force"])
+        .await
+        .assert_ok();
     assert_eq!(sessions(port), baseline, "after sync");
 
     // The agent, stopped by SIGTERM: its host node goes at once.

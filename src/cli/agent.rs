@@ -1,7 +1,8 @@
 //! `zkdeployment agent` (the long-running service, or one pass with `-1`) and
 //! `zkdeployment deploy` (one pass now; `--dry-run [--json]` prints the plan and changes
 //! nothing). Exit codes: 0 done or already converged, 1 the pass failed, 2 configuration,
-//! 3 halted, paused or abandoned; dry-run: 0 nothing to do, 10 changes pending, 1 no plan.
+//! 3 halted, paused or abandoned, 75 a configuration value cannot be fetched now (the agent
+//! waits a minute first); dry-run: 0 nothing to do, 10 changes pending, 1 no plan.
 
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
@@ -126,8 +127,25 @@ fn assert_address(connection: &str, addr: &str) -> Result<(), Failure> {
     }
 }
 
+/// How long the agent waits before it exits 75 for a configuration value it cannot fetch
+/// now: with the unit's `RestartSec=5s`, a restart cycle then lasts over a minute, so an
+/// outage of the value's server never reaches the unit's start limit (10 starts in 10
+/// minutes), which would stop the agent for good.
+const TEMPFAIL_DELAY: std::time::Duration = std::time::Duration::from_secs(60);
+
 pub fn agent(args: AgentArgs) -> Outcome {
-    let config = load_config(&args.config)?;
+    let config = match load_config(&args.config) {
+        Err(Failure::TempFail(message)) => {
+            eprintln!(
+                "zkdeployment: {message}; trying again: exiting 75 in {} s for systemd to restart the agent",
+                TEMPFAIL_DELAY.as_secs()
+            );
+            // SIGTERM ends the wait at once (exit 143).
+            runtime()?.block_on(async { tokio::time::sleep(TEMPFAIL_DELAY).await });
+            return Err(Failure::TempFail(message));
+        }
+        other => other?,
+    };
     let connection = config.connection(args.zookeeper.as_deref());
     if let Some(addr) = &args.assert_address {
         assert_address(&connection, addr)?;

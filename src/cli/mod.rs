@@ -39,7 +39,9 @@ impl Failure {
 
     fn message(&self) -> &str {
         match self {
-            Failure::Failed(m) | Failure::Usage(m) | Failure::Refused(m) | Failure::TempFail(m) => m,
+            Failure::Failed(m) | Failure::Usage(m) | Failure::Refused(m) | Failure::TempFail(m) => {
+                m
+            }
         }
     }
 }
@@ -128,9 +130,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
             },
         ),
         _ if std::env::args().nth(1).as_deref() == Some("monitor") => {
-            println!(
-                "ZKDEPLOYMENT UNKNOWN - usage error (see zkdeployment monitor --help)"
-            );
+            println!("ZKDEPLOYMENT UNKNOWN - usage error (see zkdeployment monitor --help)");
             ExitCode::from(3)
         }
         _ => ExitCode::from(2),

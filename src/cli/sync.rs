@@ -9,9 +9,7 @@ use clap::Args;
 
 use super::tree::ZkArg;
 use super::{runtime, Failure, Outcome};
-use crate::sync::local::{
-    lock_file, lock_holder, Tombstone, DEFAULT_LOCK_FILE, DEFAULT_TOMBSTONE,
-};
+use crate::sync::local::{lock_file, lock_holder, Tombstone, DEFAULT_LOCK_FILE, DEFAULT_TOMBSTONE};
 use crate::sync::{self, Options};
 use crate::zk::connect::connection_string;
 

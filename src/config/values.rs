@@ -245,9 +245,7 @@ fn read_limited(file: &Path) -> std::io::Result<Vec<u8>> {
         )));
     }
     let mut bytes = Vec::new();
-    opened
-        .take(MAX_VALUE_FILE + 1)
-        .read_to_end(&mut bytes)?;
+    opened.take(MAX_VALUE_FILE + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_VALUE_FILE {
         return Err(std::io::Error::other(format!(
             "larger than {MAX_VALUE_FILE} bytes"

@@ -94,10 +94,7 @@ fn update_blocking(url: &str, dir: &Path, branch: &str) -> Step<Checkout> {
     if let Some(path) = local_path(url) {
         if !path.exists() {
             // libgit2 would say "unsupported URL protocol".
-            return Err((
-                "repository",
-                format!("{} does not exist", path.display()),
-            ));
+            return Err(("repository", format!("{} does not exist", path.display())));
         }
     }
     let refspec = format!("+refs/heads/{branch}:refs/remotes/origin/{branch}");

@@ -1,5 +1,6 @@
 //! The syncer's local guards: the lock file (an exclusive, non-blocking `flock`, so two cron
-//! runs never overlap, and one held too long is reported, see [`lock_holder`]) and the tombstone (written when a run starts, removed when it ends in
+//! runs never overlap; [`lock_holder`] tells who holds it since when, so that one held too
+//! long is reported) and the tombstone (written when a run starts, removed when it ends in
 //! success or nothing-to-do, left holding the reason otherwise, for a monitor to alert on).
 
 use std::fs::{File, OpenOptions};

@@ -73,10 +73,7 @@ pub async fn connect(opts: &ConnectOptions) -> Result<Client, ZkError> {
             super::session::track(&client);
             Ok(client)
         }
-        Ok(Err(e)) => Err(fail(format!(
-            "{e}{}",
-            diagnose(&opts.connection).await
-        ))),
+        Ok(Err(e)) => Err(fail(format!("{e}{}", diagnose(&opts.connection).await))),
         Err(_) => Err(fail(format!(
             "no session within {} s{}",
             opts.connect_timeout.as_secs_f64(),
@@ -92,9 +89,10 @@ async fn diagnose(connection: &str) -> String {
     let hosts = connection.split('/').next().unwrap_or("");
     let mut problems = Vec::new();
     for server in hosts.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let target = if server.rsplit_once(':').is_some_and(|(h, p)| {
-            !h.is_empty() && !h.ends_with(':') && p.parse::<u16>().is_ok()
-        }) {
+        let target = if server
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && !h.ends_with(':') && p.parse::<u16>().is_ok())
+        {
             server.to_string()
         } else {
             format!("{server}:2181")
