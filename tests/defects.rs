@@ -728,5 +728,51 @@ async fn every_command_closes_its_session_on_exit() {
     let code = deploy.wait(LIMIT).await;
     assert!(code == 0 || code == 3, "{code}: {}", deploy.output());
     assert_eq!(sessions(port), baseline, "after the deploy pass");
+
+    // A short command stopped by SIGTERM while it reads: it stops at once (143), session
+    // closed. The export of a big tree takes long enough to be caught with its session open.
+    let mut big = String::from("/big\n");
+    for i in 0..40_000 {
+        big.push_str(&format!("  /n{i}\n    x = {i}\n"));
+    }
+    let big_file = dir.path().join("big.zk");
+    std::fs::write(&big_file, big).unwrap();
+    support::run_async(&[
+        "tree",
+        "import",
+        big_file.to_str().unwrap(),
+        "/",
+        "-z",
+        &conn,
+    ])
+    .await
+    .assert_ok();
+    let mut export = tokio::process::Command::new(support::bin())
+        .args(["tree", "export", "/big", "-z", &conn])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_for("the export's session", LIMIT, || {
+        (sessions(port) == baseline + 1).then_some(())
+    })
+    .await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(export.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(LIMIT, export.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(143),
+        "stopped by SIGTERM before it finished"
+    );
+    assert_eq!(sessions(port), baseline, "after the export's SIGTERM");
     drop(server);
 }
