@@ -698,6 +698,35 @@ async fn every_command_closes_its_session_on_exit() {
         .assert_ok();
     assert_eq!(sessions(port), baseline, "after sync");
 
+    // The agent, stopped by SIGTERM while it starts (waiting out the host node of a dead
+    // agent of this host, here held by the test's own session).
+    let stale = json!({"name": h.name, "pid": support::agent::dead_pid()});
+    h.client
+        .create(
+            "/hosts/h1",
+            serde_json::to_string(&stale).unwrap().as_bytes(),
+            &CreateMode::Ephemeral.with_acls(Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let mut agent = h.spawn("agent", &[], &[]);
+    wait_for("the agent to wait out the stale host node", LIMIT, || {
+        agent
+            .output()
+            .contains("waiting for its session to expire")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(sessions(port), baseline + 1);
+    agent.terminate();
+    assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
+    assert_eq!(
+        sessions(port),
+        baseline,
+        "after the agent stopped while starting"
+    );
+    h.client.delete("/hosts/h1", None).await.unwrap();
+
     // The agent, stopped by SIGTERM: its host node goes at once.
     let mut agent = h.spawn("agent", &[], &[]);
     wait_for_async("the agent's host node", LIMIT, || async {

@@ -152,9 +152,15 @@ pub fn agent(args: AgentArgs) -> Outcome {
     }
     let stop = Arc::new(AtomicBool::new(false));
     runtime_own_signals()?.block_on(async move {
-        let mut ctx = start(config, connection, stop.clone(), false)
-            .await
-            .map_err(start_error)?;
+        // Until the agent is started, SIGTERM ends it at once (its session closed on the way
+        // out): registration may wait out a dead agent's session.
+        let mut ctx = tokio::select! {
+            started = start(config, connection, stop.clone(), false) => started.map_err(start_error)?,
+            () = signalled() => {
+                tracing::info!("stopped before the agent had started");
+                return Ok(0);
+            }
+        };
         let wake = Arc::new(Notify::new());
         spawn_signal_handler(stop.clone(), wake.clone());
         if args.run_once {
@@ -172,6 +178,23 @@ pub fn agent(args: AgentArgs) -> Outcome {
         tracing::info!("stopped");
         Ok(0)
     })
+}
+
+/// Resolves on SIGTERM or SIGINT (never, if the handlers cannot be installed).
+async fn signalled() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
 }
 
 fn spawn_signal_handler(stop: Arc<AtomicBool>, wake: Arc<Notify>) {
@@ -206,9 +229,19 @@ pub fn deploy(args: DeployArgs) -> Outcome {
         runtime_own_signals()?
     };
     rt.block_on(async move {
-        let mut ctx = start(config, connection, stop.clone(), args.dry_run)
-            .await
-            .map_err(start_error)?;
+        let starting = start(config, connection, stop.clone(), args.dry_run);
+        let mut ctx = if args.dry_run {
+            starting.await.map_err(start_error)?
+        } else {
+            tokio::select! {
+                started = starting => started.map_err(start_error)?,
+                () = signalled() => {
+                    return Err(Failure::Refused(
+                        "nothing done: stopped by a signal before the pass started".into(),
+                    ))
+                }
+            }
+        };
         if args.dry_run {
             let outcome = dry_run(&ctx, args.force, args.json).await;
             close(ctx).await;
