@@ -108,9 +108,8 @@ impl CommandError {
 
 /// How often the output file is read while the command runs.
 const POLL: Duration = Duration::from_millis(100);
-/// Most reads of [`CHUNK`] bytes per poll while the command runs (so that waiting for its
-/// exit resumes).
-const POLL_CHUNKS: usize = 256;
+/// Most bytes read per poll while the command runs (so that waiting for its exit resumes).
+const POLL_BYTES: u64 = 16 * 1024 * 1024;
 /// One read of the output file.
 const CHUNK: usize = 64 * 1024;
 
@@ -170,7 +169,7 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     let status = loop {
         tokio::select! {
             status = child.wait() => break status.map_err(spawn_err)?,
-            _ = tokio::time::sleep(POLL) => lines.read(&mut read, &mut emit, POLL_CHUNKS),
+            _ = tokio::time::sleep(POLL) => lines.read(&mut read, &mut emit, POLL_BYTES),
         }
     };
     // Everything the process wrote before it exited, and no more: what a daemon it left
@@ -180,8 +179,7 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
         let end = read.metadata().map(|m| m.len()).unwrap_or(0);
         end.saturating_sub(read.stream_position().unwrap_or(end))
     };
-    let chunks = usize::try_from(written / CHUNK as u64 + 1).unwrap_or(usize::MAX);
-    lines.read(&mut read, &mut emit, chunks);
+    lines.read(&mut read, &mut emit, written);
     lines.finish(&mut emit);
     let code = status.code().unwrap_or_else(|| {
         use std::os::unix::process::ExitStatusExt;
@@ -220,16 +218,18 @@ struct Lines {
 }
 
 impl Lines {
-    /// Reads what the file holds now, at most `chunks` reads of [`CHUNK`] bytes, and emits
-    /// complete lines.
-    fn read(&mut self, file: &mut std::fs::File, emit: &mut impl FnMut(String), chunks: usize) {
+    /// Reads what the file holds now, at most `limit` bytes, and emits complete lines.
+    fn read(&mut self, file: &mut std::fs::File, emit: &mut impl FnMut(String), limit: u64) {
         use std::io::Read;
         let mut buf = vec![0u8; CHUNK];
-        for _ in 0..chunks {
-            let n = match file.read(&mut buf) {
+        let mut left = limit;
+        while left > 0 {
+            let want = usize::try_from(left).unwrap_or(CHUNK).min(CHUNK);
+            let n = match file.read(&mut buf[..want]) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
+            left -= n as u64;
             for chunk in buf[..n].split_inclusive(|b| *b == b'\n') {
                 let room = MAX_LINE.saturating_sub(self.partial.len());
                 let body = chunk.strip_suffix(b"\n").unwrap_or(chunk);
