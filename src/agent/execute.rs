@@ -164,7 +164,7 @@ impl Agent {
         pass.metrics.converged = false;
         tracing::info!("{}", "=".repeat(60));
         tracing::info!("Deploying version {}", py_str(&version));
-        let started = now();
+        let started = pass.started;
         pass.status("deploying").await;
         let result = run_plan(&mut pass).await;
         pass.controlled = false;
@@ -175,7 +175,7 @@ impl Agent {
         let (outcome, report_outcome, error) = match result {
             Ok(()) => {
                 tracing::info!("Done deploying version {}", py_str(&version));
-                pass.status("done").await;
+                pass.final_status("done", ReportOutcome::Done, None).await;
                 pass.metrics.passes_done += 1;
                 // The failure last mailed is over: if it happens again, that is news worth
                 // a mail.
@@ -186,7 +186,9 @@ impl Agent {
             }
             Err(Interrupt::Abandon(why)) => {
                 tracing::warn!("Abandoning deployment because {why}");
-                pass.status(&format!("abandoned ({why})")).await;
+                let text = format!("abandoned ({why})");
+                pass.final_status(&text, ReportOutcome::Abandoned, Some(why.clone()))
+                    .await;
                 pass.metrics.passes_abandoned += 1;
                 (
                     PassOutcome::Abandoned(why.clone()),
@@ -204,6 +206,14 @@ impl Agent {
             }
             Err(Interrupt::Lost(e)) => {
                 tracing::warn!("Abandoning deployment: {e}");
+                // The report first, then the status (see `Pass::final_status`).
+                let report = finish(
+                    &mut pass,
+                    started,
+                    ReportOutcome::Abandoned,
+                    Some(e.to_string()),
+                );
+                let _ = self.run_dir.write_report(&report);
                 if let Err(io) = self
                     .run_dir
                     .set_status(&version, &format!("abandoned ({e})"))
@@ -214,14 +224,7 @@ impl Agent {
                 // watchdog.
                 crate::systemd::busy(false);
                 pass.metrics.passes_abandoned += 1;
-                let report = finish(
-                    &mut pass,
-                    started,
-                    ReportOutcome::Abandoned,
-                    Some(e.to_string()),
-                );
                 pass.write_metrics();
-                let _ = self.run_dir.write_report(&report);
                 let (metrics, recorded) = (pass.metrics, pass.recorded);
                 self.end_pass(metrics, recorded, &version);
                 return Err(e);
@@ -321,7 +324,8 @@ async fn fail(pass: &mut Pass<'_>, failure: Failure) -> Result<String, ZkError> 
         p.insert("error".into(), error.clone());
     })
     .await?;
-    pass.status("error").await;
+    pass.final_status("error", ReportOutcome::Error, Some(message.clone()))
+        .await;
     pass.metrics.passes_error += 1;
     // The last step recorded is the failing one only if it did not succeed: a failure that
     // is not a step's (an in-flight record left by a dead holder, a missing role lock) comes

@@ -197,12 +197,16 @@ pub async fn deploy_script(
     let props_file = properties_file(&run_dir, d.path);
     let props_dir = props_file.parent().unwrap_or(&run_dir).to_path_buf();
     let props = pass.properties.get(d.path).cloned().unwrap_or_default();
-    std::fs::create_dir_all(&etc)
-        .and_then(|_| std::fs::create_dir_all(&props_dir))
-        .map_err(|source| StepError::File {
-            path: etc.clone(),
-            source,
-        })?;
+    // Each failure names the path that failed (a read-only run directory is not /etc).
+    std::fs::create_dir_all(&etc).map_err(|source| StepError::File {
+        path: etc.clone(),
+        source,
+    })?;
+    std::fs::create_dir_all(&props_dir).map_err(|source| StepError::File {
+        path: props_dir.clone(),
+        source,
+    })?;
+    // write_atomic names the file already.
     write_atomic(
         &props_file,
         &serde_json::to_vec_pretty(&props).unwrap_or_default(),

@@ -4,8 +4,8 @@
 //! checkout ([`git`]), build and lint the desired tree offline ([`desired`]), then, in order,
 //! the ZooKeeper guards — `/hosts` created if missing, a halted cluster refused, an unchanged
 //! revision is nothing to do, unconverged hosts refused, `/hosts-lock` taken without blocking —
-//! and finally one diff applied, `/hosts` `version`, `synced` and `synced-roots` set last, in
-//! one write. A sync that dies while applying leaves `version` as it was, so no agent acts on a
+//! and finally the new top-level nodes claimed in `synced-roots`, one diff applied, `/hosts`
+//! `version`, `synced` and `synced-roots` set last, in one write. A sync that dies while applying leaves `version` as it was, so no agent acts on a
 //! half-applied tree, and the next sync completes it.
 
 pub mod desired;
@@ -22,7 +22,7 @@ use crate::zk::import::{apply, plan, plan_delete, read_existing, ApplyError, Op}
 use crate::zk::lock::{try_lock, TryLock};
 use crate::zk::paths::is_reserved_root;
 use crate::zk::snapshot::{read_subtree, ReadOptions};
-use crate::zk::update::try_update_props;
+use crate::zk::update::{try_update_props, update_props};
 use crate::zk::{
     call, connect, decode, encode, join, open_persistent, Client, ConnectOptions, ZkError,
 };
@@ -187,6 +187,7 @@ async fn apply_locked(
 ) -> Result<Outcome, SyncError> {
     let hosts = read_hosts(client, false).await?;
     let (_, ops) = plan_sync(client, desired, &hosts, false).await?;
+    claim_roots(client, desired).await?;
     let mut writes = apply(client, &ops).await?;
     writes += set_version(client, desired, revision, force).await?;
     Ok(Outcome::Applied {
@@ -289,6 +290,32 @@ async fn plan_sync(
         }
     }
     Ok((plan.lines, plan.ops))
+}
+
+/// Adds the repository's top-level nodes to `synced-roots` before anything is written under
+/// them (a guarded write of `/hosts` that leaves `version` alone): a sync that fails or is
+/// killed part-way leaves no top-level node that the next sync does not own, so reverting
+/// the file and syncing again deletes it. [`set_version`] then sets the exact list.
+async fn claim_roots(client: &Client, desired: &Desired) -> Result<(), SyncError> {
+    let roots = desired.roots();
+    update_props(client, HOSTS, |props| {
+        let mut owned: Vec<Value> = props
+            .get("synced-roots")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let before = owned.len();
+        for root in &roots {
+            if !owned.iter().any(|o| o.as_str() == Some(root.as_str())) {
+                owned.push(json!(root));
+            }
+        }
+        if owned.len() != before {
+            props.insert("synced-roots".into(), Value::Array(owned));
+        }
+    })
+    .await?;
+    Ok(())
 }
 
 /// Sets `version`, `synced` and `synced-roots` on `/hosts` in one guarded write (retried if

@@ -15,6 +15,7 @@ mod agent_dnf;
 mod agent_git;
 mod agent_observe;
 mod config;
+mod defects;
 mod ensemble;
 mod faults;
 mod fleet;
