@@ -7,6 +7,7 @@ pub mod connect;
 pub mod encoding;
 pub mod export;
 pub mod import;
+pub mod index;
 pub mod links;
 pub mod lock;
 pub mod multiread;
