@@ -22,10 +22,23 @@ fn write_exe(path: &Path, text: &str) {
     fleet::write_exe(path, text)
 }
 
-fn rss_kib(pid: u32) -> Option<u64> {
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+/// Resident memory of its own (heap, stacks) and mapped from files (the binary, libc).
+fn rss_split(pid: u32) -> String {
+    format!(
+        "{} KiB anonymous + {} KiB file-backed",
+        status_kib(pid, "RssAnon:").unwrap_or(0),
+        status_kib(pid, "RssFile:").unwrap_or(0)
+    )
 }
 
 fn main() {
@@ -129,7 +142,7 @@ fn main() {
             if round == 4 {
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 let after = rss_kib(pid).unwrap_or(0);
-                println!("agent resident memory: idle after the first pass {idle} KiB, idle after 3 more passes answered by the index {after} KiB");
+                println!("agent resident memory: idle after the first pass {idle} KiB, idle after 3 more passes answered by the index {after} KiB ({})", rss_split(pid));
             }
         }
         for s in [&mut samples, &mut walked] {
@@ -139,7 +152,7 @@ fn main() {
         println!("version bump to first deploy script (running agent, walk forced): median {:.3} s over {} bumps", walked[walked.len() / 2], walked.len());
         tokio::time::sleep(Duration::from_secs(2)).await;
         let after = rss_kib(pid).unwrap_or(0);
-        println!("agent resident memory: idle after 3 more passes that walked {after} KiB");
+        println!("agent resident memory: idle after 3 more passes that walked {after} KiB ({})", rss_split(pid));
         agent.start_kill().unwrap();
         let _ = agent.wait().await;
     });

@@ -30,9 +30,17 @@ fn hosts() -> usize {
         .unwrap_or(200)
 }
 
+/// An agent process; killed when dropped (and by the kernel if the bench dies first).
 struct Agent {
     run: PathBuf,
-    _child: tokio::process::Child,
+    child: std::process::Child,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn status_of(agent: &Agent) -> String {
@@ -46,8 +54,7 @@ async fn wait_all_done(agents: &[Agent], version: &str, limit: Duration) {
             .iter()
             .filter(|a| {
                 let s = status_of(a);
-                !(s.split_whitespace().nth(2) == Some(&format!("\"{version}\""))
-                    && s.ends_with(" done"))
+                !(s.split_whitespace().nth(2) == Some(version) && s.ends_with(" done"))
             })
             .count();
         if pending == 0 {
@@ -129,15 +136,13 @@ fn main() {
                 ),
             )
             .unwrap();
-            let child = tokio::process::Command::new(support::bin())
-                .args(["agent", cfg.to_str().unwrap()])
+            let mut cmd = std::process::Command::new(support::bin());
+            cmd.args(["agent", cfg.to_str().unwrap()])
                 .env("ZKDEPLOYMENT_LOG", "warn")
                 .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .unwrap();
-            agents.push(Agent { run, _child: child });
+                .stderr(std::process::Stdio::null());
+            let child = support::spawn_with_pdeathsig(cmd).unwrap();
+            agents.push(Agent { run, child });
         }
         let t = Instant::now();
         wait_all_done(&agents, "v1", Duration::from_secs(1200)).await;
