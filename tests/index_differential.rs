@@ -8,7 +8,7 @@ mod support;
 
 use proptest::prelude::*;
 use serde_json::json;
-use zkdeployment::agent::discover::{discover_with_mode, Host, Mode, Source};
+use zkdeployment::agent::discover::{discover_with_mode, read_snapshot_with, Host, Mode, Source};
 use zkdeployment::agent::model::Installed;
 use zkdeployment::agent::plan::plan;
 use zkdeployment::sync::index::{live_data, write_generation};
@@ -167,6 +167,16 @@ async fn compare(client: &Client, host: &Host) {
     if indexed.is_ok() {
         assert_eq!(source, Some(Source::Index), "host {host:?}");
     }
+    // Errors too were found from the index: it was trusted, its deploy nodes are the walk's.
+    let from_index = read_snapshot_with(client, host, Mode::Index(&version))
+        .await
+        .unwrap();
+    let from_walk = read_snapshot_with(client, host, Mode::Walk).await.unwrap();
+    assert_eq!(from_index.source, Some(Source::Index));
+    assert_eq!(
+        from_index.deploy_nodes, from_walk.deploy_nodes,
+        "host {host:?}"
+    );
 }
 
 proptest! {
