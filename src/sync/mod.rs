@@ -4,11 +4,11 @@
 //! checkout ([`git`]), build and lint the desired tree offline ([`desired`]), then, in order,
 //! the ZooKeeper guards — `/hosts` created if missing, a halted cluster refused, an unchanged
 //! revision is nothing to do, unconverged hosts refused, `/hosts-lock` taken without blocking —
-//! and finally one diff applied, `/hosts` `version`, `synced` and `synced-roots` set last, in
-//! one write. A sync that dies while applying leaves `version` as it was, so no agent acts on a
-//! half-applied tree, and the next sync completes it. The deployment index ([`index`]) is
-//! invalidated before the tree changes, rewritten after, and made live by the same
-//! transaction that sets `version`.
+//! and finally the new top-level nodes claimed in `synced-roots`, one diff applied, `/hosts`
+//! `version`, `synced` and `synced-roots` set last, in one write. A sync that dies while
+//! applying leaves `version` as it was, so no agent acts on a half-applied tree, and the next
+//! sync completes it. The deployment index ([`index`]) is invalidated before the tree
+//! changes, rewritten after, and made live by the same transaction that sets `version`.
 
 pub mod desired;
 pub mod git;
@@ -201,6 +201,7 @@ async fn apply_locked(
         // From here until the new version is set, no agent may trust the old index.
         index::invalidate(client, &format!("sync of {revision} in progress")).await?;
     }
+    claim_roots(client, desired).await?;
     let mut writes = apply(client, &ops).await?;
     writes += set_version(client, desired, revision, force, previous).await?;
     Ok(Outcome::Applied {
@@ -311,6 +312,51 @@ async fn plan_sync(
         }
     }
     Ok((plan.lines, plan.ops))
+}
+
+/// Adds the repository's top-level nodes to `synced-roots` before anything is written under
+/// them (a guarded write of `/hosts` that leaves `version` alone): a sync that fails or is
+/// killed part-way leaves no top-level node that the next sync does not own, so reverting
+/// the file and syncing again deletes it. [`set_version`] then sets the exact list.
+async fn claim_roots(client: &Client, desired: &Desired) -> Result<(), SyncError> {
+    for _ in 0..10 {
+        let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
+        let mut props = decode(&data);
+        let mut owned: Vec<Value> = props
+            .get("synced-roots")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let before = owned.len();
+        for root in desired.roots() {
+            if !owned.iter().any(|o| o.as_str() == Some(root.as_str())) {
+                owned.push(json!(root));
+            }
+        }
+        if owned.len() == before {
+            return Ok(());
+        }
+        props.insert("synced-roots".into(), Value::Array(owned));
+        match call(
+            "set",
+            HOSTS,
+            client.set_data(HOSTS, &encode(&props), Some(stat.version)),
+        )
+        .await
+        {
+            Ok(_) => return Ok(()),
+            Err(ZkError::Op {
+                source: zookeeper_client::Error::BadVersion,
+                ..
+            }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(SyncError::Zk(ZkError::Op {
+        op: "set",
+        path: HOSTS.into(),
+        source: zookeeper_client::Error::UnexpectedError("/hosts kept changing".into()),
+    }))
 }
 
 /// Sets `version`, `synced` and `synced-roots` on `/hosts` in one guarded write (retried if
