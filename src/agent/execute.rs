@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::cluster::{cluster_version, halt};
 use super::deploy::run_node_locked;
-use super::discover::{discover_on, DiscoverFailure, Discovered};
+use super::discover::{discover_with_mode, DiscoverFailure, Discovered, DiscoveryReport, Mode};
 use super::error::{Failure, Interrupt, StepError};
 use super::observe;
 use super::pass::Pass;
@@ -49,23 +49,36 @@ pub struct DryRun {
     pub plan: Plan,
     /// Why there is nothing to do, if so: `converged`, `halted`, `paused`.
     pub reason: Option<&'static str>,
+    /// How discovery found the deploy nodes (`None` if it did not run).
+    pub discovery: Option<DiscoveryReport>,
 }
 
 impl Agent {
-    /// Discovers, observes and plans; changes nothing.
-    async fn prepare(&self) -> Result<(Discovered, Plan), Interrupt> {
-        let (discovered, snap) =
-            discover_on(&self.client, &self.host)
-                .await
-                .map_err(|e| match e {
-                    DiscoverFailure::Zk(e) => Interrupt::Lost(e),
-                    DiscoverFailure::Tree(e) => StepError::Tree(e).into(),
-                })?;
+    /// Discovers (from the deployment index at `version` when it may, else by the walk),
+    /// observes and plans; changes nothing.
+    async fn prepare(
+        &self,
+        version: &Value,
+    ) -> Result<(Discovered, Plan, DiscoveryReport), Interrupt> {
+        let mode = if self.walk {
+            Mode::Walk
+        } else {
+            Mode::Index(version)
+        };
+        let (discovered, snap) = discover_with_mode(&self.client, &self.host, mode)
+            .await
+            .map_err(|e| match e {
+                DiscoverFailure::Zk(e) => Interrupt::Lost(e),
+                DiscoverFailure::Tree(e) => StepError::Tree(e).into(),
+            })?;
+        let discovery = snap.report();
         tracing::info!(
-            "discovery walked {} nodes, {} deployments",
-            snap.walked,
+            "discovery ({:?}) read {} nodes, {} deployments",
+            discovery.source,
+            discovery.reads,
             discovered.deployments.len()
         );
+        drop(snap);
         let root = &self.config.root;
         let mut installed = observe::observe_disk(root).map_err(StepError::from)?;
         let yum = self.yum();
@@ -96,7 +109,7 @@ impl Agent {
             after: self.config.after.as_deref(),
         })
         .map_err(StepError::from)?;
-        Ok((discovered, plan))
+        Ok((discovered, plan, discovery))
     }
 
     /// The plan a pass would run now, without changing anything.
@@ -113,13 +126,15 @@ impl Agent {
                 version,
                 plan: Plan::default(),
                 reason,
+                discovery: None,
             });
         }
-        let (_, plan) = self.prepare().await?;
+        let (_, plan, discovery) = self.prepare(&version).await?;
         Ok(DryRun {
             version,
             plan,
             reason: None,
+            discovery: Some(discovery),
         })
     }
 
@@ -261,8 +276,9 @@ impl Agent {
 /// The executor: the plan's steps in order, a run of deployments under node locks together
 /// (busy nodes are passed over and taken later).
 async fn run_plan(pass: &mut Pass<'_>) -> Result<(), Interrupt> {
-    let (discovered, plan) = pass.agent.prepare().await?;
+    let (discovered, plan, discovery) = pass.agent.prepare(&pass.version).await?;
     pass.properties = discovered.properties;
+    pass.discovery = Some(discovery);
     pass.status("got deployments").await;
     if let Some((_, role)) = plan.role_lock() {
         // Known before acting: the role lock node exists. A pass run by a role controller is
@@ -306,6 +322,7 @@ fn finish(
         finished,
         steps: std::mem::take(&mut pass.steps),
         error,
+        discovery: pass.discovery,
     }
 }
 

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use serde_json::{json, Value};
 
 use super::cluster::cluster_version;
+use super::discover::DiscoveryReport;
 use super::error::Interrupt;
 use super::plan::Step;
 use super::session::{write_metrics, Agent};
@@ -47,6 +48,8 @@ pub struct Pass<'a> {
     pub role_lock: Option<RoleLock>,
     /// True once the version is recorded as this host's.
     pub recorded: bool,
+    /// How discovery found the deploy nodes, once it ran.
+    pub discovery: Option<DiscoveryReport>,
 }
 
 impl<'a> Pass<'a> {
@@ -63,6 +66,7 @@ impl<'a> Pass<'a> {
             controlled: false,
             role_lock: None,
             recorded: false,
+            discovery: None,
         }
     }
 
@@ -96,6 +100,7 @@ impl<'a> Pass<'a> {
             finished: now(),
             steps: self.steps.clone(),
             error,
+            discovery: self.discovery,
         };
         if let Err(e) = self.agent.run_dir.write_report(&report) {
             tracing::warn!("cannot write the pass report: {e}");

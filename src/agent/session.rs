@@ -34,6 +34,8 @@ pub struct Agent {
     pub host_version: Value,
     /// The metrics of this process.
     pub metrics: Metrics,
+    /// Always walk the tree, never use the deployment index (`deploy --walk`).
+    pub walk: bool,
 }
 
 impl Agent {

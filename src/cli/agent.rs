@@ -50,6 +50,9 @@ pub struct DeployArgs {
     /// Run the pass even if the host is already at the cluster version.
     #[arg(long)]
     force: bool,
+    /// Find the deploy nodes by walking the whole tree, not from the deployment index.
+    #[arg(long)]
+    walk: bool,
     #[command(flatten)]
     zk: ZkArg,
 }
@@ -242,6 +245,7 @@ pub fn deploy(args: DeployArgs) -> Outcome {
                 }
             }
         };
+        ctx.walk = args.walk;
         if args.dry_run {
             let outcome = dry_run(&ctx, args.force, args.json).await;
             close(ctx).await;
@@ -261,7 +265,10 @@ async fn dry_run(ctx: &Agent, force: bool, as_json: bool) -> Outcome {
         .map_err(|e| Failure::Failed(e.to_string()))?;
     let steps = &plan.plan.steps;
     if as_json {
-        let out = json!({"version": plan.version, "host": ctx.host.id, "steps": steps});
+        let mut out = json!({"version": plan.version, "host": ctx.host.id, "steps": steps});
+        if let Some(d) = &plan.discovery {
+            out["discovery"] = json!(d);
+        }
         println!(
             "{}",
             serde_json::to_string_pretty(&out).expect("serialisable")

@@ -9,6 +9,7 @@
 pub mod connect;
 pub mod export;
 pub mod import;
+pub mod index;
 pub mod links;
 pub mod lock;
 pub mod multiread;

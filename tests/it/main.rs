@@ -22,6 +22,8 @@ mod fleet;
 mod git_checkout;
 mod harness_selftest;
 mod hostile;
+mod index;
+mod index_differential;
 mod monitor;
 mod notify;
 mod operations;
