@@ -180,6 +180,11 @@ pub async fn register(
         props.insert("role".into(), json!(role));
     }
     props.insert("pid".into(), json!(std::process::id()));
+    // Says "not the original's agent" (CONTRACT section 11's mixed-fleet rule).
+    props.insert(
+        super::rollout::AGENT_PROPERTY.into(),
+        json!(super::rollout::agent_id()),
+    );
     // With digest auth, the host node is readable by all and writable only by this identity.
     static SECURED: [Acl; 2] = [
         Acl::new_const(Permission::READ, "world", "anyone"),

@@ -21,13 +21,29 @@ use super::plan::Step;
 use super::status::{now, Report};
 use super::steps::record_for;
 use crate::tree::literal::py_str;
-use crate::zk::lock::{try_lock, wait_for_any, TryLock};
+use super::health::{health_script, wait_healthy};
+use super::rollout::{
+    canary_key, in_canary_phase, node_settings, record_canary, rollout_plan, semaphore_path,
+    NodeRollout,
+};
+use crate::zk::lock::{try_lock, wait_for_any, Held, TryLock};
+use crate::zk::semaphore::{self, Lease, TryLease};
 use crate::zk::{call_retrying, decode, Client, ZkError};
 
 /// Where the node locks live.
 pub const AGENT_LOCKS: &str = "/agent-locks";
 /// Longest wait on busy locks before looking again.
 const LOCK_RECHECK: Duration = Duration::from_secs(10);
+
+/// How a host entered an application node, or why it could not.
+enum Entry {
+    /// Its node lock (K = 1, or a canary: then the canary version key).
+    Lock { held: Held, canary: Option<String> },
+    /// A lease of its semaphore (K > 1).
+    Lease { lease: Lease },
+    /// Every place is taken: the nodes to watch, and who holds them.
+    Busy { nodes: Vec<String>, who: String },
+}
 
 /// The lock node of an application node.
 pub fn lock_path(path: &str) -> String {
@@ -48,6 +64,16 @@ impl Context {
         // The waiting status last written: rewritten only when it changes, so that its age
         // (what the monitor reports) counts from the start of the wait.
         let mut waiting: Option<String> = None;
+        let rollout = rollout_plan(
+            &self.client,
+            &self.config.root,
+            found,
+            pending.make_contiguous(),
+        )
+        .await?;
+        if let Some(why) = &rollout.mixed {
+            tracing::warn!("mixed fleet: {why}");
+        }
         while !pending.is_empty() {
             let mut busy = Vec::new();
             let mut holders = Vec::new();
@@ -57,27 +83,37 @@ impl Context {
                     continue;
                 };
                 self.checkpoint().await?;
-                let lock = lock_path(path);
-                match try_lock(&self.client, &lock, &identifier).await? {
-                    TryLock::Busy { holder } => {
-                        tracing::info!(
-                            "{lock} is held by {}; trying another node",
-                            holder.identifier
-                        );
-                        busy.push(format!("{lock}/{}", holder.name));
-                        holders.push(format!("{path} held by {}", holder.identifier));
+                let node = rollout.node(path);
+                match self.enter(step, &node, &identifier).await? {
+                    Entry::Busy { nodes, who } => {
+                        tracing::info!("{path} is busy ({who}); trying another node");
+                        busy.extend(nodes);
+                        holders.push(format!("{path} held by {who}"));
                     }
-                    TryLock::Acquired(held) => {
+                    entry => {
                         if let Some(since) = waited_since.take() {
                             let waited = since.elapsed().as_secs_f64();
                             tracing::info!("waited {waited:.1} s for node locks");
                             self.metrics.lock_wait += waited;
                         }
-                        let result = self
-                            .deploy_locked(version, found, step, &lock, report)
-                            .await;
+                        let lock = lock_path(path);
+                        let (result, released) = match entry {
+                            Entry::Lock { held, canary } => {
+                                let result = self
+                                    .deploy_locked(version, found, step, &lock, canary, report)
+                                    .await;
+                                (result, held.release(&self.client).await)
+                            }
+                            Entry::Lease { lease } => {
+                                let sem = semaphore_path(path);
+                                let result = self
+                                    .deploy_leased(version, found, step, &sem, &lease, report)
+                                    .await;
+                                (result, lease.release(&self.client).await)
+                            }
+                            Entry::Busy { .. } => unreachable!("handled above"),
+                        };
                         // The step's own outcome first: a failed release only hides it.
-                        let released = held.release(&self.client).await;
                         result?;
                         released?;
                         ran = Some(i);
@@ -107,6 +143,66 @@ impl Context {
         Ok(())
     }
 
+    /// Tries to enter `step`'s node: its node lock when K = 1 or while its canaries are not
+    /// done, else a lease of its semaphore (K > 1). Never waits for another host.
+    async fn enter(
+        &self,
+        step: &Step,
+        node: &NodeRollout,
+        identifier: &str,
+    ) -> Result<Entry, Interrupt> {
+        let Step::Deploy { path, .. } = step else {
+            unreachable!("only deployments")
+        };
+        let lock = lock_path(path);
+        let canary = in_canary_phase(&self.client, step, node).await?;
+        if node.parallel <= 1 || canary {
+            return Ok(match try_lock(&self.client, &lock, identifier).await? {
+                TryLock::Busy { holder } => Entry::Busy {
+                    nodes: vec![format!("{lock}/{}", holder.name)],
+                    who: holder.identifier,
+                },
+                TryLock::Acquired(held) if canary => {
+                    // The canaries may have finished while we took the lock: then the
+                    // others hold leases, and so must we.
+                    if in_canary_phase(&self.client, step, node).await? {
+                        Entry::Lock {
+                            held,
+                            canary: Some(canary_key(step)),
+                        }
+                    } else {
+                        held.release(&self.client).await?;
+                        self.enter_semaphore(path, node, identifier).await?
+                    }
+                }
+                TryLock::Acquired(held) => Entry::Lock { held, canary: None },
+            });
+        }
+        self.enter_semaphore(path, node, identifier).await
+    }
+
+    async fn enter_semaphore(
+        &self,
+        path: &str,
+        node: &NodeRollout,
+        identifier: &str,
+    ) -> Result<Entry, Interrupt> {
+        let sem = semaphore_path(path);
+        Ok(
+            match semaphore::try_acquire(&self.client, &sem, identifier, node.parallel).await? {
+                TryLease::Acquired(lease) => Entry::Lease { lease },
+                TryLease::Full { holders } => Entry::Busy {
+                    who: holders
+                        .iter()
+                        .map(|h| h.identifier.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    nodes: holders.into_iter().map(|h| h.node).collect(),
+                },
+            },
+        )
+    }
+
     /// Runs the deployments in order without node locks (the role lock is held).
     pub(super) async fn run_deploys_controlled(
         &mut self,
@@ -133,6 +229,7 @@ impl Context {
         found: &Discovered,
         step: &Step,
         lock: &str,
+        canary: Option<String>,
         report: &mut Report,
     ) -> Result<(), Interrupt> {
         self.checkpoint().await?;
@@ -177,7 +274,11 @@ impl Context {
         if let Err(message) = &result {
             halt(&self.client, &self.host, version, message).await?;
         }
-        clear_in_flight(&self.client, lock).await?;
+        match (&canary, &result) {
+            // A canary counts once its step (health check included) went well.
+            (Some(key), Ok(())) => record_canary(&self.client, lock, key, &self.host.id).await?,
+            _ => clear_in_flight(&self.client, lock).await?,
+        }
         result.map_err(|message| {
             Interrupt::Fail(Failure {
                 message,
@@ -187,7 +288,7 @@ impl Context {
     }
 
     /// Runs the deploy script of one instance and writes its `.script` marker.
-    async fn deploy_one(
+    pub(super) async fn deploy_one(
         &mut self,
         version: &Value,
         found: &Discovered,
@@ -214,6 +315,7 @@ impl Context {
             .to_path_buf();
         let props = found.properties.get(path).cloned().unwrap_or_default();
         let mut record = record_for("deploy", step.to_string());
+        let mut health = None;
         let clock = Instant::now();
         let mut result = std::fs::create_dir_all(&etc)
             .and_then(|_| std::fs::create_dir_all(&props_dir))
@@ -233,6 +335,7 @@ impl Context {
             argv.extend([path.clone(), n.to_string()]);
             let cmd = self.script(argv, version, Some(&props_file));
             result = self.run_recorded(&cmd, &mut record).await;
+            health = Some(cmd);
         }
         if result.is_ok() {
             result =
@@ -247,6 +350,27 @@ impl Context {
         }
         record.duration = clock.elapsed().as_secs_f64();
         report.steps.push(record);
+        let script = health_script(&root, rpm);
+        if let (Ok(()), Some(mut cmd), true) = (&result, health, script.is_file()) {
+            // Still holding the lock or lease: the next host starts when this one is healthy.
+            cmd.argv[0] = script.display().to_string();
+            let deadline = node_settings(found, path).health_deadline;
+            self.status(version, &format!("health check {path} {n}"))
+                .await;
+            let mut check = record_for("health", format!("health check {path} {n}"));
+            let clock = Instant::now();
+            result = wait_healthy(
+                &cmd,
+                path,
+                *n,
+                Duration::from_secs_f64(deadline),
+                &mut check,
+            )
+            .await
+            .map(|_| ());
+            check.duration = clock.elapsed().as_secs_f64();
+            report.steps.push(check);
+        }
         self.step_done();
         result
     }

@@ -109,6 +109,9 @@ pub struct DryRun {
     pub steps: Vec<Step>,
     /// Why there is nothing to do, if so: `converged`, `halted`, `paused`.
     pub reason: Option<&'static str>,
+    /// How each deployed node would roll out (K, canary, health check), and whether the
+    /// fleet is mixed.
+    pub rollout: super::rollout::RolloutPlan,
 }
 
 /// Prepared pass: what the tree wants and the steps.
@@ -190,6 +193,7 @@ impl Context {
                 version,
                 steps: Vec::new(),
                 reason,
+                rollout: Default::default(),
             });
         }
         let prepared = self.prepare().await.map_err(|i| match i {
@@ -197,10 +201,19 @@ impl Context {
             Interrupt::Abandon(why) => why,
             Interrupt::Lost(e) => e.to_string(),
         })?;
+        let rollout = super::rollout::rollout_plan(
+            &self.client,
+            &self.config.root,
+            &prepared.discovered,
+            &prepared.steps,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         Ok(DryRun {
             version,
             steps: prepared.steps,
             reason: None,
+            rollout,
         })
     }
 

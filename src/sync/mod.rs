@@ -282,6 +282,7 @@ async fn plan_sync(
             "hosts",
             "hosts-lock",
             "agent-locks",
+            "agent-semaphores",
             "role-locks",
         ]
         .contains(&name);

@@ -1,7 +1,7 @@
 //! The ZooKeeper side: connecting ([`connect`]), zc.zk's node encoding ([`encoding`]), reading
 //! subtrees with pipelined requests ([`snapshot`]), symbolic and property links ([`links`]),
 //! importing a parsed tree as a minimal diff ([`import`]), exporting it back ([`export`]), and
-//! the kazoo-compatible lock recipe ([`lock`]).
+//! the kazoo-compatible lock and semaphore recipes ([`lock`], [`semaphore`]).
 
 pub mod connect;
 pub mod encoding;
@@ -10,6 +10,7 @@ pub mod import;
 pub mod links;
 pub mod lock;
 pub mod multiread;
+pub mod semaphore;
 pub mod snapshot;
 
 pub use connect::{connect, ConnectOptions};
