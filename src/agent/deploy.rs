@@ -15,17 +15,17 @@ use serde_json::{json, Value};
 use super::cluster::{halt, update_props};
 use super::discover::Discovered;
 use super::execute::{Context, Failure, Interrupt};
+use super::health::{health_script, wait_healthy};
 use super::model::{deployed_name, lock_name, marker_base};
 use super::observe;
 use super::plan::Step;
-use super::status::{now, Report};
-use super::steps::record_for;
-use crate::tree::literal::py_str;
-use super::health::{health_script, wait_healthy};
 use super::rollout::{
     canary_key, in_canary_phase, node_settings, record_canary, rollout_plan, semaphore_path,
     NodeRollout,
 };
+use super::status::{now, Report};
+use super::steps::record_for;
+use crate::tree::literal::py_str;
 use crate::zk::lock::{try_lock, wait_for_any, Held, TryLock};
 use crate::zk::semaphore::{self, Lease, TryLease};
 use crate::zk::{call_retrying, decode, Client, ZkError};

@@ -53,8 +53,7 @@ pub async fn wait_healthy(
                     tracing::info!("{path} {n} is healthy after {tries} tries");
                     return Ok(tries);
                 }
-                last_line(&out.tail)
-                    .unwrap_or_else(|| format!("exited with status {}", out.code))
+                last_line(&out.tail).unwrap_or_else(|| format!("exited with status {}", out.code))
             }
             Ok(Err(e)) => {
                 record.exit = None;

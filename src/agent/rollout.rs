@@ -191,10 +191,9 @@ pub async fn rollout_plan(
 /// The canary count of a node's version key, from the node lock's data.
 fn canary_count(lock_props: &crate::tree::Props, key: &str) -> usize {
     match lock_props.get("canary") {
-        Some(Value::Object(c)) if c.get("version").and_then(Value::as_str) == Some(key) => c
-            .get("hosts")
-            .and_then(Value::as_array)
-            .map_or(0, Vec::len),
+        Some(Value::Object(c)) if c.get("version").and_then(Value::as_str) == Some(key) => {
+            c.get("hosts").and_then(Value::as_array).map_or(0, Vec::len)
+        }
         _ => 0,
     }
 }

@@ -218,7 +218,10 @@ pub fn rollout_errors(tree: &Node) -> Vec<(String, usize, String)> {
                 .is_some_and(|d| !d.children.is_empty());
         let checked = if is_app {
             rollout::parse(&path, |k| property(tree, &path, k).ok().flatten())
-        } else if rollout::PROPERTIES.iter().any(|k| node.props.contains_key(*k)) {
+        } else if rollout::PROPERTIES
+            .iter()
+            .any(|k| node.props.contains_key(*k))
+        {
             rollout::parse(&path, |k| node.props.get(k).cloned())
         } else {
             continue;

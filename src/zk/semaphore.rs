@@ -194,7 +194,13 @@ async fn take_lease(
             .await
             {
                 Ok(_) => {}
-                Err(e) if e.is_connection_loss() || matches!(e.source_error(), Some(zookeeper_client::Error::NodeExists)) => {
+                Err(e)
+                    if e.is_connection_loss()
+                        || matches!(
+                            e.source_error(),
+                            Some(zookeeper_client::Error::NodeExists)
+                        ) =>
+                {
                     call_retrying("set", path, || {
                         client.set_data(path, wanted.as_bytes(), None)
                     })
