@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::cluster::{halt, update_props};
+use super::cluster::{halt, update_props, update_props_known};
 use super::discover::Discovered;
 use super::execute::{Context, Failure, Interrupt};
 use super::health::{health_script, wait_healthy};
@@ -78,11 +78,12 @@ impl Context {
             let mut busy = Vec::new();
             let mut holders = Vec::new();
             let mut ran = None;
+            // Once per round (entering a node checks again before its script runs).
+            self.checkpoint().await?;
             for (i, step) in pending.iter().enumerate() {
                 let Step::Deploy { path, .. } = step else {
                     continue;
                 };
-                self.checkpoint().await?;
                 let node = rollout.node(path);
                 match self.enter(step, &node, &identifier).await? {
                     Entry::Busy { nodes, who } => {
@@ -232,12 +233,19 @@ impl Context {
         canary: Option<String>,
         report: &mut Report,
     ) -> Result<(), Interrupt> {
-        self.checkpoint().await?;
-        self.status(version, &step.to_string()).await;
         let Step::Deploy { path, n, .. } = step else {
             unreachable!("only deployments")
         };
-        let (data, _) = call_retrying("get", lock, || self.client.get_data(lock)).await?;
+        // Three independent round trips at once: the checkpoint, the status on the host
+        // node, and the lock node's data (the hand-off between hosts is made of these).
+        let label = step.to_string();
+        let (checked, (), got) = tokio::join!(
+            self.checkpoint(),
+            self.status(version, &label),
+            call_retrying("get", lock, || self.client.get_data(lock)),
+        );
+        checked?;
+        let (data, stat) = got?;
         let lock_props = decode(&data);
         if let Some(Value::Object(rec)) = lock_props.get("in-flight") {
             let ours = rec.get("host").and_then(Value::as_str) == Some(self.host.id.as_str())
@@ -265,8 +273,9 @@ impl Context {
             "host": self.host.id, "name": self.host.name, "path": path, "n": n,
             "version": version, "pid": std::process::id(), "since": now(),
         });
-        // Version-guarded, and read again after a connection loss: written exactly once.
-        update_props(&self.client, lock, |p| {
+        // Version-guarded from the data just read (one round trip), and read again after a
+        // connection loss or a concurrent write: written exactly once.
+        let written = update_props_known(&self.client, lock, &lock_props, stat.version, |p| {
             p.insert("in-flight".into(), record.clone());
         })
         .await?;
@@ -274,9 +283,18 @@ impl Context {
         if let Err(message) = &result {
             halt(&self.client, &self.host, version, message).await?;
         }
-        match (&canary, &result) {
+        let clear = |p: &mut crate::tree::Props| {
+            p.remove("in-flight");
+        };
+        match (&canary, &result, &written) {
             // A canary counts once its step (health check included) went well.
-            (Some(key), Ok(())) => record_canary(&self.client, lock, key, &self.host.id).await?,
+            (Some(key), Ok(()), _) => {
+                record_canary(&self.client, lock, key, &self.host.id).await?
+            }
+            // Only the holder writes the lock node: the version of our own write is current.
+            (_, _, Some((props, v))) => {
+                update_props_known(&self.client, lock, props, *v, clear).await?;
+            }
             _ => clear_in_flight(&self.client, lock).await?,
         }
         result.map_err(|message| {
@@ -321,9 +339,10 @@ impl Context {
             .and_then(|_| std::fs::create_dir_all(&props_dir))
             .map_err(|e| format!("{}: {e}", etc.display()))
             .and_then(|_| {
-                super::status::write_atomic(
+                super::status::write_replacing(
                     &props_file,
                     &serde_json::to_vec_pretty(&props).unwrap_or_default(),
+                    false,
                 )
                 .map_err(|e| e.to_string())
             });

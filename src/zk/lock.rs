@@ -119,8 +119,14 @@ pub async fn contenders(client: &Client, path: &str) -> Result<Vec<Contender>, Z
 /// session lives. On any error after the create, our contender is removed again (best
 /// effort).
 pub async fn try_lock(client: &Client, path: &str, identifier: &str) -> Result<TryLock, ZkError> {
-    ensure_node(client, path).await?;
-    let node = create_contender(client, path, identifier).await?;
+    // The lock node usually exists: create first, and make it only when missing.
+    let node = match create_contender(client, path, identifier).await {
+        Err(e) if e.is_no_node() => {
+            ensure_node(client, path).await?;
+            create_contender(client, path, identifier).await?
+        }
+        other => other?,
+    };
     let decided = decide(client, path, &node).await;
     if !matches!(decided, Ok(TryLock::Acquired(_))) {
         // Busy, or failed: leave the queue (an error here is the session's, reported by
@@ -169,6 +175,18 @@ async fn create_contender(
 /// Whether our contender `node` holds the lock; drops leftovers of our own session first.
 async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkError> {
     let name = node.rsplit('/').next().unwrap_or_default();
+    // Fast path: the children alone say whether we are first (a leftover of an earlier
+    // attempt of ours would have a lower sequence, so there is none then).
+    let names = call_retrying("list", path, || client.list_children(path)).await?;
+    let first = names
+        .iter()
+        .filter_map(|n| sequence_of(n).map(|s| (s, n)))
+        .min();
+    if first.is_some_and(|(_, n)| n == name) {
+        return Ok(TryLock::Acquired(Held {
+            node: node.to_string(),
+        }));
+    }
     let session = client.session_id().0;
     let mut all = contenders(client, path).await?;
     let (leftovers, others): (Vec<Contender>, Vec<Contender>) = all
