@@ -86,11 +86,12 @@ fn start_agent(conn: &str, id: &str, times: &Path, sleep: f64) -> Agent {
         ),
     )
     .unwrap();
+    let log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
     let child = tokio::process::Command::new(support::bin())
         .args(["agent", cfg.to_str().unwrap()])
-        .env("ZKDEPLOYMENT_LOG", "warn")
+        .env("ZKDEPLOYMENT_LOG", "info")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(log)
         .kill_on_drop(true)
         .spawn()
         .unwrap();
@@ -136,7 +137,14 @@ async fn all_done(agents: &[Agent], version: &str, limit: Duration) -> f64 {
         if done.iter().all(Option::is_some) {
             return done.into_iter().flatten().fold(0.0, f64::max);
         }
-        assert!(Instant::now() < deadline, "not every agent reached {version}");
+        if Instant::now() >= deadline {
+            for a in agents.iter().filter(|a| a.done_at(version).is_none()) {
+                let log = std::fs::read_to_string(a.dir.path().join("agent.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                eprintln!("status: {}\nlog tail (newest first):\n{}", a.status(), tail.join("\n"));
+            }
+            panic!("not every agent reached {version}");
+        }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -203,15 +211,23 @@ fn summary(ms: &[f64]) -> String {
     )
 }
 
-async fn fleet(label: &str, n: usize, sleep: f64) -> (Client, Vec<Agent>, Vec<String>, PathBuf, tempfile::TempDir) {
+/// `n` agents on a fresh chroot whose tree (`nodes` nodes, `props`) is at version `v1`.
+async fn fleet(
+    label: &str,
+    n: usize,
+    sleep: f64,
+    nodes: usize,
+    props: &str,
+) -> (Client, Vec<Agent>, Vec<String>, PathBuf, tempfile::TempDir) {
     let conn = support::chroot(label).await;
     let client = support::connect(&conn).await;
     let open = zookeeper_client::CreateMode::Persistent
         .with_acls(zookeeper_client::Acls::anyone_all());
-    client.create("/hosts", br#"{"version": "v0"}"#, &open).await.unwrap();
+    client.create("/hosts", br#"{"version": "v1"}"#, &open).await.unwrap();
     let scratch = tempfile::tempdir().unwrap();
     let times = scratch.path().join("times");
     let ids: Vec<String> = (1..=n).map(|i| format!("h{i:03}")).collect();
+    import(&client, &tree(nodes, &ids, props)).await;
     let agents = ids
         .iter()
         .map(|id| start_agent(&conn, id, &times, sleep))
@@ -221,9 +237,7 @@ async fn fleet(label: &str, n: usize, sleep: f64) -> (Client, Vec<Agent>, Vec<St
 
 /// 10 agents × 5 nodes, scripts sleeping 0.2 s.
 async fn ten_by_five() {
-    let (client, agents, ids, times, _keep) = fleet("bench-rollout-10x5", 10, 0.2).await;
-    import(&client, &tree(5, &ids, "")).await;
-    bump(&client, "v1").await;
+    let (client, agents, _ids, times, _keep) = fleet("bench-rollout-10x5", 10, 0.2, 5, "").await;
     all_done(&agents, "v1", Duration::from_secs(120)).await;
     let mut totals = Vec::new();
     let mut handoffs = Vec::new();
@@ -249,7 +263,8 @@ async fn ten_by_five() {
 
 /// 100 agents × 1 node, scripts sleeping 0.5 s, for each K.
 async fn hundred_by_one() {
-    let (client, agents, ids, times, _keep) = fleet("bench-rollout-100", 100, 0.5).await;
+    let (client, agents, ids, times, _keep) = fleet("bench-rollout-100", 100, 0.5, 1, "").await;
+    all_done(&agents, "v1", Duration::from_secs(300)).await;
     println!("100 agents x 1 node, 0.5 s scripts:");
     println!("  | max-parallel | K | rollout | bound | ratio | hand-off median |");
     println!("  |---|---|---|---|---|---|");
@@ -257,7 +272,7 @@ async fn hundred_by_one() {
         .into_iter()
         .enumerate()
     {
-        let v = format!("v{}", round + 1);
+        let v = format!("v{}", round + 2);
         import(&client, &tree(1, &ids, prop)).await;
         let at = bump(&client, &v).await;
         let done = all_done(&agents, &v, Duration::from_secs(300)).await;
@@ -281,9 +296,7 @@ async fn hundred_by_one() {
 
 /// One host, 3 nodes, trivial scripts.
 async fn one_host() {
-    let (client, agents, ids, times, _keep) = fleet("bench-rollout-one", 1, 0.0).await;
-    import(&client, &tree(3, &ids, "")).await;
-    bump(&client, "v1").await;
+    let (client, agents, _ids, times, _keep) = fleet("bench-rollout-one", 1, 0.0, 3, "").await;
     all_done(&agents, "v1", Duration::from_secs(60)).await;
     let (mut first, mut done, mut between) = (Vec::new(), Vec::new(), Vec::new());
     for round in 2..=11 {

@@ -192,14 +192,21 @@ impl Context {
         Ok(
             match semaphore::try_acquire(&self.client, &sem, identifier, node.parallel).await? {
                 TryLease::Acquired(lease) => Entry::Lease { lease },
-                TryLease::Full { holders } => Entry::Busy {
-                    who: holders
+                TryLease::Full { holders } => {
+                    let named: Vec<&str> = holders
                         .iter()
                         .map(|h| h.identifier.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    nodes: holders.into_iter().map(|h| h.node).collect(),
-                },
+                        .filter(|i| !i.is_empty())
+                        .collect();
+                    Entry::Busy {
+                        who: if named.is_empty() {
+                            format!("{} lease holders", holders.len())
+                        } else {
+                            named.join(", ")
+                        },
+                        nodes: holders.into_iter().map(|h| h.node).collect(),
+                    }
+                }
             },
         )
     }

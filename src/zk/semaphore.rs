@@ -18,7 +18,7 @@
 
 use zookeeper_client::{Acls, CreateMode};
 
-use super::lock::{ensure_node, try_lock, wait_for_any, Held, TryLock};
+use super::lock::{acquire_queued, ensure_node};
 use super::{call, call_retrying, join, open_persistent, Client, ZkError, LOSS_RETRIES};
 
 /// The suffix kazoo gives the lock that guards a semaphore (`PATH-__lock__`).
@@ -122,7 +122,20 @@ pub async fn try_acquire(
     identifier: &str,
     max_leases: u32,
 ) -> Result<TryLease, ZkError> {
-    let guard = take_guard(client, &lock_path(path), identifier).await?;
+    // Full already: no need to queue for the guard (the count is checked again under it).
+    let names = leases(client, path).await?;
+    if names.len() >= max_leases as usize {
+        return Ok(TryLease::Full {
+            holders: names
+                .into_iter()
+                .map(|n| LeaseHolder {
+                    node: join(path, &n),
+                    identifier: String::new(),
+                })
+                .collect(),
+        });
+    }
+    let guard = acquire_queued(client, &lock_path(path), identifier, GUARD_LIMIT).await?;
     let result = take_lease(client, path, identifier, max_leases).await;
     let released = guard.release(client).await;
     match (result, released) {
@@ -134,28 +147,6 @@ pub async fn try_acquire(
             Err(e)
         }
         (Ok(_), Err(e)) | (Err(e), _) => Err(e),
-    }
-}
-
-/// Takes the guard lock, waiting (on the holder's node) while another taker has it.
-async fn take_guard(client: &Client, lock: &str, identifier: &str) -> Result<Held, ZkError> {
-    let deadline = tokio::time::Instant::now() + GUARD_LIMIT;
-    loop {
-        match try_lock(client, lock, identifier).await? {
-            TryLock::Acquired(held) => return Ok(held),
-            TryLock::Busy { holder } => {
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                if left.is_zero() {
-                    return Err(ZkError::Timeout {
-                        op: "lock",
-                        path: lock.to_string(),
-                    });
-                }
-                if !holder.name.is_empty() {
-                    wait_for_any(client, &[join(lock, &holder.name)], left).await?;
-                }
-            }
-        }
     }
 }
 
