@@ -123,7 +123,11 @@ async fn import(client: &Client, text: &str) {
 async fn bump(client: &Client, version: &str) -> f64 {
     let at = zkdeployment::agent::status::now();
     client
-        .set_data("/hosts", json!({ "version": version }).to_string().as_bytes(), None)
+        .set_data(
+            "/hosts",
+            json!({ "version": version }).to_string().as_bytes(),
+            None,
+        )
         .await
         .unwrap();
     at
@@ -139,9 +143,14 @@ async fn all_done(agents: &[Agent], version: &str, limit: Duration) -> f64 {
         }
         if Instant::now() >= deadline {
             for a in agents.iter().filter(|a| a.done_at(version).is_none()) {
-                let log = std::fs::read_to_string(a.dir.path().join("agent.log")).unwrap_or_default();
+                let log =
+                    std::fs::read_to_string(a.dir.path().join("agent.log")).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(15).collect();
-                eprintln!("status: {}\nlog tail (newest first):\n{}", a.status(), tail.join("\n"));
+                eprintln!(
+                    "status: {}\nlog tail (newest first):\n{}",
+                    a.status(),
+                    tail.join("\n")
+                );
             }
             panic!("not every agent reached {version}");
         }
@@ -173,7 +182,12 @@ fn runs(times: &Path, after: f64) -> Vec<Run> {
             _ => {
                 if let Some(i) = open.iter().position(|(n, h, _)| n == f[1] && h == f[2]) {
                     let (node, host, start) = open.remove(i);
-                    out.push(Run { node, host, start, end: t });
+                    out.push(Run {
+                        node,
+                        host,
+                        start,
+                        end: t,
+                    });
                 }
             }
         }
@@ -221,9 +235,12 @@ async fn fleet(
 ) -> (Client, Vec<Agent>, Vec<String>, PathBuf, tempfile::TempDir) {
     let conn = support::chroot(label).await;
     let client = support::connect(&conn).await;
-    let open = zookeeper_client::CreateMode::Persistent
-        .with_acls(zookeeper_client::Acls::anyone_all());
-    client.create("/hosts", br#"{"version": "v1"}"#, &open).await.unwrap();
+    let open =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    client
+        .create("/hosts", br#"{"version": "v1"}"#, &open)
+        .await
+        .unwrap();
     let scratch = tempfile::tempdir().unwrap();
     let times = scratch.path().join("times");
     let ids: Vec<String> = (1..=n).map(|i| format!("h{i:03}")).collect();
@@ -268,9 +285,13 @@ async fn hundred_by_one() {
     println!("100 agents x 1 node, 0.5 s scripts:");
     println!("  | max-parallel | K | rollout | bound | ratio | hand-off median |");
     println!("  |---|---|---|---|---|---|");
-    for (round, (prop, k)) in [("", 1usize), ("max-parallel = 10", 10), ("max-parallel = '25%'", 25)]
-        .into_iter()
-        .enumerate()
+    for (round, (prop, k)) in [
+        ("", 1usize),
+        ("max-parallel = 10", 10),
+        ("max-parallel = '25%'", 25),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let v = format!("v{}", round + 2);
         import(&client, &tree(1, &ids, prop)).await;
@@ -286,7 +307,11 @@ async fn hundred_by_one() {
         } else {
             "-".into()
         };
-        let label = if prop.is_empty() { "1 (default)" } else { prop.trim_start_matches("max-parallel = ") };
+        let label = if prop.is_empty() {
+            "1 (default)"
+        } else {
+            prop.trim_start_matches("max-parallel = ")
+        };
         println!(
             "  | {label} | {k} | {total:.2} s | {bound:.1} s | {:.2}x | {handoff} |",
             total / bound
@@ -316,7 +341,10 @@ async fn one_host() {
     println!("one host, 3 nodes, trivial scripts, fast yum (10 bumps):");
     println!("  bump -> first deploy script: {}", summary(&first));
     println!("  bump -> done: {}", summary(&done));
-    println!("  between consecutive deploy scripts: {}", summary(&between));
+    println!(
+        "  between consecutive deploy scripts: {}",
+        summary(&between)
+    );
 }
 
 fn main() {

@@ -41,8 +41,12 @@ enum Entry {
     Lock { held: Held, canary: Option<String> },
     /// A lease of its semaphore (K > 1).
     Lease { lease: Lease },
-    /// Every place is taken: the nodes to watch, and who holds them.
-    Busy { nodes: Vec<String>, who: String },
+    /// Every place is taken: the lock or semaphore, the nodes to watch, and who holds them.
+    Busy {
+        place: String,
+        nodes: Vec<String>,
+        who: String,
+    },
 }
 
 /// The lock node of an application node.
@@ -86,8 +90,8 @@ impl Context {
                 };
                 let node = rollout.node(path);
                 match self.enter(step, &node, &identifier).await? {
-                    Entry::Busy { nodes, who } => {
-                        tracing::info!("{path} is busy ({who}); trying another node");
+                    Entry::Busy { place, nodes, who } => {
+                        tracing::info!("{place} is held by {who}; trying another node");
                         busy.extend(nodes);
                         holders.push(format!("{path} held by {who}"));
                     }
@@ -161,6 +165,7 @@ impl Context {
             return Ok(match try_lock(&self.client, &lock, identifier).await? {
                 TryLock::Busy { holder } => Entry::Busy {
                     nodes: vec![format!("{lock}/{}", holder.name)],
+                    place: lock.clone(),
                     who: holder.identifier,
                 },
                 TryLock::Acquired(held) if canary => {
@@ -199,6 +204,7 @@ impl Context {
                         .filter(|i| !i.is_empty())
                         .collect();
                     Entry::Busy {
+                        place: sem.clone(),
                         who: if named.is_empty() {
                             format!("{} lease holders", holders.len())
                         } else {
@@ -295,9 +301,7 @@ impl Context {
         };
         match (&canary, &result, &written) {
             // A canary counts once its step (health check included) went well.
-            (Some(key), Ok(()), _) => {
-                record_canary(&self.client, lock, key, &self.host.id).await?
-            }
+            (Some(key), Ok(()), _) => record_canary(&self.client, lock, key, &self.host.id).await?,
             // Only the holder writes the lock node: the version of our own write is current.
             (_, _, Some((props, v))) => {
                 update_props_known(&self.client, lock, props, *v, clear).await?;
