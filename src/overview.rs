@@ -59,7 +59,7 @@ pub struct Overview {
     pub locks: Vec<LockRow>,
     /// Why every node uses the node lock with max-parallel 1 (a registered host without
     /// the `agent` property: the original's agent), if so.
-    #[serde(rename = "mixed-fleet")]
+    #[serde(rename = "mixed-fleet", skip_serializing_if = "Option::is_none")]
     pub mixed_fleet: Option<String>,
 }
 

@@ -211,6 +211,17 @@ pub fn rollout_errors(tree: &Node) -> Vec<(String, usize, String)> {
         for (name, child) in node.children.iter().rev() {
             stack.push((join(&path, name), child));
         }
+        // A value comes from the node itself or through its property link: nodes with
+        // neither cost nothing (no link resolution on big trees).
+        let sets = |k: &str| {
+            node.props.contains_key(k)
+                || node
+                    .props
+                    .contains_key(&format!("{k}{}", crate::tree::PLINK_SUFFIX))
+        };
+        if !rollout::PROPERTIES.iter().any(|k| sets(k)) {
+            continue;
+        }
         let is_app = path != "/"
             && node
                 .children
