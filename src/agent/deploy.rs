@@ -5,6 +5,10 @@
 //! goes into the lock node's data; it is cleared when the step has ended, so a record found by
 //! the next holder means its writer died mid-step, and that host halts the cluster naming it.
 //! With a role controller, the role lock covers the whole pass and node locks are not used.
+//! A node whose `max-parallel` is above 1 is entered with a lease of its semaphore instead
+//! (and canaries under the node lock): see [`super::rollout`]. After a successful deploy
+//! script, the package's health check runs while the lock or lease is still held
+//! ([`super::health`]).
 
 use std::collections::VecDeque;
 use std::path::Path;
