@@ -350,16 +350,20 @@ impl Context {
         let mut record = record_for("deploy", step.to_string());
         let mut health = None;
         let clock = Instant::now();
+        // Each failure names the path that failed (a read-only run directory is not /etc).
         let mut result = std::fs::create_dir_all(&etc)
-            .and_then(|_| std::fs::create_dir_all(&props_dir))
             .map_err(|e| format!("{}: {e}", etc.display()))
+            .and_then(|_| {
+                std::fs::create_dir_all(&props_dir)
+                    .map_err(|e| format!("{}: {e}", props_dir.display()))
+            })
             .and_then(|_| {
                 super::status::write_replacing(
                     &props_file,
                     &serde_json::to_vec_pretty(&props).unwrap_or_default(),
                     false,
                 )
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string()) // names the file already
             });
         if result.is_ok() {
             let mut argv = vec![observe::deploy_script(&root, rpm).display().to_string()];

@@ -1,16 +1,19 @@
 //! The ZooKeeper side: connecting ([`connect`]), zc.zk's node encoding ([`encoding`]), reading
 //! subtrees with pipelined requests ([`snapshot`]), symbolic and property links ([`links`]),
 //! importing a parsed tree as a minimal diff ([`import`]), exporting it back ([`export`]), and
-//! the kazoo-compatible lock and semaphore recipes ([`lock`], [`semaphore`]).
+//! the kazoo-compatible lock and semaphore recipes ([`lock`], [`semaphore`]), and closing
+//! sessions on exit ([`session`]).
 
 pub mod connect;
 pub mod encoding;
 pub mod export;
 pub mod import;
+pub mod index;
 pub mod links;
 pub mod lock;
 pub mod multiread;
 pub mod semaphore;
+pub mod session;
 pub mod snapshot;
 
 pub use connect::{connect, ConnectOptions};
