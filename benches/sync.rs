@@ -31,6 +31,8 @@ fn main() {
             dry_run: false,
             force: false,
             connection: conn,
+            auth: None,
+            open_hosts: false,
         };
         let t = Instant::now();
         let first = run(&opts).await.expect("first sync");

@@ -56,6 +56,12 @@ pub struct Overview {
     pub hosts: Vec<HostRow>,
     /// Locks that have a holder or waiters.
     pub locks: Vec<LockRow>,
+    /// What is writable by anyone that should not be (the root `/`, `/hosts`, the top nodes
+    /// of `synced-roots`): one message each.
+    pub warnings: Vec<String>,
+    /// True when `/hosts` is protected (resume then takes `--auth`).
+    #[serde(skip)]
+    pub protected: bool,
 }
 
 /// True for a cluster version hosts deploy (not `None`, not `False`).
@@ -97,6 +103,68 @@ fn contenders(path: &str, lock: &ZNode, now_ms: i64) -> Option<LockRow> {
     })
 }
 
+/// Warnings about nodes anyone may write (the root, `/hosts`, each top node of
+/// `synced-roots`), and whether `/hosts` is protected (nobody but its owner writes its data).
+async fn open_acl_warnings(
+    client: &Client,
+    hosts: &crate::tree::Props,
+) -> Result<(Vec<String>, bool), ZkError> {
+    use crate::zk::acl::open_permissions;
+    use zookeeper_client::Permission;
+    let names = |p: Permission| {
+        [
+            (Permission::WRITE, "write"),
+            (Permission::CREATE, "create children"),
+            (Permission::DELETE, "delete children"),
+            (Permission::ADMIN, "change the ACL"),
+        ]
+        .iter()
+        .filter(|(q, _)| p.has(*q))
+        .map(|(_, n)| *n)
+        .collect::<Vec<_>>()
+        .join(", ")
+    };
+    let mut warnings = Vec::new();
+    let open = match crate::zk::call("get-acl", "/hosts", client.get_acl("/hosts")).await {
+        Ok((acl, _)) => open_permissions(&acl),
+        Err(e) if e.is_no_node() => Permission::NONE,
+        Err(e) => return Err(e),
+    };
+    let protected = !open.has(Permission::WRITE);
+    if protected {
+        // By design everyone may create children (registration); nothing else.
+    } else {
+        warnings.push(format!(
+            "/hosts is writable by anyone ({}): any client can set the cluster version (sync --auth protects it)",
+            names(open)
+        ));
+    }
+    let mut tree = vec!["/".to_string()];
+    if let Some(roots) = hosts.get("synced-roots").and_then(Value::as_array) {
+        tree.extend(roots.iter().filter_map(Value::as_str).map(|r| format!("/{r}")));
+    }
+    let mut open_nodes = Vec::new();
+    for path in &tree {
+        match crate::zk::call("get-acl", path, client.get_acl(path)).await {
+            Ok((acl, _)) => {
+                let open = open_permissions(&acl);
+                if open != Permission::NONE {
+                    open_nodes.push(format!("{path} ({})", names(open)));
+                }
+            }
+            Err(e) if e.is_no_node() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if !open_nodes.is_empty() {
+        warnings.push(format!(
+            "the tree is writable by anyone: {} (sync --auth protects it)",
+            open_nodes.join("; ")
+        ));
+    }
+    Ok((warnings, protected))
+}
+
 impl Overview {
     /// Reads the overview from ZooKeeper.
     pub async fn read(client: &Client) -> Result<Overview, ZkError> {
@@ -110,7 +178,10 @@ impl Overview {
         )
         .await?
         .unwrap_or_default();
-        let version = hosts.props.get("version").cloned().unwrap_or(Value::Null);
+        let mut cluster = hosts.props.clone();
+        crate::zk::halts::effective(&mut cluster, &crate::zk::halts::read_halts(client).await?);
+        let version = cluster.get("version").cloned().unwrap_or(Value::Null);
+        let (warnings, protected) = open_acl_warnings(client, &hosts.props).await?;
         let rows = hosts
             .children
             .iter()
@@ -148,9 +219,11 @@ impl Overview {
         Ok(Overview {
             version,
             synced: hosts.props.get("synced").cloned().unwrap_or(Value::Null),
-            halt: hosts.props.get("halt").cloned().unwrap_or(Value::Null),
+            halt: cluster.get("halt").cloned().unwrap_or(Value::Null),
             hosts: rows,
             locks,
+            warnings,
+            protected,
         })
     }
 
@@ -169,6 +242,10 @@ impl Overview {
         } else {
             one_line(&py_str(&self.synced))
         };
+        for warning in &self.warnings {
+            out.push_str(&fit(&format!("WARNING: {warning}")));
+            out.push('\n');
+        }
         out.push_str(&fit(&format!(
             "cluster version: {state}   synced revision: {synced}"
         )));
@@ -275,6 +352,9 @@ impl Overview {
             None => out.push_str("  zkdeployment resume --version VERSION"),
         }
         out.push('\n');
+        if self.protected {
+            out.push_str("  (/hosts is protected: add --auth AUTH, the syncer's credentials)\n");
+        }
         out
     }
 }
@@ -408,12 +488,16 @@ mod tests {
                 waiters: vec!["app03.some-long-domain-name.example.com (app03)".into(); 3],
                 age: Some(12.0),
             }],
+            warnings: vec!["/hosts is writable by anyone (write)".into()],
+            protected: true,
         };
         let text = o.render();
         for line in text.lines() {
             assert!(line.chars().count() <= WIDTH, "{line:?}\n{text}");
         }
         assert!(text.contains("HALTED"), "{text}");
+        assert!(text.starts_with("WARNING: /hosts is writable"), "{text}");
+        assert!(text.contains("add --auth AUTH"), "{text}");
         assert!(text.contains("0123456789ab "), "{text}");
         assert!(
             text.contains("zkdeployment resume   (deploys the synced revision"),

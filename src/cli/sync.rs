@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::tree::ZkArg;
+use super::tree::{AuthArg, ZkArg};
 use super::{runtime, Failure, Outcome};
 use crate::sync::local::{lock_file, Tombstone, DEFAULT_LOCK_FILE, DEFAULT_TOMBSTONE};
 use crate::sync::{self, Options};
@@ -36,11 +36,18 @@ pub struct SyncArgs {
     /// Tombstone: present while a sync runs, left with the reason if it did not succeed.
     #[arg(long, value_name = "P", default_value = DEFAULT_TOMBSTONE)]
     tombstone: PathBuf,
+    /// Leave /hosts writable by everyone when protecting with --auth (a mixed fleet whose
+    /// original agents must record halts on /hosts).
+    #[arg(long, requires = "auth")]
+    open_hosts: bool,
+    #[command(flatten)]
+    auth: AuthArg,
     #[command(flatten)]
     zk: ZkArg,
 }
 
 pub fn run(args: SyncArgs) -> Outcome {
+    let auth = args.auth.secret()?;
     let Some(_lock) =
         lock_file(&args.lock_file).map_err(|e| Failure::Failed(format!("lock file {e}")))?
     else {
@@ -59,6 +66,8 @@ pub fn run(args: SyncArgs) -> Outcome {
         dry_run: args.dry_run,
         force: args.force,
         connection: connection_string(args.zk.zookeeper.as_deref(), None),
+        auth,
+        open_hosts: args.open_hosts,
     };
     let result = runtime()?.block_on(sync::run(&opts));
     match result {

@@ -5,12 +5,13 @@
 //! the ZooKeeper guards — `/hosts` created if missing, a halted cluster refused, an unchanged
 //! revision is nothing to do, unconverged hosts refused, `/hosts-lock` taken without blocking —
 //! and finally one diff applied, `/hosts` `version`, `synced` and `synced-roots` set last, in
-//! one write. A sync that dies while applying leaves `version` as it was, so no agent acts on a
+//! one write. With `--auth`, everything it owns is protected ([`protect`]). A sync that dies while applying leaves `version` as it was, so no agent acts on a
 //! half-applied tree, and the next sync completes it.
 
 pub mod desired;
 pub mod git;
 pub mod local;
+pub mod protect;
 
 use std::path::PathBuf;
 
@@ -18,7 +19,9 @@ use serde_json::{json, Value};
 
 use crate::tree::literal::py_str;
 use crate::tree::Props;
-use crate::zk::import::{apply, plan, plan_delete, read_existing, ApplyError, Op};
+use crate::zk::acl::{Kind, Protection};
+use crate::zk::halts::{clear_halts, effective, read_halts};
+use crate::zk::import::{apply_with_acl, plan, plan_delete, read_existing, ApplyError, Op};
 use crate::zk::lock::{try_lock, TryLock};
 use crate::zk::snapshot::{read_subtree, ReadOptions};
 use crate::zk::{
@@ -46,6 +49,11 @@ pub struct Options {
     pub force: bool,
     /// ZooKeeper connection string.
     pub connection: String,
+    /// `--auth`: the syncer's digest credentials; with them, what the syncer owns is
+    /// protected (see [`protect`]).
+    pub auth: Option<crate::config::Secret>,
+    /// `--open-hosts`: leave `/hosts` writable by everyone (a mixed fleet).
+    pub open_hosts: bool,
 }
 
 /// Why a sync did nothing on purpose.
@@ -138,8 +146,12 @@ pub async fn run(opts: &Options) -> Result<Outcome, SyncError> {
     let revision = checkout.revision.clone();
     tracing::info!("VCS Version: {revision}");
     let desired = desired::build(&checkout.files).map_err(SyncError::Tree)?;
-    let client = connect(&ConnectOptions::new(opts.connection.clone())).await?;
-    let hosts = read_hosts(&client, opts.dry_run).await?;
+    let mut connect_opts = ConnectOptions::new(opts.connection.clone());
+    connect_opts.digest = opts.auth.as_ref().map(|s| s.expose().to_string());
+    let client = connect(&connect_opts).await?;
+    let protection = opts.auth.as_ref().map(|s| Protection::new(s.expose()));
+    let mut hosts = read_hosts(&client, opts.dry_run).await?;
+    effective(&mut hosts, &read_halts(&client).await?);
     let version = hosts.get("version").cloned().unwrap_or(Value::Null);
     tracing::info!("ZK Version: {}", py_str(&version));
 
@@ -147,6 +159,9 @@ pub async fn run(opts: &Options) -> Result<Outcome, SyncError> {
     if version.is_null() && !opts.force {
         refusal = Some(Refusal::Halted(hosts.get("halt").cloned()));
     } else if version == Value::String(revision.clone()) && !opts.force {
+        if let (Some(p), false) = (&protection, opts.dry_run) {
+            protect::protect(&client, p, &desired, opts.open_hosts).await?;
+        }
         return Ok(Outcome::UpToDate { revision });
     } else if !opts.force && version != Value::Bool(false) {
         refusal = unconverged(&client, &version).await?;
@@ -175,7 +190,7 @@ pub async fn run(opts: &Options) -> Result<Outcome, SyncError> {
         }
     };
     tracing::info!("Version mismatch detected, resyncing");
-    let result = apply_locked(&client, &desired, &revision, opts.force).await;
+    let result = apply_locked(&client, &desired, &revision, opts, protection.as_ref()).await;
     held.release(&client).await?;
     result
 }
@@ -184,12 +199,23 @@ async fn apply_locked(
     client: &Client,
     desired: &Desired,
     revision: &str,
-    force: bool,
+    opts: &Options,
+    protection: Option<&Protection>,
 ) -> Result<Outcome, SyncError> {
     let hosts = read_hosts(client, false).await?;
     let (_, ops) = plan_sync(client, desired, &hosts, false).await?;
-    let mut writes = apply(client, &ops).await?;
-    writes += set_version(client, desired, revision, force).await?;
+    let acl = protection.map(|p| p.acl(Kind::Owned));
+    let mut writes = apply_with_acl(client, &ops, acl.as_deref()).await?;
+    if let Some(p) = protection {
+        writes += protect::protect(client, p, desired, opts.open_hosts)
+            .await?
+            .len();
+    }
+    if opts.force {
+        // A forced sync ends a halt, wherever it was recorded.
+        writes += clear_halts(client).await?;
+    }
+    writes += set_version(client, desired, revision, opts.force).await?;
     Ok(Outcome::Applied {
         revision: revision.to_string(),
         writes,
@@ -283,6 +309,7 @@ async fn plan_sync(
             "hosts-lock",
             "agent-locks",
             "role-locks",
+            "hosts-halt",
         ]
         .contains(&name);
         if reserved || roots.iter().any(|r| r == name) || crate::tree::bad_node_name(name).is_some()
@@ -311,7 +338,10 @@ async fn set_version(
     for _ in 0..10 {
         let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
         let mut props = decode(&data);
-        if !force && props.get("version").is_none_or(Value::is_null) {
+        if !force
+            && (props.get("version").is_none_or(Value::is_null)
+                || !read_halts(client).await?.is_empty())
+        {
             return Err(SyncError::HaltedDuringSync);
         }
         let before = props.clone();
