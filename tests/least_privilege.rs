@@ -445,6 +445,11 @@ async fn agents_with_identities_register_deploy_lock_and_halt_on_a_protected_tre
         monitor.stdout.starts_with("ZKDEPLOYMENT WARNING - Cluster halted by h1"),
         "{monitor}"
     );
+    // An agent pass sees the halt too (a third host, whose pass would have nothing to do).
+    let h3 = host(&env, "h3").await;
+    let run = h3.deploy(&[]).await;
+    run.assert_code(3);
+    assert!(run.stderr.contains("cluster version is None"), "{run}");
     // The syncer refuses a halted cluster.
     let r3 = env.repo.commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1", "h2"]))]);
     let run = env.sync(&["--auth", &auth]).await;
