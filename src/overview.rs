@@ -141,7 +141,12 @@ async fn open_acl_warnings(
     }
     let mut tree = vec!["/".to_string()];
     if let Some(roots) = hosts.get("synced-roots").and_then(Value::as_array) {
-        tree.extend(roots.iter().filter_map(Value::as_str).map(|r| format!("/{r}")));
+        tree.extend(
+            roots
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|r| format!("/{r}")),
+        );
     }
     let mut open_nodes = Vec::new();
     for path in &tree {

@@ -285,16 +285,33 @@ async fn after_sync_auth_only_the_syncers_identity_changes_the_tree_index_and_ho
         "/acme\n  /web : webapp\n    version = '1.5'\n    /new\n",
     )
     .unwrap();
-    support::run_async(&["tree", "import", change, "--no-trim", "--auth", &auth, "-z", &env.conn])
-        .await
-        .assert_ok();
+    support::run_async(&[
+        "tree",
+        "import",
+        change,
+        "--no-trim",
+        "--auth",
+        &auth,
+        "-z",
+        &env.conn,
+    ])
+    .await
+    .assert_ok();
     let (data, _) = env.anon.get_data("/acme/web").await.unwrap();
     assert_eq!(decode(&data)["version"], json!("1.5"));
     let (acl, _) = syncer.get_acl("/acme/web/new").await.unwrap();
     assert_eq!(sorted(&acl), owned_acl());
-    support::run_async(&["resume", "--version", "r-next", "--auth", &auth, "-z", &env.conn])
-        .await
-        .assert_ok();
+    support::run_async(&[
+        "resume",
+        "--version",
+        "r-next",
+        "--auth",
+        &auth,
+        "-z",
+        &env.conn,
+    ])
+    .await
+    .assert_ok();
     assert_eq!(env.hosts().await["version"], json!("r-next"));
 
     // status: nothing open to warn about.
@@ -305,13 +322,17 @@ async fn after_sync_auth_only_the_syncers_identity_changes_the_tree_index_and_ho
 #[tokio::test]
 async fn a_tree_synced_before_auth_is_repaired_by_the_first_sync_auth() {
     let env = Env::new("lp-repair").await;
-    env.repo.commit(&[("acme.zk", &tree(&["web", "db"], "1.0", &["h1"]))]);
+    env.repo
+        .commit(&[("acme.zk", &tree(&["web", "db"], "1.0", &["h1"]))]);
     env.sync(&[]).await.assert_ok();
     // Open, as in version one: anyone writes, and status says so.
     env.anon.set_data("/acme/db", b"{}", None).await.unwrap();
     let status = env.status_json().await;
     let warnings = status["warnings"].to_string();
-    assert!(warnings.contains("/hosts is writable by anyone"), "{warnings}");
+    assert!(
+        warnings.contains("/hosts is writable by anyone"),
+        "{warnings}"
+    );
     assert!(warnings.contains("/acme (write"), "{warnings}");
     let text = support::run_async(&["status", "-z", &env.conn]).await;
     assert!(text.stdout.starts_with("WARNING: "), "{text}");
@@ -328,7 +349,10 @@ async fn a_tree_synced_before_auth_is_repaired_by_the_first_sync_auth() {
         assert_eq!(sorted(&acl), owned_acl(), "{path}");
     }
     assert_eq!(
-        env.anon.set_data("/acme/web", b"{}", None).await.map(|_| ()),
+        env.anon
+            .set_data("/acme/web", b"{}", None)
+            .await
+            .map(|_| ()),
         Err(Error::NoAuth)
     );
     let status = env.status_json().await;
@@ -348,9 +372,13 @@ async fn a_tree_synced_before_auth_is_repaired_by_the_first_sync_auth() {
     let status = env.status_json().await;
     let warnings = status["warnings"].as_array().unwrap();
     assert_eq!(warnings.len(), 1, "{status:#}");
-    assert!(warnings[0].as_str().unwrap().starts_with("/hosts is writable"));
+    assert!(warnings[0]
+        .as_str()
+        .unwrap()
+        .starts_with("/hosts is writable"));
     // A sync without the credentials cannot write the protected tree any more.
-    env.repo.commit(&[("acme.zk", &tree(&["web"], "2.0", &["h1"]))]);
+    env.repo
+        .commit(&[("acme.zk", &tree(&["web"], "2.0", &["h1"]))]);
     let run = env.sync(&["--force"]).await;
     run.assert_code(1);
 }
@@ -366,7 +394,9 @@ async fn host(env: &Env, id: &str) -> TestHost {
 async fn agents_with_identities_register_deploy_lock_and_halt_on_a_protected_tree() {
     let env = Env::new("lp-agents").await;
     let auth = env.auth();
-    let r1 = env.repo.commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1", "h2"]))]);
+    let r1 = env
+        .repo
+        .commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1", "h2"]))]);
     env.sync(&["--auth", &auth]).await.assert_ok();
     let h1 = host(&env, "h1").await;
     let h2 = host(&env, "h2").await;
@@ -392,10 +422,16 @@ async fn agents_with_identities_register_deploy_lock_and_halt_on_a_protected_tre
     // A host cannot write, delete or re-ACL another host's node.
     let h2_client = env.client_as(&format!("h2:{HOST_SECRET}")).await;
     assert_eq!(
-        h2_client.set_data("/hosts/h1", b"{}", None).await.map(|_| ()),
+        h2_client
+            .set_data("/hosts/h1", b"{}", None)
+            .await
+            .map(|_| ()),
         Err(Error::NoAuth)
     );
-    assert_eq!(h2_client.delete("/hosts/h1", None).await, Err(Error::NoAuth));
+    assert_eq!(
+        h2_client.delete("/hosts/h1", None).await,
+        Err(Error::NoAuth)
+    );
     assert_eq!(
         h2_client
             .set_acl("/hosts/h1", Acls::anyone_all().as_ref(), None)
@@ -425,8 +461,15 @@ async fn agents_with_identities_register_deploy_lock_and_halt_on_a_protected_tre
     let record = decode(&data);
     assert_eq!(record["host"], json!("h1"));
     assert_eq!(record["version"], json!(r2));
-    assert!(record["error"].as_str().unwrap().contains("/acme/bad"), "{record:?}");
-    assert_eq!(env.hosts().await["version"], json!(r2), "/hosts itself is unchanged");
+    assert!(
+        record["error"].as_str().unwrap().contains("/acme/bad"),
+        "{record:?}"
+    );
+    assert_eq!(
+        env.hosts().await["version"],
+        json!(r2),
+        "/hosts itself is unchanged"
+    );
     // The record cannot be changed or removed by a host.
     let path = format!("/hosts-halt/{}", halts[0]);
     assert_eq!(
@@ -438,11 +481,16 @@ async fn agents_with_identities_register_deploy_lock_and_halt_on_a_protected_tre
     assert_eq!(status["version"], Value::Null, "{status:#}");
     assert_eq!(status["halt"]["host"], json!("h1"), "{status:#}");
     let text = support::run_async(&["status", "-z", &env.conn]).await;
-    assert!(text.stdout.contains("HALTED") && text.stdout.contains("--auth"), "{text}");
+    assert!(
+        text.stdout.contains("HALTED") && text.stdout.contains("--auth"),
+        "{text}"
+    );
     let mon_cfg = h2.config();
     let monitor = support::run_async(&["monitor", mon_cfg.to_str().unwrap()]).await;
     assert!(
-        monitor.stdout.starts_with("ZKDEPLOYMENT WARNING - Cluster halted by h1"),
+        monitor
+            .stdout
+            .starts_with("ZKDEPLOYMENT WARNING - Cluster halted by h1"),
         "{monitor}"
     );
     // An agent pass sees the halt too (a third host, whose pass would have nothing to do).
@@ -451,7 +499,9 @@ async fn agents_with_identities_register_deploy_lock_and_halt_on_a_protected_tre
     run.assert_code(3);
     assert!(run.stderr.contains("cluster version is None"), "{run}");
     // The syncer refuses a halted cluster.
-    let r3 = env.repo.commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1", "h2"]))]);
+    let r3 = env
+        .repo
+        .commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1", "h2"]))]);
     let run = env.sync(&["--auth", &auth]).await;
     run.assert_code(3);
     assert!(run.stderr.contains("ALL STOP"), "{run}");
@@ -554,7 +604,9 @@ async fn the_original_agents_operations_still_work_on_a_protected_tree() {
     }
     let env = Env::new("lp-original").await;
     let auth = env.auth();
-    let rev = env.repo.commit(&[("acme.zk", &tree(&["a"], "1.0", &["legacy", "h9"]))]);
+    let rev = env
+        .repo
+        .commit(&[("acme.zk", &tree(&["a"], "1.0", &["legacy", "h9"]))]);
     env.sync(&["--auth", &auth]).await.assert_ok();
     // A host without credentials (as the original runs) deploys.
     let h9 = TestHost::on(&env.conn, "h9", Pm::Fake(FakeYum::new())).await;
@@ -570,7 +622,9 @@ async fn the_original_agents_operations_still_work_on_a_protected_tree() {
     assert_eq!(env.hosts().await["version"], json!(rev));
 
     // ...unless /hosts is left open for a mixed fleet.
-    env.sync(&["--auth", &auth, "--open-hosts"]).await.assert_ok();
+    env.sync(&["--auth", &auth, "--open-hosts"])
+        .await
+        .assert_ok();
     let out = original(&env.conn).await;
     assert_eq!(out["halt"], json!("written"), "{out}");
     assert_eq!(env.hosts().await["version"], Value::Null);
@@ -584,18 +638,31 @@ async fn the_syncers_credentials_never_show() {
     let env = Env::new("lp-secret").await;
     let auth = env.auth();
     let inline = format!("syncer:{SYNC_SECRET}");
-    env.repo.commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1"]))]);
+    env.repo
+        .commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1"]))]);
     let mut outputs = vec![
         ("sync", env.sync(&["--auth", &auth]).await),
-        ("sync inline", env.sync(&["--auth", &inline, "--force"]).await),
+        (
+            "sync inline",
+            env.sync(&["--auth", &inline, "--force"]).await,
+        ),
     ];
     let file = env.path("t.zk");
     std::fs::write(&file, tree(&["b"], "1.0", &["h1"])).unwrap();
     let file = file.to_str().unwrap();
     for (what, args) in [
-        ("import", vec!["tree", "import", file, "--no-trim", "--auth", &inline]),
-        ("import bad", vec!["tree", "import", file, "--auth", "nocolon"]),
-        ("resume", vec!["resume", "--version", "x", "--auth", &inline]),
+        (
+            "import",
+            vec!["tree", "import", file, "--no-trim", "--auth", &inline],
+        ),
+        (
+            "import bad",
+            vec!["tree", "import", file, "--auth", "nocolon"],
+        ),
+        (
+            "resume",
+            vec!["resume", "--version", "x", "--auth", &inline],
+        ),
         ("resume refused", vec!["resume", "--version", "x"]),
         ("status", vec!["status"]),
         ("status json", vec!["status", "--json"]),
@@ -609,7 +676,10 @@ async fn the_syncers_credentials_never_show() {
     // The bad value is refused as a usage error that does not repeat it.
     let bad = &outputs.iter().find(|(w, _)| *w == "import bad").unwrap().1;
     bad.assert_code(2);
-    assert!(bad.stderr.contains("--auth: expected digest credentials"), "{bad}");
+    assert!(
+        bad.stderr.contains("--auth: expected digest credentials"),
+        "{bad}"
+    );
     let mut texts: Vec<(String, String)> = outputs
         .iter()
         .map(|(w, r)| (w.to_string(), format!("{}\n{}", r.stdout, r.stderr)))
@@ -618,8 +688,16 @@ async fn the_syncers_credentials_never_show() {
         "tombstone".into(),
         std::fs::read_to_string(env.path("tombstone")).unwrap_or_default(),
     ));
-    assert!(texts.iter().any(|(w, t)| w == "sync" && t.contains("DEBUG")), "debug logging is on");
+    assert!(
+        texts
+            .iter()
+            .any(|(w, t)| w == "sync" && t.contains("DEBUG")),
+        "debug logging is on"
+    );
     for (what, text) in &texts {
-        assert!(!text.contains(SYNC_SECRET), "the secret leaks into {what}:\n{text}");
+        assert!(
+            !text.contains(SYNC_SECRET),
+            "the secret leaks into {what}:\n{text}"
+        );
     }
 }

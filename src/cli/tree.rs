@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use super::{runtime, Failure, Outcome};
+use crate::config::{auth_flag, Secret};
 use crate::tree::parse::parse_bytes;
 use crate::tree::Node;
+use crate::zk::acl::{Kind, Protection};
 use crate::zk::connect::connection_string;
 use crate::zk::export::export_tree;
-use crate::config::{auth_flag, Secret};
-use crate::zk::acl::{Kind, Protection};
 use crate::zk::import::{import_tree_with_acl, Trim};
 use crate::zk::{connect, Client, ConnectOptions};
 
@@ -149,9 +149,10 @@ pub fn run(cmd: TreeCommand) -> Outcome {
                 let client = zk.connect_as(secret.as_ref()).await?;
                 let node = node.trim_end_matches('/');
                 let node = if node.is_empty() { "/" } else { node };
-                let done = import_tree_with_acl(&client, &tree, node, trim, dry_run, acl.as_deref())
-                    .await
-                    .map_err(|e| Failure::Failed(format!("import failed: {e}")))?;
+                let done =
+                    import_tree_with_acl(&client, &tree, node, trim, dry_run, acl.as_deref())
+                        .await
+                        .map_err(|e| Failure::Failed(format!("import failed: {e}")))?;
                 for line in done.lines {
                     println!("{line}");
                 }

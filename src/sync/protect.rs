@@ -54,7 +54,11 @@ pub async fn protect(
     }
 
     let owned = protection.acl(Kind::Owned);
-    let hosts = protection.acl(if open_hosts { Kind::Open } else { Kind::Register });
+    let hosts = protection.acl(if open_hosts {
+        Kind::Open
+    } else {
+        Kind::Register
+    });
     let mut nodes = vec![
         ("/".to_string(), owned.clone()),
         ("/hosts".to_string(), hosts),
@@ -75,7 +79,11 @@ pub async fn protect(
             "repaired the ACL of {} node(s) owned by the syncer ({}{})",
             repaired.len(),
             shown.join(", "),
-            if repaired.len() > shown.len() { ", …" } else { "" }
+            if repaired.len() > shown.len() {
+                ", …"
+            } else {
+                ""
+            }
         );
     }
     Ok(repaired)

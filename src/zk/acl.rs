@@ -216,7 +216,10 @@ mod tests {
     #[test]
     fn sha1_matches_the_standard_vectors() {
         assert_eq!(hex(&sha1(b"")), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
-        assert_eq!(hex(&sha1(b"abc")), "a9993e364706816aba3e25717850c26c9cd0d89d");
+        assert_eq!(
+            hex(&sha1(b"abc")),
+            "a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
         assert_eq!(
             hex(&sha1(
                 b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"
@@ -232,7 +235,10 @@ mod tests {
     #[test]
     fn digest_ids_are_zookeepers() {
         // `DigestAuthenticationProvider.generateDigest("super:test")`, ZooKeeper's docs.
-        assert_eq!(digest_id("super:test"), "super:D/InIHSb7yEEbrWz8b9l71RjZJU=");
+        assert_eq!(
+            digest_id("super:test"),
+            "super:D/InIHSb7yEEbrWz8b9l71RjZJU="
+        );
         assert_eq!(base64(b"ab"), "YWI=");
         assert_eq!(base64(b"a"), "YQ==");
     }
@@ -247,7 +253,10 @@ mod tests {
         owned.reverse();
         assert!(same(&owned, &p.acl(Kind::Owned)));
         assert!(!same(&owned, &p.acl(Kind::Register)));
-        assert!(!same(&owned, &Protection::new("syncer:other").acl(Kind::Owned)));
+        assert!(!same(
+            &owned,
+            &Protection::new("syncer:other").acl(Kind::Owned)
+        ));
         assert_eq!(open_permissions(&owned), Permission::NONE);
         assert_eq!(open_permissions(&p.acl(Kind::Register)), Permission::CREATE);
         assert!(open_permissions(&p.acl(Kind::Open)).has(Permission::WRITE));

@@ -299,8 +299,9 @@ pub async fn apply_with_acl(
     check_sizes(ops)?;
     let total = ops.len();
     let options = match acl {
-        Some(acl) => zookeeper_client::CreateMode::Persistent
-            .with_acls(zookeeper_client::Acls::new(acl)),
+        Some(acl) => {
+            zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::new(acl))
+        }
         None => open_persistent(),
     };
     let fail = |error: ZkError, applied: usize| ApplyError {
