@@ -102,10 +102,11 @@ pub fn open_permissions(acl: &[Acl]) -> Permission {
 }
 
 /// Requests kept in flight while checking ACLs.
-const WINDOW: usize = 256;
+const WINDOW: usize = 1024;
 
 /// Sets the ACL of every node in `nodes` (path and the ACL it should have) that has another
-/// one; nodes that do not exist are skipped. Reads are pipelined. Returns the paths repaired.
+/// one; nodes that do not exist are skipped. Reads and writes are pipelined. Returns the
+/// paths repaired.
 pub async fn repair(client: &Client, nodes: &[(String, Vec<Acl>)]) -> Result<Vec<String>, ZkError> {
     let reads = stream::iter(nodes.iter().map(|(path, want)| async move {
         let got = call("get-acl", path, client.get_acl(path)).await;
@@ -122,9 +123,17 @@ pub async fn repair(client: &Client, nodes: &[(String, Vec<Acl>)]) -> Result<Vec
             Err(e) => return Err(e),
         }
     }
+    let sets = stream::iter(wrong.into_iter().map(|(path, want)| async move {
+        (
+            path,
+            call("set-acl", path, client.set_acl(path, want, None)).await,
+        )
+    }))
+    .buffered(WINDOW);
+    futures::pin_mut!(sets);
     let mut repaired = Vec::new();
-    for (path, want) in wrong {
-        match call("set-acl", path, client.set_acl(path, want, None)).await {
+    while let Some((path, done)) = sets.next().await {
+        match done {
             Ok(_) => repaired.push(path.clone()),
             Err(e) if e.is_no_node() => {}
             Err(e) => return Err(e),
