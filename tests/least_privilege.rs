@@ -322,11 +322,18 @@ async fn after_sync_auth_only_the_syncers_identity_changes_the_tree_index_and_ho
 #[tokio::test]
 async fn a_tree_synced_before_auth_is_repaired_by_the_first_sync_auth() {
     let env = Env::new("lp-repair").await;
-    env.repo
-        .commit(&[("acme.zk", &tree(&["web", "db"], "1.0", &["h1"]))]);
+    env.repo.commit(&[
+        ("acme.zk", &tree(&["web", "db"], "1.0", &["h1"])),
+        ("roles.zkx", "/role-locks\n  /webrole\n"),
+    ]);
     env.sync(&[]).await.assert_ok();
     // Open, as in version one: anyone writes, and status says so.
     env.anon.set_data("/acme/db", b"{}", None).await.unwrap();
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    env.anon
+        .create("/acme/web/extra", b"{}", &open)
+        .await
+        .unwrap();
     let status = env.status_json().await;
     let warnings = status["warnings"].to_string();
     assert!(
@@ -344,7 +351,13 @@ async fn a_tree_synced_before_auth_is_repaired_by_the_first_sync_auth() {
     run.assert_ok();
     assert!(run.stderr.contains("repaired the ACL of"), "{run}");
     let syncer = env.client_as(&format!("syncer:{SYNC_SECRET}")).await;
-    for path in ["/", "/acme", "/acme/db", "/acme/web/deploy/h1"] {
+    for path in [
+        "/",
+        "/acme",
+        "/acme/db",
+        "/acme/web/deploy/h1",
+        "/acme/web/extra",
+    ] {
         let (acl, _) = syncer.get_acl(path).await.unwrap();
         assert_eq!(sorted(&acl), owned_acl(), "{path}");
     }
@@ -357,10 +370,27 @@ async fn a_tree_synced_before_auth_is_repaired_by_the_first_sync_auth() {
     );
     let status = env.status_json().await;
     assert_eq!(status["warnings"], json!([]), "{status:#}");
+    // Role lock nodes from a .zkx file stay open to the hosts (persistent lock requests).
+    let seq = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
+    env.anon
+        .create("/role-locks/webrole/lr-", b"{}", &seq)
+        .await
+        .unwrap();
     // Repeated: nothing left to repair.
     let run = env.sync(&["--auth", &auth]).await;
     run.assert_ok();
     assert!(!run.stderr.contains("repaired the ACL of"), "{run}");
+
+    // A role lock node a .zkx file adds under protection is open to the hosts too.
+    env.repo.commit(&[
+        ("acme.zk", &tree(&["web", "db"], "1.0", &["h1"])),
+        ("roles.zkx", "/role-locks\n  /webrole\n  /otherrole\n"),
+    ]);
+    env.sync(&["--auth", &auth]).await.assert_ok();
+    env.anon
+        .create("/role-locks/otherrole/lr-", b"{}", &seq)
+        .await
+        .unwrap();
 
     // A mixed fleet: --open-hosts leaves /hosts to everyone, the tree stays protected,
     // and status warns about /hosts only.

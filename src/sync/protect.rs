@@ -5,21 +5,22 @@
 //! tree synced before auth was on, a node someone opened by hand):
 //!
 //! - the import root `/` (of the chroot), so that nobody else can add a top-level node for
-//!   agents to discover, and every node the repository's files define (the nodes under its
-//!   `synced-roots`), and `/deployment-index` with its children: READ for everyone, ALL for
-//!   the syncer's identity ([`Kind::Owned`]);
+//!   agents to discover; every persistent node under the repository's roots (its
+//!   `synced-roots`: the nodes its files define and any other found there); and
+//!   `/deployment-index` with its children: READ for everyone, ALL for the syncer's identity
+//!   ([`Kind::Owned`]);
 //! - `/hosts` and [`HALTS`]: READ and CREATE for everyone (hosts register and record halts),
 //!   ALL for the syncer ([`Kind::Register`]); `/hosts` is left open to everyone instead with
 //!   `--open-hosts` (a mixed fleet, whose original agents halt by writing `/hosts`);
 //! - `/hosts-lock`: only syncers take it ([`Kind::Owned`]).
 //!
-//! The nodes hosts share — `/agent-locks`, `/role-locks`, `/agent-semaphores` — are created
-//! open if missing (the root no longer lets agents create them) and never restricted.
+//! The nodes hosts share — `/agent-locks`, `/role-locks` (also when a `.zkx` file defines role
+//! lock nodes), `/agent-semaphores` — are created open if missing (the root no longer lets
+//! agents create them) and never restricted.
 
 use zookeeper_client::CreateMode;
 
 use super::desired::Desired;
-use crate::tree::Node;
 use crate::zk::acl::{repair, Kind, Protection};
 use crate::zk::halts::HALTS;
 use crate::zk::lock::ensure_node;
@@ -65,12 +66,36 @@ pub async fn protect(
         (HALTS.to_string(), register),
         ("/hosts-lock".to_string(), owned.clone()),
     ];
-    tree_paths("/", &desired.tree, &mut |p| nodes.push((p, owned.clone())));
-    let persistent = ReadOptions::default();
-    if let Some(index) = read_subtree(client, DEPLOYMENT_INDEX, &persistent).await? {
-        znode_paths(DEPLOYMENT_INDEX, &index, &mut |p| {
-            nodes.push((p, owned.clone()))
-        });
+    // Every persistent node under the repository's roots as it is now (after the apply):
+    // the nodes its files define and any other node found there (a node left untrimmed under
+    // a `.zkx` overlay is discovered by agents like any other). Ephemeral nodes belong to
+    // their sessions and are left alone.
+    let persistent = ReadOptions {
+        include_ephemeral: false,
+        skip: &|_| false,
+    };
+    let mut owned_paths = Vec::new();
+    let roots = desired
+        .roots()
+        .iter()
+        .map(|r| join("/", r))
+        .collect::<Vec<_>>();
+    for root in roots.iter().map(String::as_str).chain([DEPLOYMENT_INDEX]) {
+        if SHARED.contains(&root) {
+            continue;
+        }
+        if let Some(node) = read_subtree(client, root, &persistent).await? {
+            znode_paths(root, &node, &mut |p| owned_paths.push(p));
+        }
+    }
+    nodes.extend(owned_paths.into_iter().map(|p| (p, owned.clone())));
+    // Shared nodes a `.zkx` file defines (role lock nodes) stay open to every host.
+    for (name, node) in &desired.tree.children {
+        let path = join("/", name);
+        if SHARED.contains(&path.as_str()) {
+            let open = protection.acl(Kind::Open);
+            tree_paths(&path, node, &mut |p| nodes.push((p, open.clone())));
+        }
     }
     let repaired = repair(client, &nodes).await?;
     if !repaired.is_empty() {
@@ -89,13 +114,12 @@ pub async fn protect(
     Ok(repaired)
 }
 
-/// Every path below `at` in a desired tree (not `at` itself).
-fn tree_paths(at: &str, node: &Node, out: &mut dyn FnMut(String)) {
+/// `at` and every path below it in a desired tree.
+fn tree_paths(at: &str, node: &crate::tree::Node, out: &mut dyn FnMut(String)) {
     for (name, child) in &node.children {
-        let path = join(at, name);
-        tree_paths(&path, child, out);
-        out(path);
+        tree_paths(&join(at, name), child, out);
     }
+    out(at.to_string());
 }
 
 /// `at` and every persistent path below it.
