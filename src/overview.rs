@@ -56,8 +56,8 @@ pub struct Overview {
     pub hosts: Vec<HostRow>,
     /// Locks that have a holder or waiters.
     pub locks: Vec<LockRow>,
-    /// What is writable by anyone that should not be (the root `/`, `/hosts`, the top nodes
-    /// of `synced-roots`): one message each.
+    /// What is writable by anyone that should not be (`/hosts`, the root `/`, the top-level
+    /// nodes agents discover deployments in): one message each.
     pub warnings: Vec<String>,
     /// True when `/hosts` is protected (resume then takes `--auth`).
     #[serde(skip)]
@@ -103,13 +103,23 @@ fn contenders(path: &str, lock: &ZNode, now_ms: i64) -> Option<LockRow> {
     })
 }
 
-/// Warnings about nodes anyone may write (the root, `/hosts`, each top node of
-/// `synced-roots`), and whether `/hosts` is protected (nobody but its owner writes its data).
-async fn open_acl_warnings(
-    client: &Client,
-    hosts: &crate::tree::Props,
-) -> Result<(Vec<String>, bool), ZkError> {
+/// Top-level nodes that are not the tree: agents never discover deployments in them.
+const NOT_TREE: [&str; 7] = [
+    "zookeeper",
+    "hosts",
+    "hosts-lock",
+    "hosts-halt",
+    "agent-locks",
+    "role-locks",
+    "agent-semaphores",
+];
+
+/// Warnings about nodes anyone may write (`/hosts`; the root and every top-level node agents
+/// discover deployments in, the repository's or not), and whether `/hosts` is protected
+/// (nobody but its owner writes its data).
+async fn open_acl_warnings(client: &Client) -> Result<(Vec<String>, bool), ZkError> {
     use crate::zk::acl::open_permissions;
+    use crate::zk::call;
     use zookeeper_client::Permission;
     let names = |p: Permission| {
         [
@@ -124,41 +134,35 @@ async fn open_acl_warnings(
         .collect::<Vec<_>>()
         .join(", ")
     };
-    let mut warnings = Vec::new();
-    let open = match crate::zk::call("get-acl", "/hosts", client.get_acl("/hosts")).await {
-        Ok((acl, _)) => open_permissions(&acl),
-        Err(e) if e.is_no_node() => Permission::NONE,
-        Err(e) => return Err(e),
+    let open_of = |path: String| async move {
+        match call("get-acl", &path, client.get_acl(&path)).await {
+            Ok((acl, _)) => Ok((path, open_permissions(&acl))),
+            Err(e) if e.is_no_node() => Ok((path, Permission::NONE)),
+            Err(e) => Err(e),
+        }
     };
+    let mut warnings = Vec::new();
+    let (_, open) = open_of("/hosts".into()).await?;
+    // By design everyone may create children of /hosts (registration); nothing else.
     let protected = !open.has(Permission::WRITE);
-    if protected {
-        // By design everyone may create children (registration); nothing else.
-    } else {
+    if !protected {
         warnings.push(format!(
             "/hosts is writable by anyone ({}): any client can set the cluster version (sync --auth protects it)",
             names(open)
         ));
     }
+    let top = crate::zk::call_retrying("list", "/", || client.list_children("/")).await?;
     let mut tree = vec!["/".to_string()];
-    if let Some(roots) = hosts.get("synced-roots").and_then(Value::as_array) {
-        tree.extend(
-            roots
-                .iter()
-                .filter_map(Value::as_str)
-                .map(|r| format!("/{r}")),
-        );
-    }
+    tree.extend(
+        top.iter()
+            .filter(|n| !NOT_TREE.contains(&n.as_str()))
+            .map(|n| format!("/{n}")),
+    );
     let mut open_nodes = Vec::new();
-    for path in &tree {
-        match crate::zk::call("get-acl", path, client.get_acl(path)).await {
-            Ok((acl, _)) => {
-                let open = open_permissions(&acl);
-                if open != Permission::NONE {
-                    open_nodes.push(format!("{path} ({})", names(open)));
-                }
-            }
-            Err(e) if e.is_no_node() => {}
-            Err(e) => return Err(e),
+    for path in tree {
+        let (path, open) = open_of(path).await?;
+        if open != Permission::NONE {
+            open_nodes.push(format!("{path} ({})", names(open)));
         }
     }
     if !open_nodes.is_empty() {
@@ -186,7 +190,7 @@ impl Overview {
         let mut cluster = hosts.props.clone();
         crate::zk::halts::effective(&mut cluster, &crate::zk::halts::read_halts(client).await?);
         let version = cluster.get("version").cloned().unwrap_or(Value::Null);
-        let (warnings, protected) = open_acl_warnings(client, &hosts.props).await?;
+        let (warnings, protected) = open_acl_warnings(client).await?;
         let rows = hosts
             .children
             .iter()

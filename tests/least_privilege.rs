@@ -334,6 +334,7 @@ async fn a_tree_synced_before_auth_is_repaired_by_the_first_sync_auth() {
         .create("/acme/web/extra", b"{}", &open)
         .await
         .unwrap();
+    env.anon.create("/foreign", b"{}", &open).await.unwrap();
     let status = env.status_json().await;
     let warnings = status["warnings"].to_string();
     assert!(
@@ -368,6 +369,15 @@ async fn a_tree_synced_before_auth_is_repaired_by_the_first_sync_auth() {
             .map(|_| ()),
         Err(Error::NoAuth)
     );
+    // A top-level node the repository does not own is left as it is, and status warns that
+    // agents would discover deployments in it.
+    let status = env.status_json().await;
+    assert_eq!(
+        status["warnings"],
+        json!(["the tree is writable by anyone: /foreign (write, create children, delete children, change the ACL) (sync --auth protects it)"]),
+        "{status:#}"
+    );
+    syncer.delete("/foreign", None).await.unwrap();
     let status = env.status_json().await;
     assert_eq!(status["warnings"], json!([]), "{status:#}");
     // Role lock nodes from a .zkx file stay open to the hosts (persistent lock requests).
