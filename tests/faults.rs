@@ -269,7 +269,11 @@ async fn a_pass_whose_session_is_lost_is_abandoned_and_run_again() {
     assert_eq!(zkdeployment::zk::decode(&data).get("in-flight"), None);
     let out = agent.output();
     assert!(out.contains("Abandoning deployment: ZooKeeper"), "{out}");
-    assert_eq!(h.report()["outcome"], json!("done"));
+    // The report is written just after the status file says `done`.
+    wait_for("the pass report", LIMIT, || {
+        (h.report()["outcome"] == json!("done")).then_some(())
+    })
+    .await;
     stop(agent).await;
 }
 

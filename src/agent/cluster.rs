@@ -11,7 +11,7 @@ use zookeeper_client::{Acl, Acls, CreateMode, Permission};
 
 use super::discover::Host;
 use crate::tree::Props;
-use crate::zk::halts::{read_halts, record_halt, HALTS};
+use crate::zk::halts::{record_halt, HALTS, HALT_PREFIX};
 use crate::zk::{call, call_retrying, decode, encode, Client, ZkError, LOSS_RETRIES};
 
 /// The cluster node.
@@ -25,12 +25,19 @@ pub fn host_path(id: &str) -> String {
 /// The cluster version (`None`/missing → `Value::Null`); `None` too while a host's halt
 /// record exists under [`HALTS`] (see [`crate::zk::halts`]).
 pub async fn cluster_version(client: &Client) -> Result<Value, ZkError> {
-    let (data, _) = call_retrying("get", HOSTS, || client.get_data(HOSTS)).await?;
+    // Both requests in flight at once: one round trip, as before halt records existed.
+    let (hosts, halts) = futures::join!(
+        call_retrying("get", HOSTS, || client.get_data(HOSTS)),
+        call_retrying("list", HALTS, || client.list_children(HALTS)),
+    );
+    let (data, _) = hosts?;
     let version = decode(&data).get("version").cloned().unwrap_or(Value::Null);
-    if version.is_null() || !read_halts(client).await?.is_empty() {
-        return Ok(Value::Null);
-    }
-    Ok(version)
+    let halted = match halts {
+        Ok(names) => names.iter().any(|n| n.starts_with(HALT_PREFIX)),
+        Err(e) if e.is_no_node() => false,
+        Err(e) => return Err(e),
+    };
+    Ok(if halted { Value::Null } else { version })
 }
 
 /// Applies `change` to the properties of `path` with a version-guarded write, retrying when
