@@ -575,7 +575,8 @@ async fn agents_with_identities_register_deploy_lock_and_halt_on_a_protected_tre
 }
 
 /// What the original agent (zc.zkdeployment, through kazoo, with no credentials) does on
-/// ZooKeeper: read the whole tree, register an open ephemeral host node, take a node lock and
+/// ZooKeeper — the original itself (Python 2, zc.zk) is not installable here, so its operations
+/// are replayed with kazoo, unauthenticated: read the whole tree, register an open ephemeral host node, take a node lock and
 /// release it, and halt by writing `/hosts`. Prints one JSON object of outcomes.
 const ORIGINAL: &str = r#"
 import json, sys
