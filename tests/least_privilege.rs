@@ -317,6 +317,28 @@ async fn after_sync_auth_only_the_syncers_identity_changes_the_tree_index_and_ho
     // status: nothing open to warn about.
     let status = env.status_json().await;
     assert_eq!(status["warnings"], json!([]), "{status:#}");
+
+    // Anyone may record a halt (a denial of service, not code execution); a sync refuses
+    // until it is resumed, or forced, which clears the records.
+    let read_only = CreateMode::PersistentSequential.with_acls(Acls::anyone_read());
+    env.anon
+        .create(
+            "/hosts-halt/halt-",
+            br#"{"host": "hx", "error": "stop"}"#,
+            &read_only,
+        )
+        .await
+        .unwrap();
+    assert_eq!(env.status_json().await["halt"]["host"], json!("hx"));
+    let next = env.repo.commit(&[(
+        "acme.zk",
+        "/acme\n  /web : webapp\n    version = '1.6'\n    /deploy\n      /h1\n",
+    )]);
+    env.sync(&["--auth", &auth]).await.assert_code(3);
+    env.sync(&["--auth", &auth, "--force"]).await.assert_ok();
+    let status = env.status_json().await;
+    assert_eq!(status["version"], json!(next), "{status:#}");
+    assert_eq!(status["halt"], Value::Null, "{status:#}");
 }
 
 #[tokio::test]
