@@ -88,17 +88,6 @@ pub fn effective(hosts: &mut Props, halts: &[Value]) {
     }
 }
 
-/// `/hosts` with the halt records applied ([`effective`]); `None` if `/hosts` is missing.
-pub async fn cluster_props(client: &Client) -> Result<Option<Props>, ZkError> {
-    let mut props = match call_retrying("get", "/hosts", || client.get_data("/hosts")).await {
-        Ok((data, _)) => decode(&data),
-        Err(e) if e.is_no_node() => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    effective(&mut props, &read_halts(client).await?);
-    Ok(Some(props))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
