@@ -204,6 +204,16 @@ impl Context {
         })
     }
 
+    /// Writes the pass report, then the final status: whoever sees the status of a finished
+    /// pass (`done`, `error`, `abandoned …`) finds that pass's report in `last-pass.json`.
+    async fn final_status(&self, version: &Value, text: &str, report: &mut Report) {
+        report.finished = now();
+        if let Err(e) = self.run_dir.write_report(report) {
+            tracing::warn!("cannot write the pass report: {e}");
+        }
+        self.status(version, text).await;
+    }
+
     /// Writes the status file, mirrors it on the host node and to systemd.
     pub(super) async fn status(&self, version: &Value, text: &str) {
         if let Err(e) = self.run_dir.set_status(version, text) {
@@ -307,15 +317,21 @@ impl Context {
             Ok(()) => self.succeed(&version, &mut report).await?,
             Err(Interrupt::Abandon(why)) => {
                 tracing::warn!("Abandoning deployment because {why}");
-                self.status(&version, &format!("abandoned ({why})")).await;
                 report.outcome = "abandoned".into();
                 report.error = Some(why.clone());
+                self.final_status(&version, &format!("abandoned ({why})"), &mut report)
+                    .await;
                 self.metrics.passes_abandoned += 1;
                 PassOutcome::Abandoned(why)
             }
             Err(Interrupt::Fail(failure)) => self.fail(&version, failure, &mut report).await?,
             Err(Interrupt::Lost(e)) => {
                 tracing::warn!("Abandoning deployment: {e}");
+                report.outcome = "abandoned".into();
+                report.error = Some(e.to_string());
+                report.finished = now();
+                // The report first, then the status (see `final_status`).
+                let _ = self.run_dir.write_report(&report);
                 if let Err(io) = self
                     .run_dir
                     .set_status(&version, &format!("abandoned ({e})"))
@@ -324,14 +340,10 @@ impl Context {
                 }
                 // No step runs while the session is rebuilt: the agent is idle for the watchdog.
                 crate::systemd::busy(false);
-                report.outcome = "abandoned".into();
-                report.error = Some(e.to_string());
-                report.finished = now();
                 self.metrics.last_pass = report.finished;
                 self.metrics.pass_duration = report.finished - report.started;
                 self.metrics.passes_abandoned += 1;
                 self.write_metrics();
-                let _ = self.run_dir.write_report(&report);
                 return Err(e);
             }
         };
@@ -494,8 +506,8 @@ impl Context {
             }
         }
         tracing::info!("Done deploying version {}", py_str(version));
-        self.status(version, "done").await;
         report.outcome = "done".into();
+        self.final_status(version, "done", report).await;
         self.metrics.passes_done += 1;
         // The failure last mailed is over: if it happens again, that is news worth a mail.
         if let Err(e) = forget_failure(&self.mail_state()) {
@@ -528,9 +540,9 @@ impl Context {
             p.insert("error".into(), error.clone());
         })
         .await?;
-        self.status(version, "error").await;
         report.outcome = "error".into();
         report.error = Some(failure.message.clone());
+        self.final_status(version, "error", report).await;
         self.metrics.passes_error += 1;
         // The last step recorded is the failing one only if it did not succeed: a failure that
         // is not a step's (an in-flight record left by a dead holder, a missing role lock)

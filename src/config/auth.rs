@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::ini::Entry;
 use super::values::Values;
-use super::{http_get, ConfigError, Secret, SECRET_KEY};
+use super::{http_get, ConfigError, FetchError, Secret, SECRET_KEY};
 
 /// True if `value` has the shape of digest credentials: a non-empty user, a `:`, and no
 /// control characters.
@@ -31,7 +31,7 @@ pub fn auth_flag(value: &str) -> Result<Secret, AuthError> {
 /// [`auth_flag`] with the GET for `http(s)://` values given.
 pub fn auth_flag_with(
     value: &str,
-    fetch: &dyn Fn(&str) -> Result<Option<String>, String>,
+    fetch: &dyn Fn(&str) -> Result<Option<String>, FetchError>,
 ) -> Result<Secret, AuthError> {
     let values = Values {
         path: Path::new("--auth"),
@@ -45,7 +45,9 @@ pub fn auth_flag_with(
         fetch,
     };
     let found = values.optional_strict(SECRET_KEY).map_err(|e| match e {
-        ConfigError::Invalid { message, .. } => AuthError(message),
+        ConfigError::Invalid { message, .. } | ConfigError::Unreachable { message, .. } => {
+            AuthError(message)
+        }
         _ => AuthError("cannot read the credentials".into()),
     })?;
     match found {
@@ -63,8 +65,8 @@ pub fn auth_flag_with(
 mod tests {
     use super::*;
 
-    fn no_http(_: &str) -> Result<Option<String>, String> {
-        Err("no network in tests".into())
+    fn no_http(_: &str) -> Result<Option<String>, FetchError> {
+        Err(FetchError::Unreachable("no network in tests".into()))
     }
 
     #[test]

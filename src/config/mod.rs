@@ -77,7 +77,7 @@ pub use auth::{auth_flag, AuthError};
 pub use error::ConfigError;
 pub use host::fqdn;
 pub use parse::parse;
-pub use values::http_get;
+pub use values::{http_get, FetchError};
 
 /// The section the agent reads.
 pub const SECTION: &str = "zkdeployment";

@@ -4,8 +4,10 @@
 //! checkout ([`git`]), build and lint the desired tree offline ([`desired`]), then, in order,
 //! the ZooKeeper guards — `/hosts` created if missing, a halted cluster refused, an unchanged
 //! revision is nothing to do, unconverged hosts refused, `/hosts-lock` taken without blocking —
-//! and finally one diff applied, `/hosts` `version`, `synced` and `synced-roots` set last, in
-//! one write. With `--auth`, everything it owns is protected ([`protect`]). A sync that dies while applying leaves `version` as it was, so no agent acts on a
+//! and finally the new top-level nodes claimed in `synced-roots`, one diff applied, `/hosts`
+//! `version`, `synced` and `synced-roots` set last, in one write. With `--auth`, everything it
+//! owns is protected ([`protect`]). A sync that dies while applying leaves `version` as it was,
+//! so no agent acts on a
 //! half-applied tree, and the next sync completes it.
 
 pub mod desired;
@@ -204,6 +206,7 @@ async fn apply_locked(
 ) -> Result<Outcome, SyncError> {
     let hosts = read_hosts(client, false).await?;
     let (_, ops) = plan_sync(client, desired, &hosts, false).await?;
+    claim_roots(client, desired).await?;
     let acl = protection.map(|p| p.acl(Kind::Owned));
     let mut writes = apply_with_acl(client, &ops, acl.as_deref()).await?;
     if let Some(p) = protection {
@@ -324,6 +327,51 @@ async fn plan_sync(
         }
     }
     Ok((plan.lines, plan.ops))
+}
+
+/// Adds the repository's top-level nodes to `synced-roots` before anything is written under
+/// them (a guarded write of `/hosts` that leaves `version` alone): a sync that fails or is
+/// killed part-way leaves no top-level node that the next sync does not own, so reverting
+/// the file and syncing again deletes it. [`set_version`] then sets the exact list.
+async fn claim_roots(client: &Client, desired: &Desired) -> Result<(), SyncError> {
+    for _ in 0..10 {
+        let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
+        let mut props = decode(&data);
+        let mut owned: Vec<Value> = props
+            .get("synced-roots")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let before = owned.len();
+        for root in desired.roots() {
+            if !owned.iter().any(|o| o.as_str() == Some(root.as_str())) {
+                owned.push(json!(root));
+            }
+        }
+        if owned.len() == before {
+            return Ok(());
+        }
+        props.insert("synced-roots".into(), Value::Array(owned));
+        match call(
+            "set",
+            HOSTS,
+            client.set_data(HOSTS, &encode(&props), Some(stat.version)),
+        )
+        .await
+        {
+            Ok(_) => return Ok(()),
+            Err(ZkError::Op {
+                source: zookeeper_client::Error::BadVersion,
+                ..
+            }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(SyncError::Zk(ZkError::Op {
+        op: "set",
+        path: HOSTS.into(),
+        source: zookeeper_client::Error::UnexpectedError("/hosts kept changing".into()),
+    }))
 }
 
 /// Sets `version`, `synced` and `synced-roots` on `/hosts` in one guarded write (retried if

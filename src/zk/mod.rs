@@ -1,8 +1,9 @@
 //! The ZooKeeper side: connecting ([`connect`]), zc.zk's node encoding ([`encoding`]), reading
 //! subtrees with pipelined requests ([`snapshot`]), symbolic and property links ([`links`]),
 //! importing a parsed tree as a minimal diff ([`import`]), exporting it back ([`export`]), and
-//! the kazoo-compatible lock recipe ([`lock`]), ACLs of a protected tree ([`acl`]) and the halt
-//! records hosts create when they may not write `/hosts` ([`halts`]).
+//! the kazoo-compatible lock recipe ([`lock`]), closing sessions on exit ([`session`]), ACLs of
+//! a protected tree ([`acl`]) and the halt records hosts create when they may not write
+//! `/hosts` ([`halts`]).
 
 pub mod acl;
 pub mod connect;
@@ -13,6 +14,7 @@ pub mod import;
 pub mod links;
 pub mod lock;
 pub mod multiread;
+pub mod session;
 pub mod snapshot;
 
 pub use connect::{connect, ConnectOptions};
