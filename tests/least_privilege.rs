@@ -147,7 +147,7 @@ fn owned_acl() -> Vec<(String, String, Permission)> {
 
 /// Every write a client could try on the tree, the index, `/hosts` and the root: each must
 /// fail with NoAuth.
-async fn assert_cannot_change(client: &Client, who: &str) {
+async fn assert_cannot_change(client: &Client, who: &str, index_node: &str) {
     let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
     let refused = |what: &str, r: Result<(), Error>| {
         assert_eq!(r, Err(Error::NoAuth), "{who}: {what}");
@@ -182,22 +182,19 @@ async fn assert_cannot_change(client: &Client, who: &str) {
         client.create("/evil", b"", &open).await.map(|_| ()),
     );
     refused(
-        "set /deployment-index/chunk",
+        "set an index node",
+        client.set_data(index_node, b"{}", None).await.map(|_| ()),
+    );
+    refused(
+        "create under an index node",
         client
-            .set_data("/deployment-index/chunk", b"{}", None)
+            .create(&format!("{index_node}/evil"), b"", &open)
             .await
             .map(|_| ()),
     );
     refused(
-        "create under /deployment-index",
-        client
-            .create("/deployment-index/evil", b"", &open)
-            .await
-            .map(|_| ()),
-    );
-    refused(
-        "delete /deployment-index/chunk",
-        client.delete("/deployment-index/chunk", None).await,
+        "delete an index node",
+        client.delete(index_node, None).await,
     );
     refused(
         "set /hosts",
@@ -211,16 +208,6 @@ async fn assert_cannot_change(client: &Client, who: &str) {
 #[tokio::test]
 async fn after_sync_auth_only_the_syncers_identity_changes_the_tree_index_and_hosts() {
     let env = Env::new("lp-protect").await;
-    // An index node written open (by an older syncer): the sync protects it too.
-    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
-    env.anon
-        .create("/deployment-index", b"{}", &open)
-        .await
-        .unwrap();
-    env.anon
-        .create("/deployment-index/chunk", b"{}", &open)
-        .await
-        .unwrap();
     let rev = env.repo.commit(&[(
         "acme.zk",
         "/acme\n  /web : webapp\n    version = '1.4'\n    /deploy\n      /h1\n",
@@ -230,14 +217,31 @@ async fn after_sync_auth_only_the_syncers_identity_changes_the_tree_index_and_ho
     assert_eq!(env.hosts().await["version"], json!(rev));
 
     let syncer = env.client_as(&format!("syncer:{SYNC_SECRET}")).await;
-    for path in [
-        "/",
-        "/acme",
-        "/acme/web",
-        "/acme/web/deploy/h1",
+    // The deployment index, whatever its layout: every node of it.
+    let index = zkdeployment::zk::snapshot::read_subtree(
+        &env.anon,
         "/deployment-index",
-        "/deployment-index/chunk",
-    ] {
+        &Default::default(),
+    )
+    .await
+    .unwrap()
+    .expect("the sync writes the index");
+    let mut index_paths = vec!["/deployment-index".to_string()];
+    let mut queue = vec![("/deployment-index".to_string(), &index)];
+    while let Some((path, node)) = queue.pop() {
+        for (name, child) in &node.children {
+            let p = format!("{path}/{name}");
+            index_paths.push(p.clone());
+            queue.push((p, child));
+        }
+    }
+    assert!(index_paths.len() > 1, "{index_paths:?}");
+    let leaf = index_paths.last().unwrap().clone();
+    let index_paths: Vec<&str> = index_paths.iter().map(String::as_str).collect();
+    for path in ["/", "/acme", "/acme/web", "/acme/web/deploy/h1"]
+        .into_iter()
+        .chain(index_paths)
+    {
         let (acl, _) = syncer.get_acl(path).await.unwrap();
         assert_eq!(sorted(&acl), owned_acl(), "{path}");
     }
@@ -257,8 +261,8 @@ async fn after_sync_auth_only_the_syncers_identity_changes_the_tree_index_and_ho
 
     // Nobody else: unauthenticated, or with a host's identity.
     let host = env.client_as(&format!("h1:{HOST_SECRET}")).await;
-    assert_cannot_change(&env.anon, "unauthenticated").await;
-    assert_cannot_change(&host, "a host identity").await;
+    assert_cannot_change(&env.anon, "unauthenticated", &leaf).await;
+    assert_cannot_change(&host, "a host identity", &leaf).await;
 
     // The commands say so too.
     let change = env.path("change.zk");

@@ -178,9 +178,10 @@ async fn an_edit_writes_only_what_changed() {
     env.sync(&[]).await.assert_ok();
     let snap = env.snapshot().await;
     let after = mzxids(&snap);
+    // The deployment index is rewritten by every sync that changes something (tests/index.rs).
     let changed: Vec<&String> = after
         .keys()
-        .filter(|p| before.get(*p) != after.get(*p))
+        .filter(|p| before.get(*p) != after.get(*p) && !p.starts_with("/deployment-index"))
         .collect();
     assert_eq!(
         changed,

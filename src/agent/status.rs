@@ -131,6 +131,9 @@ pub struct Report {
     /// The failure or abandonment message, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// How discovery found the deploy nodes (absent if the pass stopped before it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<super::discover::DiscoveryReport>,
 }
 
 /// The run directory.

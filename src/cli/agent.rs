@@ -49,6 +49,9 @@ pub struct DeployArgs {
     /// Run the pass even if the host is already at the cluster version.
     #[arg(long)]
     force: bool,
+    /// Find the deploy nodes by walking the whole tree, not from the deployment index.
+    #[arg(long)]
+    walk: bool,
     /// ZooKeeper connection string (overrides the config file).
     #[arg(short = 'z', long = "zookeeper", value_name = "CONN")]
     zookeeper: Option<String>,
@@ -242,6 +245,7 @@ pub fn deploy(args: DeployArgs) -> Outcome {
                 }
             }
         };
+        ctx.walk = args.walk;
         if args.dry_run {
             let outcome = dry_run(&ctx, args.force, args.json).await;
             close(ctx).await;
@@ -257,7 +261,10 @@ pub fn deploy(args: DeployArgs) -> Outcome {
 async fn dry_run(ctx: &Context, force: bool, as_json: bool) -> Outcome {
     let plan = ctx.dry_run(force).await.map_err(Failure::Failed)?;
     if as_json {
-        let out = json!({"version": plan.version, "host": ctx.host.id, "steps": plan.steps});
+        let mut out = json!({"version": plan.version, "host": ctx.host.id, "steps": plan.steps});
+        if let Some(d) = plan.discovery {
+            out["discovery"] = json!(d);
+        }
         println!(
             "{}",
             serde_json::to_string_pretty(&out).expect("serialisable")

@@ -149,6 +149,12 @@ pub fn run(cmd: TreeCommand) -> Outcome {
                 let client = zk.connect_as(secret.as_ref()).await?;
                 let node = node.trim_end_matches('/');
                 let node = if node.is_empty() { "/" } else { node };
+                if !dry_run {
+                    // Agents must not answer the imported tree from an index written before.
+                    crate::zk::index::invalidate(&client, "tree import")
+                        .await
+                        .map_err(|e| Failure::Failed(format!("import failed: {e}")))?;
+                }
                 let done =
                     import_tree_with_acl(&client, &tree, node, trim, dry_run, acl.as_deref())
                         .await

@@ -80,12 +80,13 @@ impl Desired {
 }
 
 /// Top-level nodes a repository may never define (they belong to agents and syncers).
-const RESERVED: [&str; 5] = [
+const RESERVED: [&str; 6] = [
     "zookeeper",
     "hosts",
     "hosts-lock",
     "agent-locks",
     "hosts-halt",
+    "deployment-index",
 ];
 
 /// True for the files a sync reads: top-level `*.zk` and `*.zkx`.

@@ -114,6 +114,26 @@ pub async fn protect(
     Ok(repaired)
 }
 
+/// Checks and repairs the ACLs of `/deployment-index` and its children only (after a new
+/// generation was written); returns the paths repaired.
+pub async fn protect_index(
+    client: &Client,
+    protection: &Protection,
+) -> Result<Vec<String>, ZkError> {
+    let persistent = ReadOptions {
+        include_ephemeral: false,
+        skip: &|_| false,
+    };
+    let owned = protection.acl(Kind::Owned);
+    let mut nodes = Vec::new();
+    if let Some(index) = read_subtree(client, DEPLOYMENT_INDEX, &persistent).await? {
+        znode_paths(DEPLOYMENT_INDEX, &index, &mut |p| {
+            nodes.push((p, owned.clone()))
+        });
+    }
+    repair(client, &nodes).await
+}
+
 /// `at` and every path below it in a desired tree.
 fn tree_paths(at: &str, node: &crate::tree::Node, out: &mut dyn FnMut(String)) {
     for (name, child) in &node.children {

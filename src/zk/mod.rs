@@ -11,6 +11,7 @@ pub mod encoding;
 pub mod export;
 pub mod halts;
 pub mod import;
+pub mod index;
 pub mod links;
 pub mod lock;
 pub mod multiread;
