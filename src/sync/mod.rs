@@ -327,6 +327,7 @@ async fn plan_sync(
             "hosts",
             "hosts-lock",
             "agent-locks",
+            "agent-semaphores",
             "role-locks",
             "hosts-halt",
             "deployment-index",

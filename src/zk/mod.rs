@@ -1,9 +1,9 @@
 //! The ZooKeeper side: connecting ([`connect`]), zc.zk's node encoding ([`encoding`]), reading
 //! subtrees with pipelined requests ([`snapshot`]), symbolic and property links ([`links`]),
 //! importing a parsed tree as a minimal diff ([`import`]), exporting it back ([`export`]), and
-//! the kazoo-compatible lock recipe ([`lock`]), closing sessions on exit ([`session`]), ACLs of
-//! a protected tree ([`acl`]) and the halt records hosts create when they may not write
-//! `/hosts` ([`halts`]).
+//! the kazoo-compatible lock and semaphore recipes ([`lock`], [`semaphore`]), closing sessions
+//! on exit ([`session`]), ACLs of a protected tree ([`acl`]) and the halt records hosts create
+//! when they may not write `/hosts` ([`halts`]).
 
 pub mod acl;
 pub mod connect;
@@ -15,6 +15,7 @@ pub mod index;
 pub mod links;
 pub mod lock;
 pub mod multiread;
+pub mod semaphore;
 pub mod session;
 pub mod snapshot;
 
