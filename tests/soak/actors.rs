@@ -1,7 +1,8 @@
-//! The two well-behaved actors of the soak: the syncer (commits a random change to the git
-//! repository every few seconds and runs the real `zkdeployment sync`; sometimes it is killed
-//! mid-apply, a nemesis fault) and the operator (notices every halt, records it, and resumes
-//! it after a moment with the real `zkdeployment resume`; samples the hosts' versions).
+//! The well-behaved actors of the soak: the syncer (commits random changes to the git
+//! repository and runs the real `zkdeployment sync` every second or so; sometimes it is
+//! killed mid-apply, a nemesis fault), the operator (notices every halt, records it, and
+//! resumes it after a moment with the real `zkdeployment resume`; samples the hosts'
+//! versions) and the supervisor (plays systemd: restarts an agent that exited 1).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,25 +15,34 @@ use super::rng::Rng;
 use super::support::agent::now;
 use super::world::World;
 
-/// Commits and syncs until the world is calm.
+/// Commits and syncs until the world is calm: a sync every 0.5–1.5 s (most are refused
+/// while hosts have not converged or the cluster is halted), a new commit before about half
+/// of them. After three refusals in a row it forces one through (`--force`), as an
+/// impatient operator would: under this many faults the fleet is seldom all converged.
 pub async fn syncer(world: Arc<World>, mut rng: Rng) {
+    let mut refused = 0;
     while !world.calm.load(Ordering::SeqCst) {
-        tokio::time::sleep(Duration::from_secs_f64(rng.between(1.0, 3.0))).await;
+        tokio::time::sleep(Duration::from_secs_f64(rng.between(0.5, 1.5))).await;
         if world.calm.load(Ordering::SeqCst) {
             break;
         }
-        let (_, tree) = world.last_commit();
-        let next = tree.mutate(&world.plain_ids(), &mut rng);
-        world.commit(next);
+        if rng.chance(0.5) {
+            let (_, tree) = world.last_commit();
+            let next = tree.mutate(&world.plain_ids(), &mut rng);
+            world.commit(next);
+        }
         let kill = rng
-            .chance(0.2)
+            .chance(0.15)
             .then(|| Duration::from_secs_f64(rng.between(0.0, 0.5)));
-        let outcome = world.sync(kill).await;
+        let force = refused >= 3;
+        let outcome = world.sync(kill, force).await;
         if outcome == "killed" {
             world.fault("sync-kill");
         }
-        let key = if outcome.starts_with("exit") {
-            // Counted by kind; the message is kept once for the summary's readers.
+        refused = if outcome == "refused" { refused + 1 } else { 0 };
+        let key = if force && outcome == "ok" {
+            "forced".to_string()
+        } else if outcome.starts_with("exit") {
             eprintln!("soak: sync {outcome}");
             "error".to_string()
         } else {
@@ -64,23 +74,27 @@ pub async fn operator(world: Arc<World>, mut rng: Rng, stop: Arc<std::sync::atom
             Ok((data, _)) => decode(&data),
             Err(_) => continue,
         };
-        if props.get("version") == Some(&Value::Null) {
-            let mut props = props;
-            if !props.get("halt").is_some_and(Value::is_object) {
-                // Give a two-step writer the benefit of the doubt once.
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                if let Ok((data, _)) = world
-                    .zk
-                    .call(|c| async move { c.get_data("/hosts").await })
-                    .await
-                {
-                    props = decode(&data);
-                }
+        // A halt record is recorded once, whether the cluster is still halted or a forced
+        // sync has already moved on (a forced sync leaves the record standing).
+        let mut props = props;
+        let halted = props.get("version") == Some(&Value::Null);
+        if halted && !props.get("halt").is_some_and(Value::is_object) {
+            // Give a two-step writer the benefit of the doubt once.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if let Ok((data, _)) = world
+                .zk
+                .call(|c| async move { c.get_data("/hosts").await })
+                .await
+            {
+                props = decode(&data);
             }
-            let key = props.get("halt").map(Value::to_string).unwrap_or_default();
-            if props.get("version") == Some(&Value::Null) && seen.insert(key) {
-                world.journal.lock().unwrap().halts.push((now(), props));
-            }
+        }
+        let key = props.get("halt").map(Value::to_string).unwrap_or_default();
+        let still = props.get("version") == Some(&Value::Null);
+        if (still || props.contains_key("halt")) && seen.insert(key) {
+            world.journal.lock().unwrap().halts.push((now(), props));
+        }
+        if still {
             tokio::time::sleep(Duration::from_secs_f64(rng.between(0.2, 1.5))).await;
             let run = super::support::run_with_async(&["resume", "-z", &world.conn], None, &[])
                 .await;

@@ -45,7 +45,7 @@ pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant) {
     let weights: Vec<f64> = KINDS.iter().map(|(_, w)| *w).collect();
     let mut tasks = tokio::task::JoinSet::new();
     while Instant::now() < until {
-        tokio::time::sleep(Duration::from_secs_f64(rng.between(0.1, 0.4))).await;
+        tokio::time::sleep(Duration::from_secs_f64(rng.between(0.05, 0.35))).await;
         let kind = KINDS[rng.weighted(&weights)].0;
         let r = rng.fork();
         let w = world.clone();
@@ -173,12 +173,12 @@ async fn host_fault(world: &World, kind: &'static str, i: usize, mut rng: Rng) {
     }
 }
 
-/// Sets a one-shot knob and waits (12 s at most) for a deploy run to take it; false (and the
+/// Sets a one-shot knob and waits (6 s at most) for a deploy run to take it; false (and the
 /// knob removed) if none did.
 async fn knob(knobs: &Path, name: &str) -> bool {
     let path = knobs.join(name);
     std::fs::write(&path, "1").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(12);
+    let deadline = Instant::now() + Duration::from_secs(6);
     while Instant::now() < deadline {
         if !path.exists() {
             return true;

@@ -68,6 +68,8 @@ pub struct Journal {
     pub syncs: BTreeMap<String, u32>,
     /// Halts resumed by the operator.
     pub resumes: u32,
+    /// In-flight records left on nodes nobody deploys any more (at the end).
+    pub stale_records: u32,
     /// Agents that exited 1 by themselves and were started again: (host, last line).
     pub restarts: Vec<(String, String)>,
     /// Everything found wrong while running.
@@ -184,7 +186,7 @@ impl World {
         };
         let plain = world.plain_ids();
         world.commit(Tree::initial(&plain, rng));
-        let run = world.sync(None).await;
+        let run = world.sync(None, false).await;
         assert_eq!(run, "ok", "the first sync failed");
         world
     }
@@ -220,10 +222,11 @@ impl World {
         self.commits.lock().unwrap().last().cloned().unwrap()
     }
 
-    /// Runs `zkdeployment sync` (killed after `kill_after`, if given, when still running)
+    /// Runs `zkdeployment sync` (`--force` if `force`; killed after `kill_after`, if given,
+    /// when still running)
     /// and says how it ended: `ok`, `refused` (exit 3), `killed`, `finished-before-kill`,
     /// `hung`, or `exit N: LAST LINE` (1: ZooKeeper or git failed).
-    pub async fn sync(&self, kill_after: Option<Duration>) -> String {
+    pub async fn sync(&self, kill_after: Option<Duration>, force: bool) -> String {
         let d = self.dir.path();
         let url = self.repo.lock().unwrap().url();
         let mut cmd = tokio::process::Command::new(super::support::bin());
@@ -236,6 +239,7 @@ impl World {
             .arg("--lock-file")
             .arg(d.join("sync.lock"))
             .args(["-z", &self.conn])
+            .args(force.then_some("--force"))
             .env_remove("ZC_ZK_CONNECTION_STRING")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
