@@ -33,7 +33,7 @@ pub async fn syncer(world: Arc<World>, mut rng: Rng) {
         }
         let kill = rng
             .chance(0.15)
-            .then(|| Duration::from_secs_f64(rng.between(0.0, 0.5)));
+            .then(|| Duration::from_secs_f64(rng.between(0.0, 0.3)));
         let force = refused >= 3;
         let outcome = world.sync(kill, force).await;
         if outcome == "killed" {

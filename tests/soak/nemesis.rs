@@ -45,7 +45,7 @@ pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant) {
     let weights: Vec<f64> = KINDS.iter().map(|(_, w)| *w).collect();
     let mut tasks = tokio::task::JoinSet::new();
     while Instant::now() < until {
-        tokio::time::sleep(Duration::from_secs_f64(rng.between(0.05, 0.35))).await;
+        tokio::time::sleep(Duration::from_secs_f64(rng.between(0.03, 0.25))).await;
         let kind = KINDS[rng.weighted(&weights)].0;
         let r = rng.fork();
         let w = world.clone();
@@ -59,10 +59,13 @@ pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant) {
                 busy.store(false, Ordering::SeqCst);
             });
         } else {
-            let i = rng.below(world.slots.len());
-            if !world.claim(i) {
+            // A busy host: try two others before giving up this round.
+            let Some(i) = (0..3)
+                .map(|_| rng.below(world.slots.len()))
+                .find(|i| world.claim(*i))
+            else {
                 continue;
-            }
+            };
             tasks.spawn(async move {
                 host_fault(&w, kind, i, r).await;
                 w.release(i);
