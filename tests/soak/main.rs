@@ -145,7 +145,7 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
         .collect();
     println!(
         "soak: seed={seed} seconds={seconds} faults={faults} ({}) syncs=({}) commits={} \
-         passes={} runs={} halts={} resumes={} agent-restarts={} lost-locks={} unchecked={} \
+         passes={} runs={} halts={} resumes={} agent-restarts={} unchecked={} \
          stale-records={} violations={}",
         kinds.join(" "),
         syncs.join(" "),
@@ -155,7 +155,6 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
         journal.halts.len(),
         journal.resumes,
         journal.restarts.len(),
-        counts.lost,
         counts.unknown,
         journal.stale_records,
         violations.len()

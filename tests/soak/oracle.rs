@@ -10,7 +10,9 @@
 //! - a host with a role: the first request of the persistent `/role-locks/ROLE` is the host's.
 //!
 //! It records a [`Verdict`] per run and answers `ok` (the answer is only a go signal). A check
-//! it could not make (ZooKeeper unreachable) is recorded as unknown, never as a violation.
+//! it could not make (ZooKeeper unreachable) is recorded as unknown, never as a violation;
+//! so is one that took too long (see `checker.rs`): a holder's session can only have
+//! expired behind its back if the oracle looked seconds after the agent's last write.
 //! Parallel leases (a later issue) would check "one of the first `size` contenders" here.
 
 use std::sync::{Arc, Mutex};
@@ -40,6 +42,8 @@ pub struct Verdict {
     pub id: String,
     /// What was found.
     pub check: Check,
+    /// How long the check took, in seconds (from the script's connection to the verdict).
+    pub elapsed: f64,
 }
 
 /// Serves until the listener is dropped with the task; verdicts go to `out`.
@@ -49,6 +53,7 @@ pub async fn serve(listener: TcpListener, zk: Arc<Zk>, out: Arc<Mutex<Vec<Verdic
             continue;
         };
         let (zk, out) = (zk.clone(), out.clone());
+        let started = std::time::Instant::now();
         tokio::spawn(async move {
             let (read, mut write) = stream.into_split();
             let mut line = String::new();
@@ -61,7 +66,8 @@ pub async fn serve(listener: TcpListener, zk: Arc<Zk>, out: Arc<Mutex<Vec<Verdic
             if !matches!(got, Ok(Ok(n)) if n > 0) {
                 return;
             }
-            let verdict = check(&zk, line.trim()).await;
+            let mut verdict = check(&zk, line.trim()).await;
+            verdict.elapsed = started.elapsed().as_secs_f64();
             out.lock().unwrap().push(verdict);
             let _ = write.write_all(b"ok\n").await;
         });
@@ -78,7 +84,11 @@ async fn check(zk: &Zk, line: &str) -> Verdict {
     } else {
         node_check(zk, f[1], f[2], f[5], f[6], f[7]).await
     };
-    Verdict { id, check }
+    Verdict {
+        id,
+        check,
+        elapsed: 0.0,
+    }
 }
 
 /// The lock node of an application path (CONTRACT section 3).
