@@ -96,8 +96,8 @@ pub async fn operator(world: Arc<World>, mut rng: Rng, stop: Arc<std::sync::atom
         }
         if still {
             tokio::time::sleep(Duration::from_secs_f64(rng.between(0.2, 1.5))).await;
-            let run = super::support::run_with_async(&["resume", "-z", &world.conn], None, &[])
-                .await;
+            let run =
+                super::support::run_with_async(&["resume", "-z", &world.conn], None, &[]).await;
             if run.code == 0 {
                 world.journal.lock().unwrap().resumes += 1;
             }

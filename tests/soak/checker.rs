@@ -129,7 +129,9 @@ fn close_killed_runs(runs: &mut [RunLog], journal: &Journal, out: &mut Vec<Strin
         if killed.is_finite() {
             run.end = Some(killed);
         } else {
-            out.push(format!("a run never ended and its agent was not killed: {run:?}"));
+            out.push(format!(
+                "a run never ended and its agent was not killed: {run:?}"
+            ));
         }
     }
 }
@@ -248,12 +250,14 @@ fn check_halts(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
                 .map(|(_, h)| h.to_string())
                 .unwrap_or_default();
             journal.kills.iter().any(|(h, t)| *h == dead && *t <= time)
-                || journal.cuts.iter().any(|(h, a, _)| *h == dead && *a <= time)
+                || journal
+                    .cuts
+                    .iter()
+                    .any(|(h, a, _)| *h == dead && *a <= time)
                 || journal.ensemble.iter().any(|(a, _)| *a <= time)
         } else {
-            runs.iter().any(|r| {
-                r.host == host && r.rc.is_some_and(|rc| rc != 0) && r.start <= time + 1.0
-            })
+            runs.iter()
+                .any(|r| r.host == host && r.rc.is_some_and(|rc| rc != 0) && r.start <= time + 1.0)
         };
         if !explained {
             out.push(format!("a halt no fault explains: {halt:?}"));
@@ -314,14 +318,18 @@ pub fn check_converged_runs(
         };
         for (path, n) in tree.wanted(host, *role) {
             if !ok("deploy", &path, &n.to_string()) {
-                out.push(format!("{host} is at {version} without a successful run of {path} {n}"));
+                out.push(format!(
+                    "{host} is at {version} without a successful run of {path} {n}"
+                ));
             }
         }
         if *role {
             for kind in ["starting-deployments", "ending-deployments"] {
                 let path = format!("/roles/{}", super::tree::ROLE);
                 if !ok(kind, &path, "-") {
-                    out.push(format!("{host} is at {version} without a successful {kind}"));
+                    out.push(format!(
+                        "{host} is at {version} without a successful {kind}"
+                    ));
                 }
             }
         }

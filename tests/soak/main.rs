@@ -50,7 +50,13 @@ const DEFAULT_SECONDS: u64 = 120;
 /// How long the fleet may take to converge once the faults have healed.
 const CONVERGE_LIMIT: Duration = Duration::from_secs(150);
 /// Top-level nodes the agents and the syncer keep beside the tree.
-const RUNTIME_ROOTS: [&str; 5] = ["hosts", "hosts-lock", "agent-locks", "role-locks", "zookeeper"];
+const RUNTIME_ROOTS: [&str; 5] = [
+    "hosts",
+    "hosts-lock",
+    "agent-locks",
+    "role-locks",
+    "zookeeper",
+];
 
 fn env_number(name: &str) -> Option<u64> {
     let text = std::env::var(name).ok()?;
@@ -126,7 +132,10 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
         violations.extend(checker::check_converged_runs(&runs, &last, &tree, &hosts));
     }
     if let Some(why) = &counts.unknown_example {
-        eprintln!("soak: {} run(s) unchecked by the oracle, e.g. {why}", counts.unknown);
+        eprintln!(
+            "soak: {} run(s) unchecked by the oracle, e.g. {why}",
+            counts.unknown
+        );
     }
     for (host, why) in &journal.restarts {
         eprintln!("soak: the agent of {host} exited 1 and was started again: {why}");
@@ -136,8 +145,16 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
     if u64::from(faults) < seconds {
         violations.push(format!("only {faults} faults applied in {seconds} s"));
     }
-    let kinds: Vec<String> = journal.faults.iter().map(|(k, n)| format!("{k}={n}")).collect();
-    let syncs: Vec<String> = journal.syncs.iter().map(|(k, n)| format!("{k}={n}")).collect();
+    let kinds: Vec<String> = journal
+        .faults
+        .iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect();
+    let syncs: Vec<String> = journal
+        .syncs
+        .iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect();
     let passes: BTreeSet<(&str, &str)> = journal
         .samples
         .iter()
@@ -198,7 +215,10 @@ async fn converge(world: &Arc<World>) -> bool {
             .await
             .map(|(d, _)| decode(&d).get("version").cloned().unwrap_or(Value::Null));
         if let Ok(v) = &version {
-            if !v.is_null() && version_text(v) != last && last_sync.elapsed() > Duration::from_secs(2) {
+            if !v.is_null()
+                && version_text(v) != last
+                && last_sync.elapsed() > Duration::from_secs(2)
+            {
                 world.sync(None, false).await;
                 last_sync = Instant::now();
             }
@@ -296,7 +316,9 @@ async fn final_state(world: &World) {
         let path = format!("/agent-locks/{name}");
         let held = children(world, &path).await;
         if !held.is_empty() {
-            world.violation(format!("{path} still has contenders {held:?} after convergence"));
+            world.violation(format!(
+                "{path} still has contenders {held:?} after convergence"
+            ));
         }
         // A record on a node some host deploys would have made that host halt (and clear
         // it); one on a node nobody deploys any more (its holder was killed, then the tree
@@ -319,7 +341,11 @@ async fn final_state(world: &World) {
     let roots: BTreeSet<String> = hosts_props
         .get("synced-roots")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default();
     if roots != tree.roots() {
         world.violation(format!(
@@ -341,7 +367,9 @@ async fn final_state(world: &World) {
     };
     match exported.map(|text| parse(&text).map_err(|e| e.to_string())) {
         Ok(Ok(mut actual)) => {
-            actual.children.retain(|k, _| !RUNTIME_ROOTS.contains(&k.as_str()));
+            actual
+                .children
+                .retain(|k, _| !RUNTIME_ROOTS.contains(&k.as_str()));
             let (a, e) = (export_root(&actual, None), export_root(&expected, None));
             if a != e {
                 world.violation(format!(
@@ -358,10 +386,15 @@ async fn final_state(world: &World) {
 async fn shutdown(world: &World) {
     let stops = (0..world.slots.len()).map(|i| world.term_agent(i, Duration::from_secs(60)));
     futures::future::join_all(stops).await;
-    let _ = world.zk.call(|c| async move { c.sync("/hosts").await }).await;
+    let _ = world
+        .zk
+        .call(|c| async move { c.sync("/hosts").await })
+        .await;
     let left = children(world, "/hosts").await;
     if !left.is_empty() {
-        world.violation(format!("host nodes left after their agents exited: {left:?}"));
+        world.violation(format!(
+            "host nodes left after their agents exited: {left:?}"
+        ));
     }
     // Sessions: ours, plus the killed processes' until they expire (syncs: 10 s).
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -81,7 +81,9 @@ pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant) {
     })
     .await;
     if healed.is_err() {
-        world.violation(format!("faults still healing {HEAL_LIMIT:?} after the deadline"));
+        world.violation(format!(
+            "faults still healing {HEAL_LIMIT:?} after the deadline"
+        ));
     }
 }
 
@@ -100,10 +102,15 @@ async fn server_fault(world: &Arc<World>, kind: &'static str, mut rng: Rng) {
         }
     })
     .await;
-    let down = if kind == "leader-kill" { (0.5, 4.0) } else { (0.2, 2.0) };
+    let down = if kind == "leader-kill" {
+        (0.5, 4.0)
+    } else {
+        (0.2, 2.0)
+    };
     tokio::time::sleep(Duration::from_secs_f64(rng.between(down.0, down.1))).await;
     let w = world.clone();
-    let back = tokio::task::spawn_blocking(move || w.ensemble.lock().unwrap().start_stopped()).await;
+    let back =
+        tokio::task::spawn_blocking(move || w.ensemble.lock().unwrap().start_stopped()).await;
     match (killed, back) {
         (Ok(()), Ok(())) => {
             world.journal.lock().unwrap().ensemble.push((start, now()));

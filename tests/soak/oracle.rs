@@ -93,7 +93,10 @@ async fn check(zk: &Zk, line: &str) -> Verdict {
 
 /// The lock node of an application path (CONTRACT section 3).
 pub fn lock_node(path: &str) -> String {
-    format!("/agent-locks/{}", path.trim_start_matches('/').replace('/', ","))
+    format!(
+        "/agent-locks/{}",
+        path.trim_start_matches('/').replace('/', ",")
+    )
 }
 
 fn seq(name: &str) -> &str {
@@ -110,7 +113,10 @@ async fn node_check(zk: &Zk, host: &str, pid: &str, path: &str, n: &str, version
         return Check::Unknown(format!("sync {lock}: {e}"));
     }
     let l = lock.clone();
-    let mut contenders = match zk.call_opt(|c| async move { c.list_children(&l).await }).await {
+    let mut contenders = match zk
+        .call_opt(|c| async move { c.list_children(&l).await })
+        .await
+    {
         Ok(Some(c)) => c,
         Ok(None) => return Check::Bad(format!("{lock} does not exist")),
         Err(e) => return Check::Unknown(format!("list {lock}: {e}")),
@@ -155,7 +161,13 @@ async fn node_check(zk: &Zk, host: &str, pid: &str, path: &str, n: &str, version
         Some(v) => v.to_string(),
         None => String::new(),
     };
-    let want = [("host", host), ("pid", pid), ("path", path), ("n", n), ("version", version)];
+    let want = [
+        ("host", host),
+        ("pid", pid),
+        ("path", path),
+        ("n", n),
+        ("version", version),
+    ];
     for (k, v) in want {
         if text(k) != v {
             return Check::Bad(format!(

@@ -2,11 +2,11 @@
 //! repository in place of the usual test payload (the packages, versions and paths stay
 //! those of `tests/support/rpm.rs`).
 //!
-//! Every run (but undeploys, which take no lock) first asks the lock oracle
-//! (`oracle.rs`, over TCP at `$SOAK_ORACLE`) to check, while the script runs, that its host
-//! holds the lock it must hold; then it appends `start ID HOST AGENT-PID KIND PATH N VERSION TIME` to
-//! `$SOAK_DIR/scripts.log` (with its agent's pid), works for a moment, and appends `end ... TIME RC` just before it
-//! exits (TIME from `date +%s.%N`, one clock for the whole machine). KIND is `deploy`,
+//! Every run (but undeploys, which take no lock) first asks the lock oracle (`oracle.rs`,
+//! over TCP at `$SOAK_ORACLE`) to check, while the script runs, that its host holds the lock
+//! it must hold; then it appends `start ID HOST AGENT-PID KIND PATH N VERSION TIME` to
+//! `$SOAK_DIR/scripts.log`, works for a moment, and appends `end ID ... TIME RC` just before
+//! it exits (TIME from `date +%s.%N`, one clock for the whole machine). KIND is `deploy`,
 //! `undeploy`, `starting-deployments` or `ending-deployments`.
 //!
 //! One-shot fault knobs, files in `$SOAK_DIR/knobs/HOST/` taken (renamed) by the first

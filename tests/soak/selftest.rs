@@ -52,7 +52,10 @@ fn a_clean_history_has_no_violation() {
         run("c", "h3", "/acme/b", 1.5, Some(2.5), Some(0)),
     ];
     let journal = Journal::default();
-    assert_eq!(violations(runs.clone(), ok(&runs), &journal), Vec::<String>::new());
+    assert_eq!(
+        violations(runs.clone(), ok(&runs), &journal),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
@@ -62,7 +65,10 @@ fn two_hosts_inside_one_node_lock_are_flagged() {
         run("b", "h2", "/acme/a", 1.9, Some(3.0), Some(0)),
     ];
     let found = violations(runs.clone(), ok(&runs), &Journal::default());
-    assert!(found.len() == 1 && found[0].contains("inside /acme/a"), "{found:?}");
+    assert!(
+        found.len() == 1 && found[0].contains("inside /acme/a"),
+        "{found:?}"
+    );
 }
 
 #[test]
@@ -72,7 +78,10 @@ fn two_role_hosts_inside_the_role_lock_are_flagged() {
     let b = run("b", "w2", "/webapp/x", 1.5, Some(1.7), Some(0));
     let runs = vec![a, b];
     let found = violations(runs.clone(), ok(&runs), &Journal::default());
-    assert!(found.len() == 1 && found[0].contains("role:web"), "{found:?}");
+    assert!(
+        found.len() == 1 && found[0].contains("role:web"),
+        "{found:?}"
+    );
 }
 
 #[test]
@@ -86,9 +95,17 @@ fn a_run_without_its_lock_is_flagged_unless_the_check_was_late() {
         }]
     };
     let found = violations(runs.clone(), bad(0.05), &Journal::default());
-    assert!(found.len() == 1 && found[0].contains("without its lock"), "{found:?}");
+    assert!(
+        found.len() == 1 && found[0].contains("without its lock"),
+        "{found:?}"
+    );
     let mut counts = Counts::default();
-    let found = check(&mut runs.clone(), &bad(3.0), &Journal::default(), &mut counts);
+    let found = check(
+        &mut runs.clone(),
+        &bad(3.0),
+        &Journal::default(),
+        &mut counts,
+    );
     assert_eq!(found, Vec::<String>::new());
     assert_eq!(counts.unknown, 1);
 }
@@ -97,10 +114,16 @@ fn a_run_without_its_lock_is_flagged_unless_the_check_was_late() {
 fn a_run_that_never_ended_is_flagged_unless_its_agent_was_killed() {
     let runs = vec![run("a", "h1", "/acme/a", 1.0, None, None)];
     let found = violations(runs.clone(), ok(&runs), &Journal::default());
-    assert!(found.len() == 1 && found[0].contains("never ended"), "{found:?}");
+    assert!(
+        found.len() == 1 && found[0].contains("never ended"),
+        "{found:?}"
+    );
     let mut journal = Journal::default();
     journal.kills.push(("h1".into(), 1.5));
-    assert_eq!(violations(runs.clone(), ok(&runs), &journal), Vec::<String>::new());
+    assert_eq!(
+        violations(runs.clone(), ok(&runs), &journal),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
@@ -109,23 +132,41 @@ fn halts_need_a_record_and_a_cause_and_failures_need_a_halt() {
     let runs = vec![failed.clone()];
     // A failure no halt followed.
     let found = violations(runs.clone(), ok(&runs), &Journal::default());
-    assert!(found.len() == 1 && found[0].contains("halted nothing"), "{found:?}");
+    assert!(
+        found.len() == 1 && found[0].contains("halted nothing"),
+        "{found:?}"
+    );
     // Its halt.
     let mut journal = Journal::default();
     journal.halts.push(halt("h1", "Command failed: ...", 1.3));
-    assert_eq!(violations(runs.clone(), ok(&runs), &journal), Vec::<String>::new());
+    assert_eq!(
+        violations(runs.clone(), ok(&runs), &journal),
+        Vec::<String>::new()
+    );
     // A halt by a host that had no failure, an in-flight halt for a host nobody killed.
     let mut journal = Journal::default();
     journal.halts.push(halt("h2", "Command failed: ...", 1.3));
-    journal.halts.push(halt("h2", "h3.example.com (h3) died deploying /acme/a 0", 1.4));
+    journal.halts.push(halt(
+        "h2",
+        "h3.example.com (h3) died deploying /acme/a 0",
+        1.4,
+    ));
     let found = violations(vec![], vec![], &journal);
     assert_eq!(found.len(), 2, "{found:?}");
-    assert!(found.iter().all(|f| f.contains("no fault explains")), "{found:?}");
+    assert!(
+        found.iter().all(|f| f.contains("no fault explains")),
+        "{found:?}"
+    );
     // A halt without its record.
     let mut journal = Journal::default();
-    journal.halts.push((1.0, json!({"version": null}).as_object().unwrap().clone()));
+    journal
+        .halts
+        .push((1.0, json!({"version": null}).as_object().unwrap().clone()));
     let found = violations(vec![], vec![], &journal);
-    assert!(found.len() == 1 && found[0].contains("without its record"), "{found:?}");
+    assert!(
+        found.len() == 1 && found[0].contains("without its record"),
+        "{found:?}"
+    );
 }
 
 #[test]
@@ -138,9 +179,15 @@ fn a_version_recorded_after_a_failed_run_without_a_new_pass_is_flagged() {
     journal.halts.push(halt("h1", "Command failed: ...", 1.5));
     journal.samples.push(("h1".into(), "v1".into(), 100, 2.0));
     let found = violations(runs.clone(), ok(&runs), &journal);
-    assert!(found.len() == 1 && found[0].contains("recorded version v1"), "{found:?}");
+    assert!(
+        found.len() == 1 && found[0].contains("recorded version v1"),
+        "{found:?}"
+    );
     // A new pass after the failure makes it right.
     let mut more = runs.clone();
     more.push(run("c", "h1", "/acme/a", 1.8, Some(1.9), Some(0)));
-    assert_eq!(violations(more.clone(), ok(&more), &journal), Vec::<String>::new());
+    assert_eq!(
+        violations(more.clone(), ok(&more), &journal),
+        Vec::<String>::new()
+    );
 }

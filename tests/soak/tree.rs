@@ -52,7 +52,8 @@ impl Tree {
             tree.acme.insert(name.into(), random_node(plain, rng));
         }
         for name in ["x", "y"] {
-            tree.webapp.insert(name.into(), (1 + rng.below(2) as u32, 0));
+            tree.webapp
+                .insert(name.into(), (1 + rng.below(2) as u32, 0));
         }
         tree
     }
@@ -133,7 +134,10 @@ impl Tree {
                 "  /{name} : webapp\n    version = '1.0'\n    rev = {rev}\n    /deploy\n      /{ROLE}\n        n = {n}\n"
             ));
         }
-        let mut files = vec![("acme.zk".to_string(), acme), ("roles.zk".to_string(), roles)];
+        let mut files = vec![
+            ("acme.zk".to_string(), acme),
+            ("roles.zk".to_string(), roles),
+        ];
         if let Some(k) = self.extra {
             files.push(("extra.zk".into(), format!("/extra{k}\n  note = 'k{k}'\n")));
         }

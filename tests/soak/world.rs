@@ -328,10 +328,16 @@ impl World {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while std::time::Instant::now() < deadline {
             let p = path.clone();
-            if let Ok(Some((data, _))) =
-                self.zk.call_opt(|c| async move { c.get_data(&p).await }).await
+            if let Ok(Some((data, _))) = self
+                .zk
+                .call_opt(|c| async move { c.get_data(&p).await })
+                .await
             {
-                if zkdeployment::zk::decode(&data).get("pid").and_then(Value::as_u64) == pid {
+                if zkdeployment::zk::decode(&data)
+                    .get("pid")
+                    .and_then(Value::as_u64)
+                    == pid
+                {
                     return true;
                 }
             }

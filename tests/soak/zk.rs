@@ -23,7 +23,9 @@ impl Zk {
             conn: conn.to_string(),
             client: tokio::sync::Mutex::new(None),
         };
-        zk.client().await.expect("the soak's first ZooKeeper session");
+        zk.client()
+            .await
+            .expect("the soak's first ZooKeeper session");
         zk
     }
 
