@@ -9,7 +9,8 @@
 //! - Runs end: a run without an `end` line must have been killed with its agent.
 //! - Halts: each has its record (host, name, version, error, time) and a cause the nemesis
 //!   made (a failed run of the recording host, or, for an in-flight record, a host the
-//!   nemesis killed or cut off, or a server fault); each failed run is followed by a halt.
+//!   nemesis killed or cut off, or a server fault); each failed run is followed by a halt
+//!   (unless its agent was killed or lost its session before it could write it).
 //! - Versions: an agent that records version V had no failed run at V that was not followed
 //!   by a new pass (so it never records a version whose scripts did not all succeed).
 
@@ -134,6 +135,19 @@ fn close_killed_runs(runs: &mut [RunLog], journal: &Journal, out: &mut Vec<Strin
             ));
         }
     }
+}
+
+/// True if a fault that can cost `host` its session overlapped `[from, to]`.
+fn session_fault(journal: &Journal, host: &str, from: f64, to: f64) -> bool {
+    let grace = AGENT_SESSION + 2.0;
+    journal
+        .cuts
+        .iter()
+        .any(|(h, a, b)| h == host && *a <= to && *b + grace >= from)
+        || journal
+            .ensemble
+            .iter()
+            .any(|(a, b)| *a <= to && *b + grace >= from)
 }
 
 /// The longest check that still proves anything, in seconds: the agent wrote the in-flight
@@ -264,7 +278,18 @@ fn check_halts(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
         }
     }
     for run in runs.iter().filter(|r| r.rc.is_some_and(|rc| rc != 0)) {
-        if !halt_times.iter().any(|t| *t >= run.start - 1.0) {
+        if halt_times.iter().any(|t| *t >= run.start - 1.0) {
+            continue;
+        }
+        // The halt is written after the script ends: an agent killed, or whose session was
+        // lost, in between abandons the pass instead (and runs it again).
+        let end = run.end.unwrap_or(run.start);
+        let lost = journal
+            .kills
+            .iter()
+            .any(|(h, t)| *h == run.host && *t >= run.start && *t <= end + 30.0)
+            || session_fault(journal, &run.host, run.start, end + 1.0);
+        if !lost {
             out.push(format!("a failed run halted nothing: {run:?}"));
         }
     }
