@@ -43,7 +43,7 @@ pub async fn syncer(world: Arc<World>, mut rng: Rng) {
         let key = if force && outcome == "ok" {
             "forced".to_string()
         } else if outcome.starts_with("exit") {
-            eprintln!("soak: sync {outcome}");
+            world.journal.lock().unwrap().sync_errors.push(outcome);
             "error".to_string()
         } else {
             outcome

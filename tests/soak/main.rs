@@ -131,15 +131,6 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
             .collect();
         violations.extend(checker::check_converged_runs(&runs, &last, &tree, &hosts));
     }
-    if let Some(why) = &counts.unknown_example {
-        eprintln!(
-            "soak: {} run(s) unchecked by the oracle, e.g. {why}",
-            counts.unknown
-        );
-    }
-    for (host, why) in &journal.restarts {
-        eprintln!("soak: the agent of {host} exited 1 and was started again: {why}");
-    }
     let faults: u32 = journal.faults.values().sum();
     // A soak that applied few faults proves little (the default budget applies 200 and more).
     if u64::from(faults) < seconds {
@@ -181,7 +172,11 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
         let keep = std::env::temp_dir().join(format!("zkd-soak-{seed}"));
         let _ = std::fs::create_dir_all(&keep);
         let _ = std::fs::copy(world.scripts_log(), keep.join("scripts.log"));
-        let _ = std::fs::write(keep.join("journal.txt"), format!("{journal:#?}"));
+        let notes = format!(
+            "unchecked by the oracle: {} (e.g. {:?})\n{journal:#?}",
+            counts.unknown, counts.unknown_example
+        );
+        let _ = std::fs::write(keep.join("journal.txt"), notes);
         panic!(
             "the soak found {} violation(s); replay with {replay}\n(evidence kept in {})\n- {}",
             violations.len(),

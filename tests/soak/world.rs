@@ -66,6 +66,8 @@ pub struct Journal {
     pub faults: BTreeMap<&'static str, u32>,
     /// `zkdeployment sync` outcomes, by kind.
     pub syncs: BTreeMap<String, u32>,
+    /// What the syncs that failed (exit 1: ZooKeeper or git) said.
+    pub sync_errors: Vec<String>,
     /// Halts resumed by the operator.
     pub resumes: u32,
     /// In-flight records left on nodes nobody deploys any more (at the end).
