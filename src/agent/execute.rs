@@ -396,10 +396,11 @@ impl Context {
         match (&controller, &self.host.role) {
             (Some(rc), Some(role)) => {
                 self.status(version, "waiting for the role lock").await;
-                let lock = enter(&self.client, role, &self.host)
+                let lock = enter(&self.client, role, &self.host, &self.stop)
                     .await
                     .map_err(|e| match e {
                         RoleLockError::Zk(e) => Interrupt::Lost(e),
+                        RoleLockError::Stopping => Interrupt::Abandon(e.to_string()),
                         missing => Interrupt::Fail(Failure::new(missing.to_string())),
                     })?;
                 let result = self

@@ -10,6 +10,8 @@
 
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use serde_json::json;
 use zookeeper_client::{Acls, CreateMode};
@@ -63,10 +65,16 @@ pub enum RoleLockError {
     /// The lock node is missing (operators create it).
     #[error("role lock node '{0}' must exist")]
     Missing(String),
+    /// The agent was asked to stop (SIGTERM) while it waited; its waiting request is gone.
+    #[error("the agent is stopping")]
+    Stopping,
     /// ZooKeeper failed.
     #[error(transparent)]
     Zk(#[from] ZkError),
 }
+
+/// How often a wait for the role lock looks at the stop flag.
+const STOP_CHECK: Duration = Duration::from_millis(200);
 
 /// The requests of the lock, in order, with their requestor.
 async fn requests(client: &Client, path: &str) -> Result<Vec<(String, Option<String>)>, ZkError> {
@@ -107,7 +115,15 @@ pub async fn check_lock_node(client: &Client, role: &str) -> Result<(), RoleLock
 }
 
 /// Enters the role lock: makes (or re-adopts) this host's request and waits until it is first.
-pub async fn enter(client: &Client, role: &str, host: &Host) -> Result<RoleLock, RoleLockError> {
+/// When `stop` is set while it waits (SIGTERM), it withdraws the request (a waiting request
+/// holds nothing) and returns [`RoleLockError::Stopping`]: the wait may be endless (a host
+/// that failed keeps the lock), and a stopping agent starts no new step.
+pub async fn enter(
+    client: &Client,
+    role: &str,
+    host: &Host,
+    stop: &AtomicBool,
+) -> Result<RoleLock, RoleLockError> {
     let path = lock_path(role);
     check_lock_node(client, role).await?;
     let data = json!({"requestor": host.id, "hostname": host.name}).to_string();
@@ -153,7 +169,21 @@ pub async fn enter(client: &Client, role: &str, host: &Host) -> Result<RoleLock,
                     );
                     logged = Some(first.clone());
                 }
-                watcher.changed().await;
+                let stopping = async {
+                    while !stop.load(Ordering::SeqCst) {
+                        tokio::time::sleep(STOP_CHECK).await;
+                    }
+                };
+                tokio::select! {
+                    _ = watcher.changed() => {}
+                    _ = stopping => {
+                        let request = join(&path, &ours);
+                        match call("delete", &request, client.delete(&request, None)).await {
+                            Err(e) if !e.is_no_node() => return Err(e.into()),
+                            _ => return Err(RoleLockError::Stopping),
+                        }
+                    }
+                }
             }
             None => {
                 return Err(RoleLockError::Zk(ZkError::Op {
