@@ -231,8 +231,9 @@ async fn converge(world: &Arc<World>) -> bool {
                     return true;
                 }
                 if Instant::now() >= deadline {
+                    let why = stuck(world).await;
                     world.violation(format!(
-                        "the fleet did not converge on {last} within {CONVERGE_LIMIT:?}: {}",
+                        "the fleet did not converge on {last} within {CONVERGE_LIMIT:?}: {}\n{why}",
                         behind.join("; ")
                     ));
                     return false;
@@ -240,14 +241,33 @@ async fn converge(world: &Arc<World>) -> bool {
             }
         }
         if Instant::now() >= deadline {
+            let why = stuck(world).await;
             world.violation(format!(
                 "the cluster did not reach the last commit {last} within {CONVERGE_LIMIT:?}: \
-                 /hosts version {version:?}"
+                 /hosts version {version:?}\n{why}"
             ));
             return false;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// What a fleet that does not converge is doing: every host's status and the role lock's
+/// requests.
+async fn stuck(world: &World) -> String {
+    let mut lines: Vec<String> = world
+        .slots
+        .iter()
+        .map(|s| format!("  {} status: {}", s.host.id, s.host.status().trim()))
+        .collect();
+    let lock = format!("/role-locks/{}", tree::ROLE);
+    let mut requests = children(world, &lock).await;
+    requests.sort();
+    for r in requests {
+        let data = props(world, &format!("{lock}/{r}")).await;
+        lines.push(format!("  {lock}/{r}: {}", Value::Object(data)));
+    }
+    lines.join("\n")
 }
 
 /// Reads a node's children (empty if missing); a violation if ZooKeeper fails.
