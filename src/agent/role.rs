@@ -137,19 +137,26 @@ pub async fn enter(
     .await?;
     let mut ours = format!("lr-{seq}");
     let all = requests(client, &path).await?;
-    if let Some((first_ours, _)) = all
+    let mine: Vec<&String> = all
         .iter()
-        .find(|(_, who)| who.as_deref() == Some(host.id.as_str()))
-    {
-        if *first_ours != ours {
+        .filter(|(_, who)| who.as_deref() == Some(host.id.as_str()))
+        .map(|(name, _)| name)
+        .collect();
+    if let Some(first_ours) = mine.first() {
+        if **first_ours != ours {
             tracing::info!("re-adopting our earlier role lock request {first_ours}");
-            let fresh = join(&path, &ours);
-            match call("delete", &fresh, client.delete(&fresh, None)).await {
+        }
+        // Only the first request of ours may stay: another one (left by a pass cut off
+        // between creating its request and adopting an earlier one) would block the role
+        // for every other host until this one runs a pass again, which may be never.
+        for extra in mine.iter().skip(1) {
+            let node = join(&path, extra);
+            match call_retrying("delete", &node, || client.delete(&node, None)).await {
                 Err(e) if !e.is_no_node() => return Err(e.into()),
                 _ => {}
             }
-            ours = first_ours.clone();
         }
+        ours = (*first_ours).clone();
     }
     let mut logged: Option<String> = None;
     loop {
