@@ -318,32 +318,31 @@ impl World {
         false
     }
 
-    /// Waits (10 s at most) until the agent of slot `i` has registered (its host node names
-    /// its pid): SIGTERM is handled from then on (see the report of issue 15's soak for the
-    /// start-up window before it).
-    pub async fn wait_registered(&self, i: usize) -> bool {
+    /// Waits (10 s at most) until the agent of slot `i` handles SIGTERM (its `SigCgt` mask in
+    /// `/proc` has it). KNOWN DEFECT, reported and not fixed here
+    /// (`tests/agent_startup_signal.rs`): the agent installs its handler only after it has
+    /// connected and registered, so a SIGTERM during start-up kills it by the default action
+    /// and leaves its session open; the soak does not send SIGTERM in that window.
+    pub async fn wait_handles_sigterm(&self, i: usize) -> bool {
         let pid = match self.slots[i].agent.lock().await.as_ref() {
-            Some(a) => a.child.id().map(u64::from),
+            Some(a) => a.child.id(),
             None => return false,
         };
-        let path = format!("/hosts/{}", self.slots[i].host.id);
+        let Some(pid) = pid else {
+            return false;
+        };
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while std::time::Instant::now() < deadline {
-            let p = path.clone();
-            if let Ok(Some((data, _))) = self
-                .zk
-                .call_opt(|c| async move { c.get_data(&p).await })
-                .await
-            {
-                if zkdeployment::zk::decode(&data)
-                    .get("pid")
-                    .and_then(Value::as_u64)
-                    == pid
-                {
-                    return true;
-                }
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let caught = status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigCgt:"))
+                .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+                .unwrap_or(0);
+            if caught & (1 << (nix::libc::SIGTERM - 1)) != 0 {
+                return true;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         false
     }
@@ -367,7 +366,7 @@ impl World {
 
     /// SIGTERMs the agent of slot `i` and waits for it to exit 0 (a violation otherwise).
     pub async fn term_agent(&self, i: usize, limit: Duration) -> bool {
-        if !self.check_alive(i).await || !self.wait_registered(i).await {
+        if !self.check_alive(i).await || !self.wait_handles_sigterm(i).await {
             return false;
         }
         let mut agent = self.slots[i].agent.lock().await;
