@@ -778,7 +778,7 @@ proptest! {
     fn the_config_parser_never_panics_on_mutated_real_configs(edits in mutations()) {
         let bytes = mutate(REAL_CONFIG.as_bytes(), &edits);
         let text = String::from_utf8_lossy(&bytes);
-        let fetch = |_: &str| -> Result<Option<String>, String> { Ok(None) };
+        let fetch = |_: &str| -> Result<Option<String>, zkdeployment::config::FetchError> { Ok(None) };
         let _ = zkdeployment::config::parse(Path::new("/etc/zkdeployment/agent.cfg"), &text, &fetch);
     }
 

@@ -66,7 +66,7 @@ fn expect(run: &Run, code: i32, line: &str) {
         .unwrap_or_else(|| panic!("no perfdata: {got}"));
     assert_eq!(text, line, "{run:?}");
     assert!(
-        regex::Regex::new(r"^age=\d*s;\d+;\d+;0$")
+        regex::Regex::new(r"^age=\d+s;\d+;\d+;0$")
             .unwrap()
             .is_match(perf),
         "{perf}"

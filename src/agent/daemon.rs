@@ -82,6 +82,7 @@ pub async fn start(
         host_version,
         metrics: crate::metrics::Metrics::default(),
         controlled: false,
+        walk: false,
     })
 }
 

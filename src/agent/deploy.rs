@@ -215,15 +215,19 @@ impl Context {
         let props = found.properties.get(path).cloned().unwrap_or_default();
         let mut record = record_for("deploy", step.to_string());
         let clock = Instant::now();
+        // Each failure names the path that failed (a read-only run directory is not /etc).
         let mut result = std::fs::create_dir_all(&etc)
-            .and_then(|_| std::fs::create_dir_all(&props_dir))
             .map_err(|e| format!("{}: {e}", etc.display()))
+            .and_then(|_| {
+                std::fs::create_dir_all(&props_dir)
+                    .map_err(|e| format!("{}: {e}", props_dir.display()))
+            })
             .and_then(|_| {
                 super::status::write_atomic(
                     &props_file,
                     &serde_json::to_vec_pretty(&props).unwrap_or_default(),
                 )
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string()) // names the file already
             });
         if result.is_ok() {
             let mut argv = vec![observe::deploy_script(&root, rpm).display().to_string()];

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::cluster::{cluster_version, halt, host_path, update_props};
-use super::discover::{discover_on, DiscoverFailure, Discovered, Host};
+use super::discover::{
+    discover_with_mode, DiscoverFailure, Discovered, DiscoveryReport, Host, Mode,
+};
 use super::observe;
 use super::plan::{plan, Step};
 use super::role::{check_lock_node, enter, installed_controllers, RoleLockError};
@@ -45,6 +47,8 @@ pub struct Context {
     pub metrics: Metrics,
     /// True while a pass runs under a role controller (halts do not abandon it).
     pub controlled: bool,
+    /// Always walk the tree, never use the deployment index (`deploy --walk`).
+    pub walk: bool,
 }
 
 /// How a pass ended.
@@ -109,12 +113,15 @@ pub struct DryRun {
     pub steps: Vec<Step>,
     /// Why there is nothing to do, if so: `converged`, `halted`, `paused`.
     pub reason: Option<&'static str>,
+    /// How discovery found the deploy nodes (`None` if it did not run).
+    pub discovery: Option<DiscoveryReport>,
 }
 
 /// Prepared pass: what the tree wants and the steps.
 struct Prepared {
     discovered: Discovered,
     steps: Vec<Step>,
+    discovery: DiscoveryReport,
 }
 
 impl Context {
@@ -123,20 +130,27 @@ impl Context {
     }
 
     /// Discovers, observes and plans; changes nothing.
-    async fn prepare(&self) -> Result<Prepared, Interrupt> {
+    async fn prepare(&self, version: &Value) -> Result<Prepared, Interrupt> {
         let fail = |e: String| Failure::new(e);
-        let (discovered, snap) =
-            discover_on(&self.client, &self.host)
-                .await
-                .map_err(|e| match e {
-                    DiscoverFailure::Zk(e) => Interrupt::Lost(e),
-                    DiscoverFailure::Tree(e) => Interrupt::Fail(fail(e)),
-                })?;
+        let mode = if self.walk {
+            Mode::Walk
+        } else {
+            Mode::Index(version)
+        };
+        let (discovered, snap) = discover_with_mode(&self.client, &self.host, mode)
+            .await
+            .map_err(|e| match e {
+                DiscoverFailure::Zk(e) => Interrupt::Lost(e),
+                DiscoverFailure::Tree(e) => Interrupt::Fail(fail(e)),
+            })?;
+        let discovery = snap.report();
         tracing::info!(
-            "discovery walked {} nodes, {} deployments",
-            snap.walked,
+            "discovery ({:?}) read {} nodes, {} deployments",
+            discovery.source,
+            discovery.reads,
             discovered.deployments.len()
         );
+        drop(snap);
         let root = &self.config.root;
         let mut installed = observe::observe_disk(root).map_err(|e| fail(e.to_string()))?;
         let yum = self.yum();
@@ -171,7 +185,11 @@ impl Context {
             &installed,
         )
         .map_err(|e| fail(e.to_string()))?;
-        Ok(Prepared { discovered, steps })
+        Ok(Prepared {
+            discovered,
+            steps,
+            discovery,
+        })
     }
 
     /// The plan a pass would run now, without changing anything.
@@ -190,9 +208,10 @@ impl Context {
                 version,
                 steps: Vec::new(),
                 reason,
+                discovery: None,
             });
         }
-        let prepared = self.prepare().await.map_err(|i| match i {
+        let prepared = self.prepare(&version).await.map_err(|i| match i {
             Interrupt::Fail(f) => f.message,
             Interrupt::Abandon(why) => why,
             Interrupt::Lost(e) => e.to_string(),
@@ -201,7 +220,18 @@ impl Context {
             version,
             steps: prepared.steps,
             reason: None,
+            discovery: Some(prepared.discovery),
         })
+    }
+
+    /// Writes the pass report, then the final status: whoever sees the status of a finished
+    /// pass (`done`, `error`, `abandoned …`) finds that pass's report in `last-pass.json`.
+    async fn final_status(&self, version: &Value, text: &str, report: &mut Report) {
+        report.finished = now();
+        if let Err(e) = self.run_dir.write_report(report) {
+            tracing::warn!("cannot write the pass report: {e}");
+        }
+        self.status(version, text).await;
     }
 
     /// Writes the status file, mirrors it on the host node and to systemd.
@@ -299,6 +329,7 @@ impl Context {
             finished: 0.0,
             steps: Vec::new(),
             error: None,
+            discovery: None,
         };
         self.status(&version, "deploying").await;
         let result = self.run_steps(&version, &mut report).await;
@@ -307,15 +338,21 @@ impl Context {
             Ok(()) => self.succeed(&version, &mut report).await?,
             Err(Interrupt::Abandon(why)) => {
                 tracing::warn!("Abandoning deployment because {why}");
-                self.status(&version, &format!("abandoned ({why})")).await;
                 report.outcome = "abandoned".into();
                 report.error = Some(why.clone());
+                self.final_status(&version, &format!("abandoned ({why})"), &mut report)
+                    .await;
                 self.metrics.passes_abandoned += 1;
                 PassOutcome::Abandoned(why)
             }
             Err(Interrupt::Fail(failure)) => self.fail(&version, failure, &mut report).await?,
             Err(Interrupt::Lost(e)) => {
                 tracing::warn!("Abandoning deployment: {e}");
+                report.outcome = "abandoned".into();
+                report.error = Some(e.to_string());
+                report.finished = now();
+                // The report first, then the status (see `final_status`).
+                let _ = self.run_dir.write_report(&report);
                 if let Err(io) = self
                     .run_dir
                     .set_status(&version, &format!("abandoned ({e})"))
@@ -324,14 +361,10 @@ impl Context {
                 }
                 // No step runs while the session is rebuilt: the agent is idle for the watchdog.
                 crate::systemd::busy(false);
-                report.outcome = "abandoned".into();
-                report.error = Some(e.to_string());
-                report.finished = now();
                 self.metrics.last_pass = report.finished;
                 self.metrics.pass_duration = report.finished - report.started;
                 self.metrics.passes_abandoned += 1;
                 self.write_metrics();
-                let _ = self.run_dir.write_report(&report);
                 return Err(e);
             }
         };
@@ -357,7 +390,8 @@ impl Context {
     /// lock when there is a controller) installs and deployments, then uninstalls and
     /// `/etc` clean-up.
     async fn run_steps(&mut self, version: &Value, report: &mut Report) -> Result<(), Interrupt> {
-        let prepared = self.prepare().await?;
+        let prepared = self.prepare(version).await?;
+        report.discovery = Some(prepared.discovery);
         self.status(version, "got deployments").await;
         let mut yum = self.yum();
         let (mut before, mut locked, mut deploys, mut after) =
@@ -495,8 +529,8 @@ impl Context {
             }
         }
         tracing::info!("Done deploying version {}", py_str(version));
-        self.status(version, "done").await;
         report.outcome = "done".into();
+        self.final_status(version, "done", report).await;
         self.metrics.passes_done += 1;
         // The failure last mailed is over: if it happens again, that is news worth a mail.
         if let Err(e) = forget_failure(&self.mail_state()) {
@@ -529,9 +563,9 @@ impl Context {
             p.insert("error".into(), error.clone());
         })
         .await?;
-        self.status(version, "error").await;
         report.outcome = "error".into();
         report.error = Some(failure.message.clone());
+        self.final_status(version, "error", report).await;
         self.metrics.passes_error += 1;
         // The last step recorded is the failing one only if it did not succeed: a failure that
         // is not a step's (an in-flight record left by a dead holder, a missing role lock)

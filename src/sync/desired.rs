@@ -80,7 +80,13 @@ impl Desired {
 }
 
 /// Top-level nodes a repository may never define (they belong to agents and syncers).
-const RESERVED: [&str; 4] = ["zookeeper", "hosts", "hosts-lock", "agent-locks"];
+const RESERVED: [&str; 5] = [
+    "zookeeper",
+    "hosts",
+    "hosts-lock",
+    "agent-locks",
+    "deployment-index",
+];
 
 /// True for the files a sync reads: top-level `*.zk` and `*.zkx`.
 pub fn is_tree_file(name: &str) -> bool {

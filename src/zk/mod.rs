@@ -1,15 +1,17 @@
 //! The ZooKeeper side: connecting ([`connect`]), zc.zk's node encoding ([`encoding`]), reading
 //! subtrees with pipelined requests ([`snapshot`]), symbolic and property links ([`links`]),
 //! importing a parsed tree as a minimal diff ([`import`]), exporting it back ([`export`]), and
-//! the kazoo-compatible lock recipe ([`lock`]).
+//! the kazoo-compatible lock recipe ([`lock`]), and closing sessions on exit ([`session`]).
 
 pub mod connect;
 pub mod encoding;
 pub mod export;
 pub mod import;
+pub mod index;
 pub mod links;
 pub mod lock;
 pub mod multiread;
+pub mod session;
 pub mod snapshot;
 
 pub use connect::{connect, ConnectOptions};

@@ -58,7 +58,7 @@ const START_ATTEMPTS: usize = 5;
 type SpawnReply = mpsc::Sender<std::io::Result<Child>>;
 
 /// Spawns `cmd` from the dedicated spawner thread, with PDEATHSIG = SIGKILL.
-fn spawn_with_pdeathsig(mut cmd: Command) -> std::io::Result<Child> {
+pub fn spawn_with_pdeathsig(mut cmd: Command) -> std::io::Result<Child> {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<(Command, SpawnReply)>>> = OnceLock::new();
     let spawner = SPAWNER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<(Command, SpawnReply)>();

@@ -128,7 +128,9 @@ pub fn payload_script(nvr: &str) -> String {
 # environment): ZK_TEST_FAIL=PATH fails deploying PATH with some output; ZK_TEST_SLEEP=S
 # sleeps S seconds; ZK_TEST_TIMES=FILE gets "start|end <rpm> <path> <n> <host> <time>" lines;
 # ZK_TEST_ENV=FILE gets the ZKDEPLOYMENT_* environment and the properties file;
-# ZK_TEST_FAIL_ROLE=starting|ending fails starting-deployments / ending-deployments.
+# ZK_TEST_FAIL_ROLE=starting|ending fails starting-deployments / ending-deployments;
+# ZK_TEST_DAEMON=FILE leaves a daemon (`sleep 100000`, holding the script's stdout and
+# stderr) and appends its pid to FILE.
 me=$(basename "$0")
 log=${{ZK_DEPLOY_LOG:-$(dirname "$0")/../deploy.log}}
 if [ "$me" = zookeeper-deploy ]; then tag='{nvr}'; else tag="{nvr} $me"; fi
@@ -150,6 +152,11 @@ if [ -n "${{ZK_TEST_ENV:-}}" ]; then
   [ -n "${{ZKDEPLOYMENT_PROPERTIES:-}}" ] && cat "$ZKDEPLOYMENT_PROPERTIES" >> "$ZK_TEST_ENV"
 fi
 [ -n "${{ZK_TEST_SLEEP:-}}" ] && sleep "$ZK_TEST_SLEEP"
+if [ -n "${{ZK_TEST_DAEMON:-}}" ]; then
+  sleep 100000 &
+  echo $! >> "$ZK_TEST_DAEMON"
+  echo "started a daemon"
+fi
 if [ "$undeploy" = no ] && [ "${{ZK_TEST_FAIL:-}}" = "$path" ]; then
   echo "deploying $path failed: the test asked for it"
   echo "second line of output" >&2
