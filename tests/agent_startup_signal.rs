@@ -1,15 +1,10 @@
-//! A defect the soak (`tests/soak/`, issue 15) found, kept as its reproducer: SIGTERM while
-//! `zkdeployment agent` starts — it connects, then registers, and registering waits up to
-//! `session-timeout` + 2 s for a dead predecessor's host node to go — kills the process by
-//! the signal's default action (the handler is installed only once `start` returns): it does
-//! not exit 0 (CONTRACT section 4) and does not close its ZooKeeper session (section 13), so
-//! its session stays on the server until it expires.
-//!
-//! Not fixed on this branch: the fix belongs with issue 15's session work (the agent's
-//! runtime and signal handling in `src/cli/agent.rs` are being changed there): listen for
-//! SIGTERM before `start`, and end the start-up (closing the session) when it comes. The test
-//! is ignored until then; run it with `cargo nextest run --test agent_startup_signal
-//! --run-ignored all`.
+//! A defect the soak (`tests/soak/`, issue 15) found: SIGTERM while `zkdeployment agent`
+//! starts — it connects, then registers, and registering waits up to `session-timeout` + 2 s
+//! for a dead predecessor's host node to go — killed the process by the signal's default
+//! action (the handler was installed only once `start` returned): no exit 0 (CONTRACT
+//! section 4), and its session stayed open until it expired (section 13). Fixed by issue 15's
+//! session work (the agent listens before it starts); this is the soak's reproducer, kept as
+//! a regression test.
 
 mod support;
 
@@ -22,7 +17,6 @@ use zookeeper_client::{Acls, CreateMode};
 const TREE: &str = "/acme\n  /a : foo\n    version = '1.0'\n    /deploy\n      /h1\n";
 
 #[tokio::test]
-#[ignore = "known defect found by the soak (issue 15): SIGTERM during the agent's start-up"]
 async fn sigterm_while_the_agent_registers_exits_0() {
     let h = TestHost::fake("agent-startup-term").await;
     h.tree(TREE, v("r1")).await;
@@ -46,7 +40,7 @@ async fn sigterm_while_the_agent_registers_exits_0() {
     })
     .await;
     agent.terminate();
-    // Today: 143 (killed by SIGTERM), its session left open.
+    // It was 143 (killed by SIGTERM), its session left open.
     assert_eq!(
         agent.wait(Duration::from_secs(20)).await,
         0,

@@ -319,10 +319,9 @@ impl World {
     }
 
     /// Waits (10 s at most) until the agent of slot `i` handles SIGTERM (its `SigCgt` mask in
-    /// `/proc` has it). KNOWN DEFECT, reported and not fixed here
-    /// (`tests/agent_startup_signal.rs`): the agent installs its handler only after it has
-    /// connected and registered, so a SIGTERM during start-up kills it by the default action
-    /// and leaves its session open; the soak does not send SIGTERM in that window.
+    /// `/proc` has it): the agent listens from the moment its runtime starts (start-up
+    /// included); in the few milliseconds before (exec, reading the config) the default
+    /// action applies, as for any process, and systemd counts a stop there as clean.
     pub async fn wait_handles_sigterm(&self, i: usize) -> bool {
         let pid = match self.slots[i].agent.lock().await.as_ref() {
             Some(a) => a.child.id(),
