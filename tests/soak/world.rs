@@ -375,9 +375,23 @@ impl World {
         a.terminate();
         match tokio::time::timeout(limit, a.child.wait()).await {
             Ok(Ok(status)) if status.success() => {}
+            Ok(Ok(status)) if status.code() == Some(1) && !saw_signal(&a.output()) => {
+                // It failed to start (exit 1, see `check_alive`) just as the signal came,
+                // before it saw it: not an answer to SIGTERM.
+                let output = a.output();
+                let why = output.lines().last().unwrap_or("").to_string();
+                let host = self.slots[i].host.id.clone();
+                self.journal.lock().unwrap().restarts.push((host, why));
+            }
             Ok(status) => self.violation(format!(
-                "the agent of {} exited with {status:?} on SIGTERM",
-                self.slots[i].host.id
+                "the agent of {} exited with {status:?} on SIGTERM:\n{}",
+                self.slots[i].host.id,
+                a.output()
+                    .lines()
+                    .rev()
+                    .take(4)
+                    .collect::<Vec<_>>()
+                    .join("\n")
             )),
             Err(_) => {
                 self.violation(format!(
@@ -414,4 +428,10 @@ impl World {
     pub fn release(&self, i: usize) {
         self.slots[i].busy.store(false, Ordering::SeqCst);
     }
+}
+
+/// True if an agent's output shows that it saw SIGTERM (stopping, or stopped before it had
+/// started).
+fn saw_signal(output: &str) -> bool {
+    output.contains("stopping") || output.contains("stopped before")
 }
