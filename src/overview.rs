@@ -6,6 +6,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::agent::rollout::AGENT_PROPERTY;
 use crate::tree::literal::py_str;
 use crate::zk::lock::sequence_of;
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
@@ -56,6 +57,10 @@ pub struct Overview {
     pub hosts: Vec<HostRow>,
     /// Locks that have a holder or waiters.
     pub locks: Vec<LockRow>,
+    /// Why every node uses the node lock with max-parallel 1 (a registered host without
+    /// the `agent` property: the original's agent), if so.
+    #[serde(rename = "mixed-fleet", skip_serializing_if = "Option::is_none")]
+    pub mixed_fleet: Option<String>,
 }
 
 /// True for a cluster version hosts deploy (not `None`, not `False`).
@@ -129,6 +134,14 @@ impl Overview {
                 }
             })
             .collect();
+        let mixed_fleet = hosts
+            .children
+            .iter()
+            .find(|(_, node)| !node.props.contains_key(AGENT_PROPERTY))
+            .map(|(id, node)| {
+                let name = node.props.get("name").map(py_str).unwrap_or_default();
+                format!("host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1")
+            });
         let now_ms = (crate::agent::status::now() * 1000.0) as i64;
         let mut locks = Vec::new();
         for base in ["/agent-locks", "/role-locks"] {
@@ -151,6 +164,7 @@ impl Overview {
             halt: hosts.props.get("halt").cloned().unwrap_or(Value::Null),
             hosts: rows,
             locks,
+            mixed_fleet,
         })
     }
 
@@ -192,6 +206,10 @@ impl Overview {
             out.push('\n');
         } else if self.version.is_null() {
             out.push_str("halted (no halt record)\n");
+        }
+        if let Some(why) = &self.mixed_fleet {
+            out.push_str(&fit(&format!("mixed fleet: {why}")));
+            out.push('\n');
         }
         if self.version.is_null() {
             out.push_str(&self.resume_hint(halt.and_then(|h| h.get("version"))));
@@ -408,6 +426,7 @@ mod tests {
                 waiters: vec!["app03.some-long-domain-name.example.com (app03)".into(); 3],
                 age: Some(12.0),
             }],
+            mixed_fleet: None,
         };
         let text = o.render();
         for line in text.lines() {

@@ -5,6 +5,10 @@
 //! goes into the lock node's data; it is cleared when the step has ended, so a record found by
 //! the next holder means its writer died mid-step, and that host halts the cluster naming it.
 //! With a role controller, the role lock covers the whole pass and node locks are not used.
+//! A node whose `max-parallel` is above 1 is entered with a lease of its semaphore instead
+//! (and canaries under the node lock): see [`super::rollout`]. After a successful deploy
+//! script, the package's health check runs while the lock or lease is still held
+//! ([`super::health`]).
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -12,22 +16,42 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::cluster::{halt, update_props};
+use super::cluster::{halt, update_props, update_props_known};
 use super::discover::Discovered;
 use super::execute::{Context, Failure, Interrupt};
+use super::health::{health_script, wait_healthy};
 use super::model::{deployed_name, lock_name, marker_base};
 use super::observe;
 use super::plan::Step;
+use super::rollout::{
+    canary_key, in_canary_phase, node_settings, record_canary, rollout_plan, semaphore_path,
+    NodeRollout,
+};
 use super::status::{now, Report};
 use super::steps::record_for;
 use crate::tree::literal::py_str;
-use crate::zk::lock::{try_lock, wait_for_any, TryLock};
+use crate::zk::lock::{try_lock, wait_for_any, Held, TryLock};
+use crate::zk::semaphore::{self, Lease, TryLease};
 use crate::zk::{call_retrying, decode, Client, ZkError};
 
 /// Where the node locks live.
 pub const AGENT_LOCKS: &str = "/agent-locks";
 /// Longest wait on busy locks before looking again.
 const LOCK_RECHECK: Duration = Duration::from_secs(10);
+
+/// How a host entered an application node, or why it could not.
+enum Entry {
+    /// Its node lock (K = 1, or a canary: then the canary version key).
+    Lock { held: Held, canary: Option<String> },
+    /// A lease of its semaphore (K > 1).
+    Lease { lease: Lease },
+    /// Every place is taken: the lock or semaphore, the nodes to watch, and who holds them.
+    Busy {
+        place: String,
+        nodes: Vec<String>,
+        who: String,
+    },
+}
 
 /// The lock node of an application node.
 pub fn lock_path(path: &str) -> String {
@@ -48,36 +72,57 @@ impl Context {
         // The waiting status last written: rewritten only when it changes, so that its age
         // (what the monitor reports) counts from the start of the wait.
         let mut waiting: Option<String> = None;
+        let rollout = rollout_plan(
+            &self.client,
+            &self.config.root,
+            found,
+            pending.make_contiguous(),
+        )
+        .await?;
+        if let Some(why) = &rollout.mixed {
+            tracing::warn!("mixed fleet: {why}");
+        }
         while !pending.is_empty() {
             let mut busy = Vec::new();
             let mut holders = Vec::new();
             let mut ran = None;
+            // Once per round (entering a node checks again before its script runs).
+            self.checkpoint().await?;
             for (i, step) in pending.iter().enumerate() {
                 let Step::Deploy { path, .. } = step else {
                     continue;
                 };
-                self.checkpoint().await?;
-                let lock = lock_path(path);
-                match try_lock(&self.client, &lock, &identifier).await? {
-                    TryLock::Busy { holder } => {
-                        tracing::info!(
-                            "{lock} is held by {}; trying another node",
-                            holder.identifier
-                        );
-                        busy.push(format!("{lock}/{}", holder.name));
-                        holders.push(format!("{path} held by {}", holder.identifier));
+                let node = rollout.node(path);
+                match self.enter(step, &node, &identifier).await? {
+                    Entry::Busy { place, nodes, who } => {
+                        tracing::info!("{place} is held by {who}; trying another node");
+                        busy.extend(nodes);
+                        holders.push(format!("{path} held by {who}"));
                     }
-                    TryLock::Acquired(held) => {
+                    entry => {
                         if let Some(since) = waited_since.take() {
                             let waited = since.elapsed().as_secs_f64();
                             tracing::info!("waited {waited:.1} s for node locks");
                             self.metrics.lock_wait += waited;
                         }
-                        let result = self
-                            .deploy_locked(version, found, step, &lock, report)
-                            .await;
+                        let lock = lock_path(path);
+                        let (result, released) = match entry {
+                            Entry::Lock { held, canary } => {
+                                let result = self
+                                    .deploy_locked(version, found, step, &lock, canary, report)
+                                    .await;
+                                (result, held.release(&self.client).await)
+                            }
+                            Entry::Lease { lease } => {
+                                let sem = semaphore_path(path);
+                                let result = self
+                                    .deploy_leased(version, found, step, &sem, &lease, report)
+                                    .await;
+                                (result, lease.release(&self.client).await)
+                            }
+                            Entry::Busy { .. } => unreachable!("handled above"),
+                        };
                         // The step's own outcome first: a failed release only hides it.
-                        let released = held.release(&self.client).await;
                         result?;
                         released?;
                         ran = Some(i);
@@ -107,6 +152,75 @@ impl Context {
         Ok(())
     }
 
+    /// Tries to enter `step`'s node: its node lock when K = 1 or while its canaries are not
+    /// done, else a lease of its semaphore (K > 1). Never waits for another host.
+    async fn enter(
+        &self,
+        step: &Step,
+        node: &NodeRollout,
+        identifier: &str,
+    ) -> Result<Entry, Interrupt> {
+        let Step::Deploy { path, .. } = step else {
+            unreachable!("only deployments")
+        };
+        let lock = lock_path(path);
+        let canary = in_canary_phase(&self.client, step, node).await?;
+        if node.parallel <= 1 || canary {
+            return Ok(match try_lock(&self.client, &lock, identifier).await? {
+                TryLock::Busy { holder } => Entry::Busy {
+                    nodes: vec![format!("{lock}/{}", holder.name)],
+                    place: lock.clone(),
+                    who: holder.identifier,
+                },
+                TryLock::Acquired(held) if canary => {
+                    // The canaries may have finished while we took the lock: then the
+                    // others hold leases, and so must we.
+                    if in_canary_phase(&self.client, step, node).await? {
+                        Entry::Lock {
+                            held,
+                            canary: Some(canary_key(step)),
+                        }
+                    } else {
+                        held.release(&self.client).await?;
+                        self.enter_semaphore(path, node, identifier).await?
+                    }
+                }
+                TryLock::Acquired(held) => Entry::Lock { held, canary: None },
+            });
+        }
+        self.enter_semaphore(path, node, identifier).await
+    }
+
+    async fn enter_semaphore(
+        &self,
+        path: &str,
+        node: &NodeRollout,
+        identifier: &str,
+    ) -> Result<Entry, Interrupt> {
+        let sem = semaphore_path(path);
+        Ok(
+            match semaphore::try_acquire(&self.client, &sem, identifier, node.parallel).await? {
+                TryLease::Acquired(lease) => Entry::Lease { lease },
+                TryLease::Full { holders } => {
+                    let named: Vec<&str> = holders
+                        .iter()
+                        .map(|h| h.identifier.as_str())
+                        .filter(|i| !i.is_empty())
+                        .collect();
+                    Entry::Busy {
+                        place: sem.clone(),
+                        who: if named.is_empty() {
+                            format!("{} lease holders", holders.len())
+                        } else {
+                            named.join(", ")
+                        },
+                        nodes: holders.into_iter().map(|h| h.node).collect(),
+                    }
+                }
+            },
+        )
+    }
+
     /// Runs the deployments in order without node locks (the role lock is held).
     pub(super) async fn run_deploys_controlled(
         &mut self,
@@ -133,14 +247,22 @@ impl Context {
         found: &Discovered,
         step: &Step,
         lock: &str,
+        canary: Option<String>,
         report: &mut Report,
     ) -> Result<(), Interrupt> {
-        self.checkpoint().await?;
-        self.status(version, &step.to_string()).await;
         let Step::Deploy { path, n, .. } = step else {
             unreachable!("only deployments")
         };
-        let (data, _) = call_retrying("get", lock, || self.client.get_data(lock)).await?;
+        // Three independent round trips at once: the checkpoint, the status on the host
+        // node, and the lock node's data (the hand-off between hosts is made of these).
+        let label = step.to_string();
+        let (checked, (), got) = tokio::join!(
+            self.checkpoint(),
+            self.status(version, &label),
+            call_retrying("get", lock, || self.client.get_data(lock)),
+        );
+        checked?;
+        let (data, stat) = got?;
         let lock_props = decode(&data);
         if let Some(Value::Object(rec)) = lock_props.get("in-flight") {
             let ours = rec.get("host").and_then(Value::as_str) == Some(self.host.id.as_str())
@@ -168,8 +290,9 @@ impl Context {
             "host": self.host.id, "name": self.host.name, "path": path, "n": n,
             "version": version, "pid": std::process::id(), "since": now(),
         });
-        // Version-guarded, and read again after a connection loss: written exactly once.
-        update_props(&self.client, lock, |p| {
+        // Version-guarded from the data just read (one round trip), and read again after a
+        // connection loss or a concurrent write: written exactly once.
+        let written = update_props_known(&self.client, lock, &lock_props, stat.version, |p| {
             p.insert("in-flight".into(), record.clone());
         })
         .await?;
@@ -177,7 +300,18 @@ impl Context {
         if let Err(message) = &result {
             halt(&self.client, &self.host, version, message).await?;
         }
-        clear_in_flight(&self.client, lock).await?;
+        let clear = |p: &mut crate::tree::Props| {
+            p.remove("in-flight");
+        };
+        match (&canary, &result, &written) {
+            // A canary counts once its step (health check included) went well.
+            (Some(key), Ok(()), _) => record_canary(&self.client, lock, key, &self.host.id).await?,
+            // Only the holder writes the lock node: the version of our own write is current.
+            (_, _, Some((props, v))) => {
+                update_props_known(&self.client, lock, props, *v, clear).await?;
+            }
+            _ => clear_in_flight(&self.client, lock).await?,
+        }
         result.map_err(|message| {
             Interrupt::Fail(Failure {
                 message,
@@ -187,7 +321,7 @@ impl Context {
     }
 
     /// Runs the deploy script of one instance and writes its `.script` marker.
-    async fn deploy_one(
+    pub(super) async fn deploy_one(
         &mut self,
         version: &Value,
         found: &Discovered,
@@ -214,6 +348,7 @@ impl Context {
             .to_path_buf();
         let props = found.properties.get(path).cloned().unwrap_or_default();
         let mut record = record_for("deploy", step.to_string());
+        let mut health = None;
         let clock = Instant::now();
         // Each failure names the path that failed (a read-only run directory is not /etc).
         let mut result = std::fs::create_dir_all(&etc)
@@ -223,9 +358,10 @@ impl Context {
                     .map_err(|e| format!("{}: {e}", props_dir.display()))
             })
             .and_then(|_| {
-                super::status::write_atomic(
+                super::status::write_replacing(
                     &props_file,
                     &serde_json::to_vec_pretty(&props).unwrap_or_default(),
+                    false,
                 )
                 .map_err(|e| e.to_string()) // names the file already
             });
@@ -237,6 +373,7 @@ impl Context {
             argv.extend([path.clone(), n.to_string()]);
             let cmd = self.script(argv, version, Some(&props_file));
             result = self.run_recorded(&cmd, &mut record).await;
+            health = Some(cmd);
         }
         if result.is_ok() {
             result =
@@ -251,6 +388,27 @@ impl Context {
         }
         record.duration = clock.elapsed().as_secs_f64();
         report.steps.push(record);
+        let script = health_script(&root, rpm);
+        if let (Ok(()), Some(mut cmd), true) = (&result, health, script.is_file()) {
+            // Still holding the lock or lease: the next host starts when this one is healthy.
+            cmd.argv[0] = script.display().to_string();
+            let deadline = node_settings(found, path).health_deadline;
+            self.status(version, &format!("health check {path} {n}"))
+                .await;
+            let mut check = record_for("health", format!("health check {path} {n}"));
+            let clock = Instant::now();
+            result = wait_healthy(
+                &cmd,
+                path,
+                *n,
+                Duration::from_secs_f64(deadline),
+                &mut check,
+            )
+            .await
+            .map(|_| ());
+            check.duration = clock.elapsed().as_secs_f64();
+            report.steps.push(check);
+        }
         self.step_done();
         result
     }

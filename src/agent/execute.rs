@@ -113,6 +113,9 @@ pub struct DryRun {
     pub steps: Vec<Step>,
     /// Why there is nothing to do, if so: `converged`, `halted`, `paused`.
     pub reason: Option<&'static str>,
+    /// How each deployed node would roll out (K, canary, health check), and whether the
+    /// fleet is mixed.
+    pub rollout: super::rollout::RolloutPlan,
     /// How discovery found the deploy nodes (`None` if it did not run).
     pub discovery: Option<DiscoveryReport>,
 }
@@ -208,6 +211,7 @@ impl Context {
                 version,
                 steps: Vec::new(),
                 reason,
+                rollout: Default::default(),
                 discovery: None,
             });
         }
@@ -216,10 +220,19 @@ impl Context {
             Interrupt::Abandon(why) => why,
             Interrupt::Lost(e) => e.to_string(),
         })?;
+        let rollout = super::rollout::rollout_plan(
+            &self.client,
+            &self.config.root,
+            &prepared.discovered,
+            &prepared.steps,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         Ok(DryRun {
             version,
             steps: prepared.steps,
             reason: None,
+            rollout,
             discovery: Some(prepared.discovery),
         })
     }

@@ -266,8 +266,27 @@ pub fn deploy(args: DeployArgs) -> Outcome {
 async fn dry_run(ctx: &Context, force: bool, as_json: bool) -> Outcome {
     let plan = ctx.dry_run(force).await.map_err(Failure::Failed)?;
     if as_json {
-        let mut out = json!({"version": plan.version, "host": ctx.host.id, "steps": plan.steps});
-        if let Some(d) = plan.discovery {
+        let steps: Vec<serde_json::Value> = plan
+            .steps
+            .iter()
+            .map(|step| {
+                let mut v = serde_json::to_value(step).expect("serialisable");
+                if let (crate::agent::plan::Step::Deploy { path, .. }, Some(obj)) =
+                    (step, v.as_object_mut())
+                {
+                    let node = plan.rollout.node(path);
+                    obj.insert("parallel".into(), json!(node.parallel));
+                    obj.insert("canary".into(), json!(node.canary));
+                    obj.insert("health".into(), json!(node.health));
+                }
+                v
+            })
+            .collect();
+        let mut out = json!({"version": plan.version, "host": ctx.host.id, "steps": steps});
+        if let Some(why) = &plan.rollout.mixed {
+            out["mixed-fleet"] = json!(why);
+        }
+        if let Some(d) = &plan.discovery {
             out["discovery"] = json!(d);
         }
         println!(
@@ -282,7 +301,23 @@ async fn dry_run(ctx: &Context, force: bool, as_json: bool) -> Outcome {
             None => {
                 println!("plan for version {version} on {}:", ctx.host.id);
                 for step in &plan.steps {
-                    println!("  {step}");
+                    match step {
+                        crate::agent::plan::Step::Deploy { path, .. } => {
+                            let node = plan.rollout.node(path);
+                            let mut how = format!("max-parallel {}", node.parallel);
+                            if node.canary > 0 {
+                                how.push_str(&format!(", canary {}", node.canary));
+                            }
+                            if node.health {
+                                how.push_str(", health check");
+                            }
+                            println!("  {step} [{how}]");
+                        }
+                        _ => println!("  {step}"),
+                    }
+                }
+                if let Some(why) = &plan.rollout.mixed {
+                    println!("mixed fleet: {why}");
                 }
             }
         }

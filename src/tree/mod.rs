@@ -8,6 +8,7 @@
 pub mod export;
 pub mod literal;
 pub mod parse;
+pub mod rollout;
 
 use std::collections::BTreeMap;
 

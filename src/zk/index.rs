@@ -39,11 +39,12 @@ pub const FORMAT: u64 = 1;
 pub const CHUNK_BYTES: usize = 256 * 1024;
 
 /// Top-level subtrees discovery (and the index's walk) never walks.
-pub const SKIPPED_ROOTS: [&str; 6] = [
+pub const SKIPPED_ROOTS: [&str; 7] = [
     "/zookeeper",
     "/hosts",
     "/hosts-lock",
     "/agent-locks",
+    "/agent-semaphores",
     "/role-locks",
     INDEX,
 ];

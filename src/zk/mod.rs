@@ -1,7 +1,8 @@
 //! The ZooKeeper side: connecting ([`connect`]), zc.zk's node encoding ([`encoding`]), reading
 //! subtrees with pipelined requests ([`snapshot`]), symbolic and property links ([`links`]),
 //! importing a parsed tree as a minimal diff ([`import`]), exporting it back ([`export`]), and
-//! the kazoo-compatible lock recipe ([`lock`]), and closing sessions on exit ([`session`]).
+//! the kazoo-compatible lock and semaphore recipes ([`lock`], [`semaphore`]), and closing
+//! sessions on exit ([`session`]).
 
 pub mod connect;
 pub mod encoding;
@@ -11,6 +12,7 @@ pub mod index;
 pub mod links;
 pub mod lock;
 pub mod multiread;
+pub mod semaphore;
 pub mod session;
 pub mod snapshot;
 
