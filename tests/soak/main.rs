@@ -49,12 +49,14 @@ use world::World;
 const DEFAULT_SECONDS: u64 = 120;
 /// How long the fleet may take to converge once the faults have healed.
 const CONVERGE_LIMIT: Duration = Duration::from_secs(150);
-/// Top-level nodes the agents and the syncer keep beside the tree.
-const RUNTIME_ROOTS: [&str; 5] = [
+/// Top-level nodes the agents and the syncer keep beside the tree (the syncer writes the
+/// deployment index, CONTRACT section 10).
+const RUNTIME_ROOTS: [&str; 6] = [
     "hosts",
     "hosts-lock",
     "agent-locks",
     "role-locks",
+    "deployment-index",
     "zookeeper",
 ];
 
