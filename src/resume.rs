@@ -1,9 +1,12 @@
 //! Ending a halt (`zkdeployment resume [--version V]`): sets `/hosts` `version` to V, or to the
-//! last synced revision, and clears the halt record, in one guarded write.
+//! last synced revision, and clears the halt record, in one guarded write; on a protected
+//! cluster it first deletes the halt records hosts created under `/hosts-halt` (which takes
+//! the syncer's identity: `resume --auth`).
 
 use serde_json::Value;
 
 use crate::agent::cluster::{update_props, HOSTS};
+use crate::zk::halts::clear_halts;
 use crate::zk::{call, decode, Client, ZkError};
 
 /// Why resume refused or failed.
@@ -46,11 +49,24 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Value, Re
             _ => return Err(ResumeError::NoVersion),
         },
     };
+    // Halt records of a protected cluster go first (only the syncer's identity may delete
+    // them), then `/hosts`, whose change wakes the agents.
+    let cleared = clear_halts(client).await?;
     let set = target.clone();
-    update_props(client, HOSTS, move |p| {
+    let changed = update_props(client, HOSTS, move |p| {
         p.insert("version".into(), set.clone());
         p.remove("halt");
     })
     .await?;
+    if cleared > 0 && !changed {
+        // Nothing to change on /hosts, but the agents watch it: write it as it is.
+        let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
+        call(
+            "set",
+            HOSTS,
+            client.set_data(HOSTS, &data, Some(stat.version)),
+        )
+        .await?;
+    }
     Ok(target)
 }

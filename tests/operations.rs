@@ -444,7 +444,16 @@ async fn status_and_resume_edge_cases() {
         .create("/hosts", br#"{"version": null}"#, &open)
         .await
         .unwrap();
-    let s = status_json(&conn).await;
+    let mut s = status_json(&conn).await;
+    // An open cluster (no `sync --auth`) is warned about.
+    let warnings = s.as_object_mut().unwrap().remove("warnings").unwrap();
+    assert!(
+        warnings[0]
+            .as_str()
+            .unwrap()
+            .starts_with("/hosts is writable by anyone"),
+        "{warnings}"
+    );
     assert_eq!(
         s,
         json!({"version": null, "synced": null, "halt": null, "hosts": [], "locks": []})

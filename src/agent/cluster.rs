@@ -1,5 +1,6 @@
 //! The agent's view of the cluster in ZooKeeper: the cluster version on `/hosts`, halting the
-//! cluster (`version = None` plus a `halt` record), registering the host's ephemeral node and
+//! cluster (`version = None` plus a `halt` record, or a record under `/hosts-halt` when
+//! `/hosts` is protected), registering the host's ephemeral node and
 //! updating its properties with read-modify-write guarded by the node's version (so concurrent
 //! edits by others are never clobbered).
 
@@ -10,6 +11,7 @@ use zookeeper_client::{Acl, Acls, CreateMode, Permission};
 
 use super::discover::Host;
 use crate::tree::Props;
+use crate::zk::halts::{record_halt, HALTS, HALT_PREFIX};
 use crate::zk::{call, call_retrying, decode, encode, Client, ZkError, LOSS_RETRIES};
 
 /// The cluster node.
@@ -20,10 +22,22 @@ pub fn host_path(id: &str) -> String {
     format!("{HOSTS}/{id}")
 }
 
-/// The cluster version (`None`/missing → `Value::Null`).
+/// The cluster version (`None`/missing → `Value::Null`); `None` too while a host's halt
+/// record exists under [`HALTS`] (see [`crate::zk::halts`]).
 pub async fn cluster_version(client: &Client) -> Result<Value, ZkError> {
-    let (data, _) = call_retrying("get", HOSTS, || client.get_data(HOSTS)).await?;
-    Ok(decode(&data).get("version").cloned().unwrap_or(Value::Null))
+    // Both requests in flight at once: one round trip, as before halt records existed.
+    let (hosts, halts) = futures::join!(
+        call_retrying("get", HOSTS, || client.get_data(HOSTS)),
+        call_retrying("list", HALTS, || client.list_children(HALTS)),
+    );
+    let (data, _) = hosts?;
+    let version = decode(&data).get("version").cloned().unwrap_or(Value::Null);
+    let halted = match halts {
+        Ok(names) => names.iter().any(|n| n.starts_with(HALT_PREFIX)),
+        Err(e) if e.is_no_node() => false,
+        Err(e) => return Err(e),
+    };
+    Ok(if halted { Value::Null } else { version })
 }
 
 /// Applies `change` to the properties of `path` with a version-guarded write, retrying when
@@ -117,12 +131,26 @@ pub async fn halt(
         "time": super::status::now(),
     });
     tracing::error!("halting the cluster: {error}");
-    update_props(client, HOSTS, |p| {
+    let written = update_props(client, HOSTS, |p| {
         p.insert("version".into(), Value::Null);
         p.insert("halt".into(), record.clone());
     })
-    .await
-    .map(|_| ())
+    .await;
+    match written {
+        // `/hosts` belongs to the syncer's identity (a protected cluster): the halt is
+        // recorded where every host may create it.
+        Err(ZkError::Op {
+            source: zookeeper_client::Error::NoAuth,
+            ..
+        }) => {
+            tracing::info!("{HOSTS} is protected; recording the halt under {HALTS}");
+            let Value::Object(record) = record else {
+                unreachable!("a JSON object")
+            };
+            record_halt(client, &record).await
+        }
+        other => other.map(|_| ()),
+    }
 }
 
 /// Why the agent could not register.

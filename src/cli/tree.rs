@@ -6,11 +6,13 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use super::{runtime, Failure, Outcome};
+use crate::config::{auth_flag, Secret};
 use crate::tree::parse::parse_bytes;
 use crate::tree::Node;
+use crate::zk::acl::{Kind, Protection};
 use crate::zk::connect::connection_string;
 use crate::zk::export::export_tree;
-use crate::zk::import::{import_tree, Trim};
+use crate::zk::import::{import_tree_with_acl, Trim};
 use crate::zk::{connect, Client, ConnectOptions};
 
 #[derive(Debug, Subcommand)]
@@ -52,8 +54,31 @@ pub enum TreeCommand {
         #[arg(short = 'n', long)]
         dry_run: bool,
         #[command(flatten)]
+        auth: AuthArg,
+        #[command(flatten)]
         zk: ZkArg,
     },
+}
+
+/// The `--auth AUTH` flag of the commands that write what the syncer owns.
+#[derive(Debug, Args)]
+pub struct AuthArg {
+    /// Digest credentials `user:password` of the syncer's identity, or file:///PATH (or an
+    /// http(s):// URL) giving them, as for the config's zookeeper-auth. Nodes written are
+    /// readable by all and writable by this identity only.
+    #[arg(long, value_name = "AUTH")]
+    pub auth: Option<String>,
+}
+
+impl AuthArg {
+    /// The credentials, resolved and checked (a bad value is a usage error).
+    pub fn secret(&self) -> Result<Option<Secret>, Failure> {
+        self.auth
+            .as_deref()
+            .map(auth_flag)
+            .transpose()
+            .map_err(|e| Failure::Usage(e.to_string()))
+    }
 }
 
 /// The `-z/--zookeeper` flag.
@@ -68,7 +93,13 @@ pub struct ZkArg {
 impl ZkArg {
     /// Connects with the resolved connection string.
     pub async fn connect(&self) -> Result<Client, Failure> {
-        let opts = ConnectOptions::new(connection_string(self.zookeeper.as_deref(), None));
+        self.connect_as(None).await
+    }
+
+    /// Connects, adding the digest credentials to the session if given.
+    pub async fn connect_as(&self, auth: Option<&Secret>) -> Result<Client, Failure> {
+        let mut opts = ConnectOptions::new(connection_string(self.zookeeper.as_deref(), None));
+        opts.digest = auth.map(|s| s.expose().to_string());
         connect(&opts)
             .await
             .map_err(|e| Failure::Failed(e.to_string()))
@@ -100,9 +131,14 @@ pub fn run(cmd: TreeCommand) -> Outcome {
             trim,
             no_trim,
             dry_run,
+            auth,
             zk,
         } => {
             check_node_path(&node)?;
+            let secret = auth.secret()?;
+            let acl = secret
+                .as_ref()
+                .map(|s| Protection::new(s.expose()).acl(Kind::Owned));
             let tree = read_tree(&file)?;
             let trim = match (trim, no_trim) {
                 (true, _) => Trim::Yes,
@@ -110,7 +146,7 @@ pub fn run(cmd: TreeCommand) -> Outcome {
                 _ => Trim::Report,
             };
             runtime()?.block_on(async {
-                let client = zk.connect().await?;
+                let client = zk.connect_as(secret.as_ref()).await?;
                 let node = node.trim_end_matches('/');
                 let node = if node.is_empty() { "/" } else { node };
                 if !dry_run {
@@ -119,9 +155,10 @@ pub fn run(cmd: TreeCommand) -> Outcome {
                         .await
                         .map_err(|e| Failure::Failed(format!("import failed: {e}")))?;
                 }
-                let done = import_tree(&client, &tree, node, trim, dry_run)
-                    .await
-                    .map_err(|e| Failure::Failed(format!("import failed: {e}")))?;
+                let done =
+                    import_tree_with_acl(&client, &tree, node, trim, dry_run, acl.as_deref())
+                        .await
+                        .map_err(|e| Failure::Failed(format!("import failed: {e}")))?;
                 for line in done.lines {
                     println!("{line}");
                 }

@@ -1,12 +1,15 @@
 //! The ZooKeeper side: connecting ([`connect`]), zc.zk's node encoding ([`encoding`]), reading
 //! subtrees with pipelined requests ([`snapshot`]), symbolic and property links ([`links`]),
 //! importing a parsed tree as a minimal diff ([`import`]), exporting it back ([`export`]), and
-//! the kazoo-compatible lock and semaphore recipes ([`lock`], [`semaphore`]), and closing
-//! sessions on exit ([`session`]).
+//! the kazoo-compatible lock and semaphore recipes ([`lock`], [`semaphore`]), closing sessions
+//! on exit ([`session`]), ACLs of a protected tree ([`acl`]) and the halt records hosts create
+//! when they may not write `/hosts` ([`halts`]).
 
+pub mod acl;
 pub mod connect;
 pub mod encoding;
 pub mod export;
+pub mod halts;
 pub mod import;
 pub mod index;
 pub mod links;
