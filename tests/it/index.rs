@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 use support::agent::{Pm, TestHost};
-use support::git::TestRepo;
+use support::git::{as_strs, sync_args, SyncPaths, TestRepo};
 use support::rpm::FakeYum;
 use support::Run;
 use zkdeployment::zk::snapshot::{read_subtree, ReadOptions, ZNode};
@@ -87,21 +87,13 @@ impl Cluster {
             self.path("tombstone"),
             self.path("lock"),
         );
-        let url = self.repo.url();
-        let mut args = vec![
-            "sync",
-            "-u",
-            &url,
-            "-t",
-            checkout.to_str().unwrap(),
-            "--tombstone",
-            tombstone.to_str().unwrap(),
-            "--lock-file",
-            lock.to_str().unwrap(),
-            "-z",
-            &self.h.conn,
-        ];
-        args.extend_from_slice(extra);
+        let paths = SyncPaths {
+            checkout: &checkout,
+            tombstone: &tombstone,
+            lock: &lock,
+        };
+        let owned = sync_args(&self.repo.url(), &paths, &self.h.conn, extra);
+        let args = as_strs(&owned);
         support::run_async(&args).await
     }
 

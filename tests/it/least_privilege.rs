@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::agent::{wait_for_async, Pm, TestHost};
-use support::git::TestRepo;
+use support::git::{as_strs, sync_args, SyncPaths, TestRepo};
 use support::rpm::FakeYum;
 use support::Run;
 use zkdeployment::zk::acl::digest_id;
@@ -86,21 +86,13 @@ impl Env {
             self.path("tombstone"),
             self.path("lock"),
         );
-        let url = self.repo.url();
-        let mut args = vec![
-            "sync",
-            "-u",
-            &url,
-            "-t",
-            checkout.to_str().unwrap(),
-            "--tombstone",
-            tombstone.to_str().unwrap(),
-            "--lock-file",
-            lock.to_str().unwrap(),
-            "-z",
-            &self.conn,
-        ];
-        args.extend_from_slice(extra);
+        let paths = SyncPaths {
+            checkout: &checkout,
+            tombstone: &tombstone,
+            lock: &lock,
+        };
+        let owned = sync_args(&self.repo.url(), &paths, &self.conn, extra);
+        let args = as_strs(&owned);
         support::run_with_async(&args, None, &[("ZKDEPLOYMENT_LOG", "debug")]).await
     }
 

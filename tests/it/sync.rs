@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
-use support::git::TestRepo;
+use support::git::{as_strs, sync_args, SyncPaths, TestRepo};
 use support::Run;
 use zkdeployment::zk::snapshot::{read_subtree, ReadOptions, ZNode};
 use zkdeployment::zk::{decode, Client};
@@ -51,22 +51,13 @@ impl Env {
 
     async fn sync(&self, extra: &[&str]) -> Run {
         let (checkout, tombstone, lock) = (self.checkout(), self.tombstone(), self.lock_file());
-        let url = self.repo.url();
-        let mut args = vec![
-            "sync",
-            "-u",
-            &url,
-            "-t",
-            checkout.to_str().unwrap(),
-            "--tombstone",
-            tombstone.to_str().unwrap(),
-            "--lock-file",
-            lock.to_str().unwrap(),
-            "-z",
-            &self.conn,
-        ];
-        args.extend_from_slice(extra);
-        support::run_async(&args).await
+        let paths = SyncPaths {
+            checkout: &checkout,
+            tombstone: &tombstone,
+            lock: &lock,
+        };
+        let args = sync_args(&self.repo.url(), &paths, &self.conn, extra);
+        support::run_async(&as_strs(&args)).await
     }
 
     async fn snapshot(&self) -> ZNode {

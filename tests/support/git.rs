@@ -77,3 +77,39 @@ impl TestRepo {
         self.commit_on("master", files)
     }
 }
+
+/// Where one syncer keeps its state: the checkout, the tombstone and the lock file.
+pub struct SyncPaths<'a> {
+    /// `-t`: the work tree the syncer clones into.
+    pub checkout: &'a Path,
+    /// `--tombstone`.
+    pub tombstone: &'a Path,
+    /// `--lock-file`.
+    pub lock: &'a Path,
+}
+
+/// The argument vector of `zkdeployment sync -u URL -t CHECKOUT --tombstone T --lock-file L
+/// -z CONN EXTRA...` (pass it to the `support::run*` helpers with [`as_strs`]).
+pub fn sync_args(url: &str, paths: &SyncPaths<'_>, conn: &str, extra: &[&str]) -> Vec<String> {
+    let path = |p: &Path| p.display().to_string();
+    let mut args = vec![
+        "sync".to_string(),
+        "-u".to_string(),
+        url.to_string(),
+        "-t".to_string(),
+        path(paths.checkout),
+        "--tombstone".to_string(),
+        path(paths.tombstone),
+        "--lock-file".to_string(),
+        path(paths.lock),
+        "-z".to_string(),
+        conn.to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// Borrows an owned argument vector as the `&[&str]` the run helpers take.
+pub fn as_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
