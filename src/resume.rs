@@ -47,9 +47,18 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Value, Re
         },
     };
     let set = target.clone();
+    let mark = crate::agent::cluster::version_set(&target);
     update_props(client, HOSTS, move |p| {
         p.insert("version".into(), set.clone());
         p.remove("halt");
+        // Resuming the version that was rolling out continues its roll-out.
+        let same = p
+            .get(crate::agent::cluster::VERSION_SET)
+            .and_then(|m| m.get("version"))
+            == Some(&set);
+        if !same {
+            p.insert(crate::agent::cluster::VERSION_SET.into(), mark.clone());
+        }
     })
     .await?;
     Ok(target)

@@ -210,3 +210,12 @@ pub async fn register(
         Err(e) => Err(e.into()),
     }
 }
+
+/// The `/hosts` property recording when the cluster version was last set to a new value
+/// (`{"version": V, "time": T}`, written by `sync` and `resume`): where a roll-out starts.
+pub const VERSION_SET: &str = "version-set";
+
+/// The [`VERSION_SET`] record of `version`, set now.
+pub fn version_set(version: &Value) -> Value {
+    json!({"version": version, "time": super::status::now()})
+}

@@ -12,6 +12,8 @@ use serde_json::{json, Value};
 
 use super::cluster::{cluster_version, halt, host_path, update_props};
 use super::discover::{discover_on, DiscoverFailure, Discovered, Host};
+use super::inventory::{self, Inventory};
+use super::model::Installed;
 use super::observe;
 use super::plan::{plan, Step};
 use super::role::{check_lock_node, enter, installed_controllers, RoleLockError};
@@ -24,6 +26,10 @@ use crate::notify::{forget_failure, notify_failure, FailureReport};
 use crate::packages::yum::Yum;
 use crate::tree::literal::py_str;
 use crate::zk::{Client, ZkError};
+
+/// The host node property recording when the host last finished a pass successfully (Unix
+/// time): with `/hosts` `version-time`, `status` tells how long a version took to roll out.
+pub const DEPLOYED_AT: &str = "deployed-at";
 
 /// Everything a pass needs.
 pub struct Context {
@@ -111,9 +117,10 @@ pub struct DryRun {
     pub reason: Option<&'static str>,
 }
 
-/// Prepared pass: what the tree wants and the steps.
+/// Prepared pass: what the tree wants, what the host had, and the steps.
 struct Prepared {
     discovered: Discovered,
+    installed: Installed,
     steps: Vec<Step>,
 }
 
@@ -171,7 +178,11 @@ impl Context {
             &installed,
         )
         .map_err(|e| fail(e.to_string()))?;
-        Ok(Prepared { discovered, steps })
+        Ok(Prepared {
+            discovered,
+            installed,
+            steps,
+        })
     }
 
     /// The plan a pass would run now, without changing anything.
@@ -284,6 +295,7 @@ impl Context {
                 }
             }
             self.status(&version, "done").await;
+            self.republish_inventory().await;
             self.metrics.converged = true;
             self.write_metrics();
             return Ok(PassOutcome::Converged);
@@ -301,7 +313,8 @@ impl Context {
             error: None,
         };
         self.status(&version, "deploying").await;
-        let result = self.run_steps(&version, &mut report).await;
+        let mut basis = None;
+        let result = self.run_steps(&version, &mut report, &mut basis).await;
         self.controlled = false;
         let outcome = match result {
             Ok(()) => self.succeed(&version, &mut report).await?,
@@ -335,6 +348,8 @@ impl Context {
                 return Err(e);
             }
         };
+        self.publish_inventory(&version, basis, outcome == PassOutcome::Done)
+            .await;
         report.finished = now();
         self.metrics.last_pass = report.finished;
         self.metrics.pass_duration = report.finished - report.started;
@@ -356,8 +371,14 @@ impl Context {
     /// The steps of a pass: the role controller and undeployments first, then (inside the role
     /// lock when there is a controller) installs and deployments, then uninstalls and
     /// `/etc` clean-up.
-    async fn run_steps(&mut self, version: &Value, report: &mut Report) -> Result<(), Interrupt> {
+    async fn run_steps(
+        &mut self,
+        version: &Value,
+        report: &mut Report,
+        basis: &mut Option<(Installed, Vec<Step>)>,
+    ) -> Result<(), Interrupt> {
         let prepared = self.prepare().await?;
+        *basis = Some((prepared.installed.clone(), prepared.steps.clone()));
         self.status(version, "got deployments").await;
         let mut yum = self.yum();
         let (mut before, mut locked, mut deploys, mut after) =
@@ -466,14 +487,86 @@ impl Context {
         Ok(())
     }
 
+    /// Publishes what the host has after a pass (see [`inventory`]): the disk observed again,
+    /// the versions known from before the pass and from its install steps (no yum call). In
+    /// the host node (property `inventory`) and the run directory (published again by a
+    /// restarted agent). A pass that failed before it was planned changes nothing, so the last
+    /// inventory stands. Failures are logged: the inventory is advice for `plan`.
+    async fn publish_inventory(
+        &self,
+        version: &Value,
+        basis: Option<(Installed, Vec<Step>)>,
+        complete: bool,
+    ) {
+        let Some((before, steps)) = basis else {
+            return;
+        };
+        let root = &self.config.root;
+        let observed = observe::observe_disk(root).and_then(|mut installed| {
+            installed.controller = installed_controllers(root)?
+                .into_iter()
+                .next()
+                .map(|rc| (rc, None));
+            Ok(installed)
+        });
+        let installed = match observed {
+            Ok(installed) => installed,
+            Err(e) => {
+                tracing::warn!("cannot take the inventory: {e}");
+                return;
+            }
+        };
+        let mut known = before.versions.clone();
+        if let Some((rc, v)) = &before.controller {
+            known.insert(rc.clone(), v.clone());
+        }
+        let versions = inventory::versions_after(&known, &steps, complete);
+        let inv = Inventory::from_installed(&installed, &versions, version, now());
+        let value = inv.to_value();
+        let file = self.run_dir.status_path().with_file_name(inventory::FILE);
+        if let Err(e) = super::status::write_atomic(
+            &file,
+            &serde_json::to_vec(&value).expect("serialisable"),
+        ) {
+            tracing::warn!("cannot write the inventory: {e}");
+        }
+        self.put_inventory(value).await;
+    }
+
+    /// Publishes the inventory kept in the run directory, if the host node lacks it (a
+    /// restarted agent registers a fresh host node).
+    async fn republish_inventory(&self) {
+        let file = self.run_dir.status_path().with_file_name(inventory::FILE);
+        let Ok(text) = std::fs::read(&file) else {
+            return;
+        };
+        match serde_json::from_slice::<Value>(&text) {
+            Ok(value) if Inventory::from_value(&value).is_ok() => self.put_inventory(value).await,
+            _ => tracing::warn!("ignoring {}: not an inventory", file.display()),
+        }
+    }
+
+    async fn put_inventory(&self, value: Value) {
+        let path = host_path(&self.host.id);
+        if let Err(e) = update_props(&self.client, &path, |p| {
+            p.insert(inventory::PROPERTY.into(), value.clone());
+        })
+        .await
+        {
+            tracing::warn!("cannot publish the inventory in {path}: {e}");
+        }
+    }
+
     async fn succeed(
         &mut self,
         version: &Value,
         report: &mut Report,
     ) -> Result<PassOutcome, ZkError> {
         let path = host_path(&self.host.id);
+        let at = json!(now());
         update_props(&self.client, &path, |p| {
             p.insert("version".into(), version.clone());
+            p.insert(DEPLOYED_AT.into(), at.clone());
         })
         .await?;
         self.host_version = version.clone();

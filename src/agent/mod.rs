@@ -7,6 +7,7 @@ pub mod daemon;
 pub mod deploy;
 pub mod discover;
 pub mod execute;
+pub mod inventory;
 pub mod model;
 pub mod observe;
 pub mod plan;

@@ -315,6 +315,12 @@ async fn set_version(
             return Err(SyncError::HaltedDuringSync);
         }
         let before = props.clone();
+        if props.get("version") != Some(&json!(revision)) {
+            props.insert(
+                crate::agent::cluster::VERSION_SET.into(),
+                crate::agent::cluster::version_set(&json!(revision)),
+            );
+        }
         props.insert("version".into(), json!(revision));
         props.insert("synced".into(), json!(revision));
         props.insert("synced-roots".into(), json!(desired.roots()));
