@@ -9,6 +9,7 @@ pub mod agent;
 pub mod cli;
 pub mod command;
 pub mod config;
+pub mod fleet;
 pub mod gitauth;
 pub mod metrics;
 pub mod monitor;

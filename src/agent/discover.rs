@@ -43,7 +43,8 @@ pub struct Host {
 }
 
 impl Host {
-    fn targets(&self) -> Vec<&str> {
+    /// The deploy targets that name this host: id, name and role.
+    pub fn targets(&self) -> Vec<&str> {
         let mut t = vec![self.id.as_str(), self.name.as_str()];
         if let Some(r) = &self.role {
             t.push(r);
@@ -307,8 +308,9 @@ fn instances<S: TreeSource>(src: &S, deploy_path: &str) -> Result<u32, DiscoverE
     }
 }
 
-/// An application node's properties with property links replaced by their values.
-fn resolved_props<S: TreeSource>(src: &S, path: &str) -> Result<Props, DiscoverError> {
+/// An application node's properties with property links replaced by their values (what the
+/// deploy script sees through `ZKDEPLOYMENT_PROPERTIES`).
+pub fn resolved_props<S: TreeSource>(src: &S, path: &str) -> Result<Props, DiscoverError> {
     let props = src.props_at(path).cloned().unwrap_or_default();
     let mut out = Props::new();
     for (key, value) in &props {

@@ -215,7 +215,7 @@ mod tests {
         let text = serde_json::to_string(&inv.to_value()).unwrap();
         assert_eq!(
             text,
-            r#"{"packages":{"cache-1.2":null,"foo":"1.0"},"deployed":{"cache-1.2":{"/acme/c":[0]},"foo":{"/acme/a":[0,1]}},"etc":["cache","foo"],"controller":["rc","2.0"],"version":"r1","time":5.0}"#
+            r#"{"controller":["rc","2.0"],"deployed":{"cache-1.2":{"/acme/c":[0]},"foo":{"/acme/a":[0,1]}},"etc":["cache","foo"],"packages":{"cache-1.2":null,"foo":"1.0"},"time":5.0,"version":"r1"}"#
         );
         let back = Inventory::from_value(&serde_json::from_str(&text).unwrap()).unwrap();
         assert_eq!(back, inv);
