@@ -221,6 +221,7 @@ mod tests {
         assert_eq!(back, inv);
         let seen = back.installed();
         let mut want = installed();
+        want.deployments.sort();
         want.versions = BTreeMap::from([
             ("cache-1.2".to_string(), Some(UNKNOWN_VERSION.to_string())),
             ("foo".to_string(), Some("1.0".to_string())),
