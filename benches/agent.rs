@@ -99,7 +99,7 @@ fn main() {
         let mut samples = Vec::new();
         for round in 2..5 {
             let v = format!("v{round}");
-            let bumped = zkdeployment::agent::status::now();
+            let bumped = zkdeployment::files::now();
             client.set_data("/hosts", json!({"version": v}).to_string().as_bytes(), None).await.unwrap();
             let deadline = Instant::now() + Duration::from_secs(60);
             let first = loop {

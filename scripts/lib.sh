@@ -102,5 +102,5 @@ zkd_ensure_kazoo() {
   python3 -c 'import kazoo' >/dev/null 2>&1 && return 0
   zkd_step "installing kazoo (pip) for the lock interoperability tests"
   python3 -m pip install --quiet --disable-pip-version-check kazoo >&2 ||
-    zkd_note "could not install kazoo; the kazoo interoperability test will be skipped"
+    zkd_note "could not install kazoo; the kazoo interoperability test will be skipped (it fails when CI is set)"
 }

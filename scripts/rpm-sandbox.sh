@@ -3,22 +3,90 @@
 # local repository of small demo RPMs, without touching the host's packages.
 #
 #   scripts/rpm-sandbox.sh DIR NAME:VERSION[:INSTDIR] ...
+#   scripts/rpm-sandbox.sh --over REPO DIR
 #
 # Builds each package (noarch, no dependencies, no scriptlets) with rpmbuild into DIR/repo,
 # runs createrepo_c, and writes DIR/bin/yum: a wrapper running
 #   dnf --installroot=DIR/root --config=DIR/dnf.conf --releasever=8 --noplugins --refresh ...
+# that also appends its arguments to DIR/calls.log, and DIR/bin/rpm (rpm on the sandbox's
+# database). `--over REPO DIR` makes only the sandbox, over an existing repository directory
+# REPO (the tests build their own packages once and give every test a fresh sandbox over them:
+# tests/support/rpm.rs).
 # Each package installs INSTDIR/bin/zookeeper-deploy (INSTDIR defaults to /opt/NAME), a deploy
 # script that behaves like a real one: `zookeeper-deploy [-r SUBTYPE] PATH N` writes the marker
 # $ZKDEPLOYMENT_ROOT/etc/<app>/<marker>.N.deployed (and logs to INSTDIR/deploy.log);
 # `-u PATH N` removes it. Prints the path of the yum wrapper.
 # Needs rpm (rpmbuild), dnf and createrepo-c; root, or `unshare -r`.
 set -euo pipefail
+
+# sandbox DIR REPO: dnf.conf, the yum and rpm wrappers, and an empty installroot in DIR, over
+# the repository directory REPO.
+sandbox() {
+  local dir=$1 repo=$2 dnf
+  dnf=$(command -v dnf) || { echo "rpm-sandbox.sh: dnf is not on PATH" >&2; exit 1; }
+  mkdir -p "$dir"/{bin,home,reposdir,root}
+  # Debian's rpm sets %_dbpath to ~/.rpmdb; pin the RHEL location through a fixed HOME.
+  printf '%%_dbpath /var/lib/rpm\n' > "$dir/home/.rpmmacros"
+  cat > "$dir/dnf.conf" <<CONF
+[main]
+gpgcheck=0
+repo_gpgcheck=0
+localpkg_gpgcheck=0
+installonly_limit=3
+clean_requirements_on_remove=True
+best=False
+skip_if_unavailable=False
+install_weak_deps=False
+keepcache=False
+plugins=0
+# inside the installroot
+cachedir=/var/cache/dnf
+logdir=/var/log
+reposdir=$dir/reposdir
+
+[local]
+name=zkdeployment packages
+baseurl=file://$repo
+enabled=1
+gpgcheck=0
+metadata_expire=0
+CONF
+  cat > "$dir/bin/yum" <<WRAPPER
+#!/bin/sh
+# yum -> the real dnf on the installroot $dir/root (scripts/rpm-sandbox.sh)
+printf '%s\n' "\$*" >> '$dir/calls.log'
+HOME='$dir/home'; export HOME
+if [ "\$(id -u)" -eq 0 ]; then pre=; else pre="unshare -r"; fi
+exec \$pre '$dnf' --installroot='$dir/root' --config='$dir/dnf.conf' --releasever=8 \\
+  --noplugins --refresh --setopt=reposdir='$dir/reposdir' "\$@"
+WRAPPER
+  cat > "$dir/bin/rpm" <<WRAPPER
+#!/bin/sh
+# rpm on the sandbox's database (scripts/rpm-sandbox.sh)
+HOME='$dir/home'; export HOME
+exec rpm --root '$dir/root' --dbpath /var/lib/rpm "\$@"
+WRAPPER
+  chmod 0755 "$dir/bin/yum" "$dir/bin/rpm"
+}
+
+absolute() {
+  case $1 in /?*) ;; *) echo "rpm-sandbox.sh: $2 must be an absolute path" >&2; exit 1 ;; esac
+}
+
+if [[ ${1:-} == --over ]]; then
+  repo=${2:?usage: rpm-sandbox.sh --over REPO DIR}
+  dir=${3:?usage: rpm-sandbox.sh --over REPO DIR}
+  absolute "$repo" REPO
+  absolute "$dir" DIR
+  sandbox "$dir" "$repo"
+  exit 0
+fi
+
 dir=${1:?usage: rpm-sandbox.sh DIR NAME:VERSION[:INSTDIR] ...}
 shift
-case $dir in /?*) ;; *) echo "rpm-sandbox.sh: DIR must be an absolute path" >&2; exit 1 ;; esac
+absolute "$dir" DIR
 rm -rf "$dir"
-mkdir -p "$dir"/{bin,home,buildhome,reposdir,root,repo,build}
-printf '%%_dbpath /var/lib/rpm\n' > "$dir/home/.rpmmacros"
+mkdir -p "$dir"/{buildhome,repo,build}
 
 cat > "$dir/pkg.spec" <<'SPEC'
 Name:           %{pkgname}
@@ -78,31 +146,5 @@ done
 cp "$dir"/build/RPMS/noarch/*.rpm "$dir/repo/"
 createrepo_c -q "$dir/repo" >/dev/null
 
-cat > "$dir/dnf.conf" <<CONF
-[main]
-gpgcheck=0
-repo_gpgcheck=0
-localpkg_gpgcheck=0
-skip_if_unavailable=False
-install_weak_deps=False
-plugins=0
-cachedir=/var/cache/dnf
-logdir=/var/log
-reposdir=$dir/reposdir
-
-[demo]
-name=zkdeployment demo packages
-baseurl=file://$dir/repo
-enabled=1
-metadata_expire=0
-CONF
-cat > "$dir/bin/yum" <<WRAPPER
-#!/bin/sh
-# yum -> dnf on the sandbox in $dir (scripts/rpm-sandbox.sh)
-export HOME="$dir/home"
-if [ "\$(id -u)" -eq 0 ]; then pre=; else pre="unshare -r"; fi
-exec \$pre /usr/bin/dnf --installroot="$dir/root" --config="$dir/dnf.conf" --releasever=8 \\
-  --noplugins --refresh --setopt=reposdir="$dir/reposdir" "\$@"
-WRAPPER
-chmod 0755 "$dir/bin/yum"
+sandbox "$dir" "$dir/repo"
 echo "$dir/bin/yum"

@@ -16,6 +16,13 @@
 #       Prints the server's `srvr` answer; exit status 0 only if it is serving.
 #   scripts/zk-server.sh --foreground [--port P] [--dir D] [--tick MS]
 #       Runs in the foreground with the log on the terminal; Ctrl-C stops it.
+#   scripts/zk-server.sh --exec --port P --dir D [--tick MS]
+#       Writes DIR/zoo.cfg and replaces itself with the server's JVM (log on stdout/stderr,
+#       no readiness wait, DIR kept): for a caller that supervises the process itself, as
+#       the tests do (tests/support/mod.rs), so scripts and tests start the same server.
+#   scripts/zk-server.sh --exec --quorum --dir D
+#       The same for one member of an ensemble whose DIR/zoo.cfg (with its server.N lines)
+#       and DIR/data/myid the caller wrote (tests/support/ensemble.rs).
 #
 # Environment:
 #   ZK_JAR        default /usr/share/java/zookeeper.jar (its manifest Class-Path has the deps)
@@ -85,8 +92,10 @@ forceSync=no
 EOF
 }
 
-# java_command DIR: fills the array JAVA_CMD.
+# java_command DIR [MAIN]: fills the array JAVA_CMD (MAIN: the server class, default the
+# standalone ZooKeeperServerMain).
 java_command() {
+  local main=${2:-org.apache.zookeeper.server.ZooKeeperServerMain}
   local cp=$ZK_JAR
   # Debian's zookeeper has no slf4j binding (NOP logger: not even a BindException would show).
   if [[ -f $SLF4J_SIMPLE ]]; then cp+=":$SLF4J_SIMPLE"; fi
@@ -94,7 +103,7 @@ java_command() {
     -Djava.net.preferIPv4Stack=true
     "-Dorg.slf4j.simpleLogger.defaultLogLevel=$ZK_LOG_LEVEL"
     -Dorg.slf4j.simpleLogger.showDateTime=true
-    -cp "$cp" org.apache.zookeeper.server.ZooKeeperServerMain "$1/zoo.cfg")
+    -cp "$cp" "$main" "$1/zoo.cfg")
 }
 
 cmd_stop() {
@@ -136,9 +145,11 @@ cmd_status() {
 }
 
 cmd_start() {
-  local port="" fixed_port=0 dir="" tick=2000 timeout=30 foreground=0
+  local port="" fixed_port=0 dir="" tick=2000 timeout=30 foreground=0 exec_jvm=0 quorum=0
   while [[ $# -gt 0 ]]; do
     case $1 in
+      --exec) exec_jvm=1; shift ;;
+      --quorum) quorum=1; shift ;;
       --port) port=${2:?--port needs a value}; fixed_port=1; shift 2 ;;
       --dir) dir=${2:?--dir needs a value}; shift 2 ;;
       --tick) tick=${2:?--tick needs a value}; shift 2 ;;
@@ -151,6 +162,20 @@ cmd_start() {
   [[ $tick =~ ^[0-9]+$ ]] || die "--tick must be a number of milliseconds"
   [[ $timeout =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
   check_install
+
+  if [[ $exec_jvm == 1 && $quorum == 1 ]]; then
+    [[ -n $dir && -f $dir/zoo.cfg ]] || die "--exec --quorum needs --dir DIR holding zoo.cfg"
+    java_command "$(cd "$dir" && pwd)" org.apache.zookeeper.server.quorum.QuorumPeerMain
+    exec "${JAVA_CMD[@]}" </dev/null
+  fi
+  if [[ $exec_jvm == 1 ]]; then
+    [[ -n $port && -n $dir ]] || die "--exec needs --port and --dir"
+    mkdir -p "$dir/data"
+    dir=$(cd "$dir" && pwd)
+    write_config "$dir" "$port" "$tick"
+    java_command "$dir"
+    exec "${JAVA_CMD[@]}" </dev/null
+  fi
 
   if [[ -z $dir ]]; then
     dir=$(mktemp -d "${TMPDIR:-/tmp}/zk-server.XXXXXX")

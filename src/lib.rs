@@ -1,14 +1,40 @@
 //! zkdeployment: a host convergence agent for RPM fleets driven by a ZooKeeper tree.
 //!
-//! The crate is a functional core with a thin imperative shell:
-//! - [`tree`]: the zc.zk text format (literals, parse, export, merge). Pure, no I/O.
-//! - [`zk`]: the ZooKeeper side (connection, node encoding, links, import/export, walk).
-//! - [`cli`]: the command-line front end (the imperative shell).
+//! # Layout
+//!
+//! A functional core with a thin imperative shell. Modules import downward only:
+//! `cli` → `fleet` → `agent` / `sync` / `monitor` / `overview` / `resume` → `packages` / `notify` /
+//! `metrics` / `systemd` / `config` → `zk` → `tree`; `command`, `files` and `gitauth` are
+//! leaves any of them may use.
+//!
+//! - [`cli`]: the command line (clap definitions, one ZooKeeper argument for every command,
+//!   exit codes, dispatch). The imperative shell.
+//! - [`agent`]: one host's convergence: discover what the tree wants, observe what the host
+//!   has, plan every step between the two (pure), walk the plan under ZooKeeper locks, report.
+//! - [`sync`]: the syncer: git → one merged, linted tree → one guarded diff into ZooKeeper.
+//! - [`monitor`]: the Nagios check of one host (`zkdeployment monitor`).
+//! - [`overview`]: the cluster at a glance (`zkdeployment status`).
+//! - [`fleet`]: the fleet plan (`zkdeployment plan`): the agent's discovery and planner
+//!   applied to a candidate tree for every registered host.
+//! - [`resume`]: ending a halt (`zkdeployment resume`).
+//! - [`packages`]: installing software: yum RPMs and git checkouts.
+//! - [`notify`]: failure mail.
+//! - [`metrics`]: the agent's Prometheus textfile.
+//! - [`systemd`]: the systemd notify protocol and watchdog.
+//! - [`config`]: the agent's configuration file.
+//! - [`zk`]: ZooKeeper: connection, node encoding, paths of the cluster layout, the guarded
+//!   property update, pipelined reads, links, import/export, the kazoo lock recipe.
+//! - [`tree`]: the zc.zk text format (literals, parse, export, merge) and node size limit.
+//!   Pure, no I/O.
+//! - [`command`]: running external commands (argv, environment, streamed output, tail).
+//! - [`files`]: the time now and the one atomic, durable file writer.
+//! - [`gitauth`]: credentials for git over the network.
 
 pub mod agent;
 pub mod cli;
 pub mod command;
 pub mod config;
+pub mod files;
 pub mod fleet;
 pub mod gitauth;
 pub mod metrics;

@@ -109,7 +109,7 @@ impl Metrics {
 
     /// Writes the file atomically.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
-        crate::agent::status::write_atomic(path, self.render().as_bytes())
+        crate::files::write_atomic(path, self.render().as_bytes())
     }
 }
 

@@ -1,7 +1,7 @@
 //! The Nagios check: what the state of this host's deployments is, as one line
 //! `ZKDEPLOYMENT <STATE> - <message> | age=<seconds>s;<warn>;<error>;0` and the plugin exit
-//! codes (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN). [`evaluate`] is pure: the checks of the
-//! contract, in order, over what [`gather`] read (the status file, the host node, `/hosts`).
+//! codes (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN). [`evaluate`] is pure: the checks of
+//! README "Operations", in order, over what [`gather`] read (the status file, the host node, `/hosts`).
 //! The original's one-word messages (`Host not registered`, `Cluster version is None`,
 //! `Version mismatch (...)`, `Too long deploying ...`) appear verbatim inside the line.
 
@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::agent::status::{parse_status, version_token, StatusLine};
 use crate::tree::literal::py_str;
 use crate::tree::Props;
+use crate::zk::paths::{host_path, HOSTS};
 use crate::zk::{call, connect, decode, ConnectOptions};
 
 /// A plugin state.
@@ -103,7 +104,7 @@ pub struct Observed {
     pub now: f64,
 }
 
-/// The checks of the contract, in order.
+/// The checks, in order (README "Operations").
 pub fn evaluate(o: &Observed, warn: u64, error: u64) -> Check {
     let age = o.now - o.status.time;
     let with_age = |state, message: String| Check::new(state, message, Some(age));
@@ -198,10 +199,12 @@ pub async fn gather(
         let client = connect(connect_opts)
             .await
             .map_err(|e| unknown(e.to_string()))?;
-        let host_path = format!("/hosts/{host_id}");
-        let cluster = match call("get", "/hosts", client.get_data("/hosts")).await {
+        let host_path = host_path(host_id);
+        let cluster = match call("get", HOSTS, client.get_data(HOSTS)).await {
             Ok((data, _)) => decode(&data),
-            Err(e) if e.is_no_node() => return Err(unknown("/hosts does not exist in ZooKeeper")),
+            Err(e) if e.is_no_node() => {
+                return Err(unknown(format!("{HOSTS} does not exist in ZooKeeper")))
+            }
             Err(e) => return Err(unknown(e.to_string())),
         };
         let host = match call("get", &host_path, client.get_data(&host_path)).await {
@@ -223,6 +226,6 @@ pub async fn gather(
         status,
         host,
         cluster,
-        now: crate::agent::status::now(),
+        now: crate::files::now(),
     })
 }

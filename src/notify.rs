@@ -1,4 +1,4 @@
-//! Failure mail (CONTRACT sections 2 and 4; the original's item 39: it mailed nothing).
+//! Failure mail (README "Operations"; the original mailed nothing).
 //!
 //! # What
 //!
@@ -36,7 +36,7 @@
 //! sendmail is logged with `tracing::warn!` and returned as [`Mailed::Failed`].
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::Mailbox;
@@ -404,22 +404,11 @@ fn read_state(path: &Path) -> Option<(Value, String)> {
     Some((version, error))
 }
 
-/// Replaces the state file atomically (a temporary file in the same directory, then rename).
+/// Replaces the state file atomically (see [`crate::files::write_atomic`]).
 fn write_state(path: &Path, version: &Value, error: &str) -> std::io::Result<()> {
-    let time = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
+    let time = crate::files::now();
     let text = serde_json::json!({ "version": version, "error": error, "time": time }).to_string();
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "last-mail.json".into());
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    std::fs::write(&tmp, text + "\n")?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    crate::files::write_atomic(path, (text + "\n").as_bytes())
 }
 
 #[cfg(test)]

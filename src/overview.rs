@@ -8,6 +8,8 @@ use serde_json::Value;
 
 use crate::tree::literal::py_str;
 use crate::zk::lock::sequence_of;
+use crate::zk::paths::{AGENT_LOCKS, HOSTS, HOSTS_LOCK, ROLE_LOCKS};
+use crate::zk::role_lock::{request_sequence, requester};
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
 use crate::zk::{Client, ZkError};
 
@@ -68,7 +70,7 @@ fn contenders(path: &str, lock: &ZNode, now_ms: i64) -> Option<LockRow> {
     for (name, node) in &lock.children {
         if let Some(seq) = sequence_of(name) {
             found.push((seq, name, node));
-        } else if let Some(seq) = name.strip_prefix("lr-").and_then(|s| s.parse::<i64>().ok()) {
+        } else if let Some(seq) = request_sequence(name) {
             found.push((seq, name, node));
         }
     }
@@ -78,15 +80,7 @@ fn contenders(path: &str, lock: &ZNode, now_ms: i64) -> Option<LockRow> {
     found.sort_by_key(|(seq, _, _)| *seq);
     let ident = |n: &ZNode| match n.props.get("string_value") {
         Some(v) => py_str(v),
-        None => {
-            let who = n.props.get("requestor").map(py_str).unwrap_or_default();
-            let name = n.props.get("hostname").map(py_str).unwrap_or_default();
-            if name.is_empty() {
-                who
-            } else {
-                format!("{name} ({who})")
-            }
-        }
+        None => requester(&n.props),
     };
     let (_, _, first) = found[0];
     Some(LockRow {
@@ -102,7 +96,7 @@ impl Overview {
     pub async fn read(client: &Client) -> Result<Overview, ZkError> {
         let hosts = read_subtree(
             client,
-            "/hosts",
+            HOSTS,
             &ReadOptions {
                 include_ephemeral: true,
                 skip: &|p| p.matches('/').count() > 2,
@@ -129,9 +123,9 @@ impl Overview {
                 }
             })
             .collect();
-        let now_ms = (crate::agent::status::now() * 1000.0) as i64;
+        let now_ms = (crate::files::now() * 1000.0) as i64;
         let mut locks = Vec::new();
-        for base in ["/agent-locks", "/role-locks"] {
+        for base in [AGENT_LOCKS, ROLE_LOCKS] {
             if let Some(tree) = read_subtree(client, base, &ReadOptions::default()).await? {
                 for (name, lock) in &tree.children {
                     if let Some(row) = contenders(&format!("{base}/{name}"), lock, now_ms) {
@@ -140,8 +134,8 @@ impl Overview {
                 }
             }
         }
-        if let Some(lock) = read_subtree(client, "/hosts-lock", &ReadOptions::default()).await? {
-            if let Some(row) = contenders("/hosts-lock", &lock, now_ms) {
+        if let Some(lock) = read_subtree(client, HOSTS_LOCK, &ReadOptions::default()).await? {
+            if let Some(row) = contenders(HOSTS_LOCK, &lock, now_ms) {
                 locks.push(row);
             }
         }
@@ -179,7 +173,7 @@ impl Overview {
             let ago = h
                 .get("time")
                 .and_then(Value::as_f64)
-                .map(|t| format!(" {} ago", duration(crate::agent::status::now() - t)))
+                .map(|t| format!(" {} ago", duration(crate::files::now() - t)))
                 .unwrap_or_default();
             out.push_str(&fit(&format!(
                 "halted{ago} by {} ({}) deploying {}:",

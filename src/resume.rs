@@ -3,7 +3,8 @@
 
 use serde_json::Value;
 
-use crate::agent::cluster::{update_props, HOSTS};
+use crate::zk::paths::HOSTS;
+use crate::zk::update::update_props;
 use crate::zk::{call, decode, Client, ZkError};
 
 /// Why resume refused or failed.
@@ -47,17 +48,17 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Value, Re
         },
     };
     let set = target.clone();
-    let mark = crate::agent::cluster::version_set(&target);
+    let mark = crate::zk::paths::version_set(&target);
     update_props(client, HOSTS, move |p| {
         p.insert("version".into(), set.clone());
         p.remove("halt");
         // Resuming the version that was rolling out continues its roll-out.
         let same = p
-            .get(crate::agent::cluster::VERSION_SET)
+            .get(crate::zk::paths::VERSION_SET)
             .and_then(|m| m.get("version"))
             == Some(&set);
         if !same {
-            p.insert(crate::agent::cluster::VERSION_SET.into(), mark.clone());
+            p.insert(crate::zk::paths::VERSION_SET.into(), mark.clone());
         }
     })
     .await?;

@@ -17,10 +17,7 @@ static LAST_PROGRESS: AtomicU64 = AtomicU64::new(0);
 static BUSY: AtomicBool = AtomicBool::new(false);
 
 fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    crate::files::now() as u64
 }
 
 /// Marks progress (a step started or ended, a command printed a line, the agent is idle).

@@ -102,7 +102,7 @@ async fn a_first_pass_installs_deploys_and_records_the_version() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The steps of a pass (behaviour 2.4).
+// The steps of a pass (README "The agent, step by step").
 
 #[tokio::test]
 async fn instances_go_up_and_down() {
@@ -204,7 +204,7 @@ async fn versions_go_up_and_down() {
         .iter()
         .map(|s| s["action"].as_str().unwrap())
         .collect();
-    assert_eq!(actions, ["install", "deploy"]);
+    assert_eq!(actions, ["install", "deploy", "record-version"]);
 }
 
 #[tokio::test]
@@ -271,7 +271,10 @@ async fn switching_versioned_packages_redeploys_with_the_new_script() {
         .iter()
         .map(|s| s["action"].as_str().unwrap())
         .collect();
-    assert_eq!(actions, ["install", "deploy", "uninstall"]);
+    assert_eq!(
+        actions,
+        ["install", "deploy", "uninstall", "record-version"]
+    );
 }
 
 #[tokio::test]
@@ -373,7 +376,16 @@ async fn a_package_no_longer_used_is_uninstalled_with_its_etc_dir() {
         .iter()
         .map(|s| s["action"].as_str().unwrap())
         .collect();
-    assert_eq!(actions, ["undeploy", "deploy", "uninstall", "remove-etc"]);
+    assert_eq!(
+        actions,
+        [
+            "undeploy",
+            "deploy",
+            "uninstall",
+            "remove-etc",
+            "record-version"
+        ]
+    );
 }
 
 #[tokio::test]
@@ -861,10 +873,11 @@ async fn dry_run_prints_the_plan_and_changes_nothing() {
                "version": "1.4"}),
         json!({"action": "uninstall", "rpm": "worker"}),
         json!({"action": "remove-etc", "app": "worker"}),
+        json!({"action": "record-version"}),
     ];
     assert_eq!(steps.len(), expected.len(), "{run}");
     for (step, want) in steps.iter().zip(&expected) {
-        // The contract's keys have these values; other keys may be added.
+        // The stable keys have these values; other keys may be added.
         for (key, value) in want.as_object().unwrap() {
             assert_eq!(&step[key], value, "{key} of {step}");
         }
@@ -896,7 +909,7 @@ async fn dry_run_prints_the_plan_and_changes_nothing() {
     let run = h.deploy(&["--dry-run", "--json", "--force"]).await;
     run.assert_code(10);
     let plan: Value = serde_json::from_str(&run.stdout).unwrap();
-    assert_eq!(plan["steps"].as_array().unwrap().len(), 2, "{run}");
+    assert_eq!(plan["steps"].as_array().unwrap().len(), 3, "{run}");
     // Halted: nothing to do either.
     h.set_version(Value::Null).await;
     h.deploy(&["--dry-run"]).await.assert_ok();
@@ -910,7 +923,7 @@ async fn dry_run_on_a_new_host_creates_nothing() {
     let run = h.deploy(&["--dry-run", "--json"]).await;
     run.assert_code(10);
     let plan: Value = serde_json::from_str(&run.stdout).unwrap();
-    assert_eq!(plan["steps"].as_array().unwrap().len(), 3, "{run}");
+    assert_eq!(plan["steps"].as_array().unwrap().len(), 4, "{run}");
     assert!(!h.run_dir().exists(), "the run directory was created");
     assert_eq!(dir_snapshot(&h.root()), Default::default());
     assert_eq!(h.zk_stats().await, zk_before);
@@ -945,7 +958,7 @@ async fn dry_run_reports_a_plan_that_cannot_be_made() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Errors known before acting (behaviour 2.11): the pass fails, the cluster is halted, and
+// Errors known before acting: the pass fails, the cluster is halted, and
 // nothing at all is installed or deployed, not even the valid deployments.
 
 /// A valid deployment beside the bad one.

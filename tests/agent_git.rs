@@ -1,6 +1,6 @@
 //! Git checkouts as package versions, through the agent (`zkdeployment deploy`): a version
 //! `git:LOCATION#REF` (or `git://LOCATION#REF`) makes `ROOT/opt/<rpm>` a checkout of REF,
-//! built by its `stage-build` only when its commit changed (8.2 item 33); switching between
+//! built by its `stage-build` only when its commit changed; switching between
 //! an RPM and a checkout removes the other first; a checkout no longer used is deleted
 //! without yum.
 //!
@@ -321,7 +321,12 @@ async fn a_checkout_no_longer_used_is_deleted_without_yum() {
         .collect();
     assert_eq!(
         actions,
-        [json!("undeploy"), json!("uninstall"), json!("remove-etc")]
+        [
+            json!("undeploy"),
+            json!("uninstall"),
+            json!("remove-etc"),
+            json!("record-version")
+        ]
     );
     assert_eq!(h.status_text(), "done");
 }

@@ -1,6 +1,6 @@
 //! Rolling deploys across a fleet: several agents (distinct host ids, filesystem roots, run
 //! directories and fake yums, one shared ZooKeeper chroot) deploying the same application
-//! nodes at once, under the per-node locks `/agent-locks/<name>` (CONTRACT section 4).
+//! nodes at once, under the per-node locks `/agent-locks/<name>` (README "The agent, step by step").
 //!
 //! Every host runs `zkdeployment deploy CONFIG` (one pass) as its own process, started
 //! concurrently. The payload's knobs come from each agent's environment: `ZK_TEST_SLEEP`
@@ -237,7 +237,7 @@ async fn busy_nodes_are_skipped_so_the_fleet_deploys_in_parallel() {
     // the first round (checked below), but 3·S is out of reach: the first round ends a few
     // milliseconds apart on each host, say X (held /acme/a), then Y (/acme/b), then Z
     // (/acme/c). When Y is done, /acme/a and /acme/b are free and X and Y idle; as a host
-    // waits only when every node it still needs is busy (CONTRACT section 4), X must take
+    // waits only when every node it still needs is busy (`src/agent/deploy.rs`), X must take
     // /acme/b and Y /acme/a, so Z, which needs those two, idles for a round: 4·S plus the
     // skew. The bound sits between that and 5·S.
     assert!(
@@ -444,7 +444,10 @@ fn kazoo_available() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("SKIPPED: python3 with kazoo is not available (pip install kazoo)");
+        support::missing_tool(
+            "the kazoo interoperability test needs python3 with kazoo \
+             (scripts/test.sh installs it)",
+        );
     }
     ok
 }

@@ -1,11 +1,12 @@
-//! The Nagios check: a golden test for every row of the contract's section 6 against a real
+//! The Nagios check: a golden test for every check of README "Operations" against a real
 //! ZooKeeper, plus a stopped ZooKeeper, a garbage status file, and usage errors.
 
 mod support;
 
 use serde_json::{json, Value};
 use support::{Run, ZkServer};
-use zkdeployment::agent::status::{format_status, now};
+use zkdeployment::agent::status::format_status;
+use zkdeployment::files::now;
 use zookeeper_client::{Acls, Client, CreateMode};
 
 struct Mon {

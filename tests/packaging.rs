@@ -97,6 +97,28 @@ fn every_command_answers_help_and_version() {
             assert_eq!(support::run(&args).code, 0, "{args:?}");
         }
     }
+    // One ZooKeeper argument everywhere: `-z/--zookeeper CONN`, except `agent`, whose `-z`
+    // is the original's --assert-zookeeper-address.
+    for cmd in [
+        &["deploy"][..],
+        &["monitor"],
+        &["status"],
+        &["resume"],
+        &["sync"],
+        &["tree", "export"],
+        &["tree", "import"],
+    ] {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let help = support::run(&args).stdout;
+        assert!(help.contains("-z, --zookeeper <CONN>"), "{args:?}\n{help}");
+    }
+    let help = support::run(&["agent", "--help"]).stdout;
+    assert!(
+        help.contains("-z, --assert-zookeeper-address <ADDR>"),
+        "{help}"
+    );
+    assert!(help.contains("    --zookeeper <CONN>"), "{help}");
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Hosts with a role and a role controller (behaviour 1.6, 1.7, 2.7, 2.8; CONTRACT sections 3
-//! and 4): the controller package declared by `/roles/<role>` is installed, changed, replaced
+//! Hosts with a role and a role controller (README "The agent, step by
+//! step", role controllers): the controller package declared by `/roles/<role>` is installed, changed, replaced
 //! and removed; its `starting-deployments` and `ending-deployments` run around the
 //! installs and deployments, all inside the persistent role lock `/role-locks/<role>`
 //! (which the tests create, as operators do); node locks are not used; a halt does not
@@ -145,7 +145,8 @@ async fn a_role_controller_is_installed_changed_replaced_and_removed() {
             "starting-deployments",
             "install",
             "deploy",
-            "ending-deployments"
+            "ending-deployments",
+            "record-version"
         ]
     );
     let report = h.report();
@@ -208,7 +209,7 @@ async fn a_role_controller_is_installed_changed_replaced_and_removed() {
     assert_eq!(mutations(&h)[before..], ["-y remove otherrc"]);
     assert!(!h.exists("/opt/otherrc"));
     assert_eq!(log(&h)[9..], ["foo-1.0-1: /acme/web 0"]);
-    assert_eq!(actions(&h), ["role-controller", "deploy"]);
+    assert_eq!(actions(&h), ["role-controller", "deploy", "record-version"]);
     assert!(h
         .client
         .check_stat("/agent-locks/acme,web")

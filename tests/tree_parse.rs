@@ -1,5 +1,5 @@
-//! The text format offline: every grammar rule and error of zc.zk's parser (behaviour 6.1–6.2),
-//! export formatting (6.4), and property tests (no panics, export → parse round trip).
+//! The text format offline: every grammar rule and error of zc.zk's parser, export
+//! formatting, and property tests (no panics, export → parse round trip).
 
 use proptest::prelude::*;
 use serde_json::{json, Value};

@@ -3,7 +3,7 @@
 //! through this crate's library API (and the `tree` commands where the original had scripts).
 //!
 //! Expected outputs follow the original except for this project's deliberate differences
-//! (CONTRACT section 7): literals are parsed, not evaluated; export writes strings as `'x'`
+//! (README "Differences from the original"): literals are parsed, not evaluated; export writes strings as `'x'`
 //! (no `u` prefix); property links export as `name => target`, so export then import gives back
 //! the same data. Our import also writes only what differs (re-importing an identical tree
 //! makes no write), where the original rewrote every listed node.
@@ -1488,7 +1488,7 @@ async fn export_top_with_name() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Import (reference section 6.3).
+// Import.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn types_with_inner_spaces_round_trip() {
@@ -1723,7 +1723,7 @@ async fn import_keeps_the_acl_of_existing_nodes() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Export (reference section 6.4).
+// Export.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn root_export_omits_zookeeper() {
@@ -1835,7 +1835,7 @@ async fn export_lists_properties_then_links_then_children() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Node data encoding (reference section 1.1).
+// Node data encoding.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_data_encoding_on_import() {

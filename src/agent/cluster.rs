@@ -1,69 +1,24 @@
 //! The agent's view of the cluster in ZooKeeper: the cluster version on `/hosts`, halting the
-//! cluster (`version = None` plus a `halt` record), registering the host's ephemeral node and
-//! updating its properties with read-modify-write guarded by the node's version (so concurrent
-//! edits by others are never clobbered).
+//! cluster (`version = None` plus a `halt` record), registering the host's ephemeral node.
+//! Properties are changed with [`crate::zk::update::update_props`] (version-guarded, so
+//! concurrent edits by others are never clobbered).
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use zookeeper_client::{Acl, Acls, CreateMode, Permission};
 
-use super::discover::Host;
+use super::model::Host;
+use crate::files::now;
 use crate::tree::Props;
-use crate::zk::{call, call_retrying, decode, encode, Client, ZkError, LOSS_RETRIES};
-
-/// The cluster node.
-pub const HOSTS: &str = "/hosts";
-
-/// The path of a host's node.
-pub fn host_path(id: &str) -> String {
-    format!("{HOSTS}/{id}")
-}
+use crate::zk::paths::{host_path, HOSTS};
+use crate::zk::update::update_props;
+use crate::zk::{call, call_retrying, decode, encode, Client, ZkError};
 
 /// The cluster version (`None`/missing → `Value::Null`).
 pub async fn cluster_version(client: &Client) -> Result<Value, ZkError> {
     let (data, _) = call_retrying("get", HOSTS, || client.get_data(HOSTS)).await?;
     Ok(decode(&data).get("version").cloned().unwrap_or(Value::Null))
-}
-
-/// Applies `change` to the properties of `path` with a version-guarded write, retrying when
-/// someone else wrote in between. Returns false (and writes nothing) if `change` left the
-/// properties as they were. `change` must be idempotent (set or remove keys): when the
-/// connection breaks during the write, the properties are read again and `change` applied
-/// again, so a write that did go through is not repeated (see [`call_retrying`]).
-pub async fn update_props(
-    client: &Client,
-    path: &str,
-    change: impl Fn(&mut Props),
-) -> Result<bool, ZkError> {
-    let mut lost = 0;
-    loop {
-        let (data, stat) = call_retrying("get", path, || client.get_data(path)).await?;
-        let before = decode(&data);
-        let mut props = before.clone();
-        change(&mut props);
-        if props == before {
-            return Ok(false);
-        }
-        match call(
-            "set",
-            path,
-            client.set_data(path, &encode(&props), Some(stat.version)),
-        )
-        .await
-        {
-            Ok(_) => return Ok(true),
-            Err(ZkError::Op {
-                source: zookeeper_client::Error::BadVersion,
-                ..
-            }) => continue,
-            Err(e) if e.is_connection_loss() && lost < LOSS_RETRIES => {
-                lost += 1;
-                tracing::info!("{e}; reading {path} again once reconnected");
-            }
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 /// Halts the cluster: `/hosts` `version = None` and the halt record
@@ -79,7 +34,7 @@ pub async fn halt(
         "name": host.name,
         "version": version,
         "error": error,
-        "time": super::status::now(),
+        "time": now(),
     });
     tracing::error!("halting the cluster: {error}");
     update_props(client, HOSTS, |p| {
@@ -211,11 +166,3 @@ pub async fn register(
     }
 }
 
-/// The `/hosts` property recording when the cluster version was last set to a new value
-/// (`{"version": V, "time": T}`, written by `sync` and `resume`): where a roll-out starts.
-pub const VERSION_SET: &str = "version-set";
-
-/// The [`VERSION_SET`] record of `version`, set now.
-pub fn version_set(version: &Value) -> Value {
-    json!({"version": version, "time": super::status::now()})
-}

@@ -10,11 +10,13 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::cluster::{register, RegisterError, HOSTS};
-use super::discover::Host;
-use super::execute::{Context, PassOutcome};
+use super::cluster::{register, RegisterError};
+use super::execute::PassOutcome;
+use super::model::Host;
+use super::session::Agent;
 use super::status::RunDir;
 use crate::config::Config;
+use crate::zk::paths::HOSTS;
 use crate::zk::{call, connect, decode, ConnectOptions, ZkError};
 
 /// Why the agent could not start.
@@ -40,14 +42,14 @@ pub fn host_of(config: &Config) -> Host {
     }
 }
 
-/// Connects and builds the pass context; registers the host node and creates the run
+/// Connects and builds the agent's session; registers the host node and creates the run
 /// directory unless `read_only`.
 pub async fn start(
     config: Config,
     connection: String,
     stop: Arc<AtomicBool>,
     read_only: bool,
-) -> Result<Context, StartError> {
+) -> Result<Agent, StartError> {
     let run_dir = if read_only {
         RunDir::existing(&config.run_directory)
     } else {
@@ -72,7 +74,7 @@ pub async fn start(
         )
         .await?;
     }
-    Ok(Context {
+    Ok(Agent {
         client,
         config,
         host,
@@ -81,7 +83,6 @@ pub async fn start(
         stop,
         host_version,
         metrics: crate::metrics::Metrics::default(),
-        controlled: false,
     })
 }
 
@@ -97,7 +98,7 @@ pub fn release_memory() {
 /// Ends the ZooKeeper session and waits (a few seconds at most) until the server has closed
 /// it, so that the ephemeral host node goes now rather than a session timeout later (a
 /// runtime dropped with the client still open never sends the close).
-pub async fn close(ctx: Context) {
+pub async fn close(ctx: Agent) {
     let mut state = ctx.client.state_watcher();
     drop(ctx);
     let closed = async {
@@ -117,7 +118,7 @@ pub async fn close(ctx: Context) {
 /// failing ZooKeeper session does not end the agent: the pass in progress is abandoned, a new
 /// session is built (with back-off), the host node registered again, `/hosts` read again and
 /// its watch re-armed, so a version bump made during the outage is not missed.
-pub async fn run_forever(ctx: &mut Context, wake: Arc<Notify>) -> Result<(), ZkError> {
+pub async fn run_forever(ctx: &mut Agent, wake: Arc<Notify>) -> Result<(), ZkError> {
     let mut backoff = Duration::from_millis(250);
     loop {
         match serve(ctx, &wake).await {
@@ -149,7 +150,7 @@ pub async fn run_forever(ctx: &mut Context, wake: Arc<Notify>) -> Result<(), ZkE
 }
 
 /// Replaces the session (unless the current one is still usable) and registers again.
-async fn reconnect(ctx: &mut Context) -> Result<(), StartError> {
+async fn reconnect(ctx: &mut Agent) -> Result<(), StartError> {
     if ctx.client.state().is_terminated()
         || call("stat", HOSTS, ctx.client.check_stat(HOSTS))
             .await
@@ -178,7 +179,7 @@ async fn reconnect(ctx: &mut Context) -> Result<(), StartError> {
 }
 
 /// The watch-and-pass loop on one session; returns Err when ZooKeeper fails.
-async fn serve(ctx: &mut Context, wake: &Notify) -> Result<(), ZkError> {
+async fn serve(ctx: &mut Agent, wake: &Notify) -> Result<(), ZkError> {
     loop {
         if ctx.stop.load(Ordering::SeqCst) {
             return Ok(());

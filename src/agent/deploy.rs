@@ -1,255 +1,237 @@
-//! Running the deployments of a pass. Without a role controller each instance runs under its
-//! node lock (`/agent-locks/<name>`, kazoo's recipe): a host holds at most one node lock, goes
-//! on with another pending node when one is busy, and waits (on watches) only when every
+//! Running deployments. Without a role controller each instance runs under its node lock
+//! (`/agent-locks/<name>`, kazoo's recipe): a host holds at most one node lock, goes on with
+//! another pending node of the run when one is busy, and waits (on watches) only when every
 //! pending node is busy. After taking a lock and before the script runs, an in-flight record
 //! goes into the lock node's data; it is cleared when the step has ended, so a record found by
 //! the next holder means its writer died mid-step, and that host halts the cluster naming it.
-//! With a role controller, the role lock covers the whole pass and node locks are not used.
+//! With a role controller, the role lock covers the whole pass and node locks are not used
+//! (those deployments run as any other step, [`super::plan::Step::run`]).
 
-use std::collections::VecDeque;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::cluster::{halt, update_props};
-use super::discover::Discovered;
-use super::execute::{Context, Failure, Interrupt};
-use super::model::{deployed_name, lock_name, marker_base};
+use super::cluster::halt;
+use super::error::{Failure, Interrupt, StepError};
+use super::model::{deployed_name, marker_base};
 use super::observe;
-use super::plan::Step;
-use super::status::{now, Report};
-use super::steps::record_for;
+use super::pass::{run_recorded, Pass};
+use super::plan::{Lock, Step};
+use super::status::StepReport;
+use crate::files::{now, write_atomic};
 use crate::tree::literal::py_str;
 use crate::zk::lock::{try_lock, wait_for_any, TryLock};
+use crate::zk::update::update_props;
 use crate::zk::{call_retrying, decode, Client, ZkError};
 
-/// Where the node locks live.
-pub const AGENT_LOCKS: &str = "/agent-locks";
 /// Longest wait on busy locks before looking again.
 const LOCK_RECHECK: Duration = Duration::from_secs(10);
 
-/// The lock node of an application node.
-pub fn lock_path(path: &str) -> String {
-    format!("{AGENT_LOCKS}/{}", lock_name(path))
+/// Runs a run of deployments under their node locks, in plan order except that a busy node is
+/// passed over and taken later.
+pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), Interrupt> {
+    let agent = pass.agent;
+    let identifier = format!("{} ({})", agent.host.name, agent.host.id);
+    let mut pending: Vec<NodeLocked<'_>> = run
+        .iter()
+        .filter_map(|step| match step {
+            Step::Deploy {
+                lock: Lock::Node(lock),
+                path,
+                n,
+                ..
+            } => Some(NodeLocked {
+                step,
+                lock,
+                path,
+                n: *n,
+            }),
+            _ => None,
+        })
+        .collect();
+    let mut waited_since: Option<Instant> = None;
+    // The waiting status last written: rewritten only when it changes, so that its age
+    // (what the monitor reports) counts from the start of the wait.
+    let mut waiting: Option<String> = None;
+    while !pending.is_empty() {
+        let mut busy = Vec::new();
+        let mut holders = Vec::new();
+        let mut ran = None;
+        for (i, node) in pending.iter().enumerate() {
+            pass.checkpoint().await?;
+            let lock = node.lock;
+            match try_lock(&agent.client, lock, &identifier).await? {
+                TryLock::Busy { holder } => {
+                    tracing::info!(
+                        "{lock} is held by {}; trying another node",
+                        holder.identifier
+                    );
+                    busy.push(format!("{lock}/{}", holder.name));
+                    holders.push(format!("{} held by {}", node.path, holder.identifier));
+                }
+                TryLock::Acquired(held) => {
+                    if let Some(since) = waited_since.take() {
+                        let waited = since.elapsed().as_secs_f64();
+                        tracing::info!("waited {waited:.1} s for node locks");
+                        pass.metrics.lock_wait += waited;
+                    }
+                    let result = deploy_locked(pass, node).await;
+                    // The step's own outcome first: a failed release only hides it.
+                    let released = held.release(&agent.client).await;
+                    result?;
+                    released?;
+                    ran = Some(i);
+                    break;
+                }
+            }
+        }
+        match ran {
+            Some(i) => {
+                pending.remove(i);
+                waiting = None;
+            }
+            None => {
+                waited_since.get_or_insert_with(Instant::now);
+                tracing::info!("every pending node is locked by another host; waiting");
+                // The status says what the host waits for, and for whom (not the step it
+                // last ran).
+                let text = waiting_status(&holders);
+                if waiting.as_ref() != Some(&text) {
+                    pass.status(&text).await;
+                    waiting = Some(text);
+                }
+                wait_for_any(&agent.client, &busy, LOCK_RECHECK).await?;
+            }
+        }
+    }
+    Ok(())
 }
 
-impl Context {
-    /// Runs the deployments under node locks, skipping busy nodes.
-    pub(super) async fn run_deploys(
-        &mut self,
-        version: &Value,
-        found: &Discovered,
-        mut pending: VecDeque<Step>,
-        report: &mut Report,
-    ) -> Result<(), Interrupt> {
-        let identifier = format!("{} ({})", self.host.name, self.host.id);
-        let mut waited_since: Option<Instant> = None;
-        // The waiting status last written: rewritten only when it changes, so that its age
-        // (what the monitor reports) counts from the start of the wait.
-        let mut waiting: Option<String> = None;
-        while !pending.is_empty() {
-            let mut busy = Vec::new();
-            let mut holders = Vec::new();
-            let mut ran = None;
-            for (i, step) in pending.iter().enumerate() {
-                let Step::Deploy { path, .. } = step else {
-                    continue;
-                };
-                self.checkpoint().await?;
-                let lock = lock_path(path);
-                match try_lock(&self.client, &lock, &identifier).await? {
-                    TryLock::Busy { holder } => {
-                        tracing::info!(
-                            "{lock} is held by {}; trying another node",
-                            holder.identifier
-                        );
-                        busy.push(format!("{lock}/{}", holder.name));
-                        holders.push(format!("{path} held by {}", holder.identifier));
-                    }
-                    TryLock::Acquired(held) => {
-                        if let Some(since) = waited_since.take() {
-                            let waited = since.elapsed().as_secs_f64();
-                            tracing::info!("waited {waited:.1} s for node locks");
-                            self.metrics.lock_wait += waited;
-                        }
-                        let result = self
-                            .deploy_locked(version, found, step, &lock, report)
-                            .await;
-                        // The step's own outcome first: a failed release only hides it.
-                        let released = held.release(&self.client).await;
-                        result?;
-                        released?;
-                        ran = Some(i);
-                        break;
-                    }
-                }
-            }
-            match ran {
-                Some(i) => {
-                    pending.remove(i);
-                    waiting = None;
-                }
-                None => {
-                    waited_since.get_or_insert_with(Instant::now);
-                    tracing::info!("every pending node is locked by another host; waiting");
-                    // The status says what the host waits for, and for whom (not the step
-                    // it last ran).
-                    let text = waiting_status(&holders);
-                    if waiting.as_ref() != Some(&text) {
-                        self.status(version, &text).await;
-                        waiting = Some(text);
-                    }
-                    wait_for_any(&self.client, &busy, LOCK_RECHECK).await?;
-                }
-            }
-        }
-        Ok(())
-    }
+/// A deployment step under its node lock.
+struct NodeLocked<'p> {
+    step: &'p Step,
+    lock: &'p str,
+    path: &'p str,
+    n: u32,
+}
 
-    /// Runs the deployments in order without node locks (the role lock is held).
-    pub(super) async fn run_deploys_controlled(
-        &mut self,
-        version: &Value,
-        found: &Discovered,
-        pending: VecDeque<Step>,
-        report: &mut Report,
-    ) -> Result<(), Interrupt> {
-        for step in &pending {
-            self.checkpoint().await?;
-            self.status(version, &step.to_string()).await;
-            if let Err(message) = self.deploy_one(version, found, step, report).await {
-                return Err(Interrupt::Fail(Failure::new(message)));
-            }
-        }
-        Ok(())
+/// One deployment with its node lock held: the in-flight record around the step. A failure
+/// halts the cluster before the caller releases the lock.
+async fn deploy_locked(pass: &mut Pass<'_>, node: &NodeLocked<'_>) -> Result<(), Interrupt> {
+    let agent = pass.agent;
+    let (step, lock) = (node.step, node.lock);
+    pass.checkpoint().await?;
+    if let Some(text) = step.status_text() {
+        pass.status(&text).await;
     }
-
-    /// One deployment with its node lock held: the in-flight record around the script. A
-    /// failure halts the cluster before the caller releases the lock.
-    async fn deploy_locked(
-        &mut self,
-        version: &Value,
-        found: &Discovered,
-        step: &Step,
-        lock: &str,
-        report: &mut Report,
-    ) -> Result<(), Interrupt> {
-        self.checkpoint().await?;
-        self.status(version, &step.to_string()).await;
-        let Step::Deploy { path, n, .. } = step else {
-            unreachable!("only deployments")
-        };
-        let (data, _) = call_retrying("get", lock, || self.client.get_data(lock)).await?;
-        let lock_props = decode(&data);
-        if let Some(Value::Object(rec)) = lock_props.get("in-flight") {
-            let ours = rec.get("host").and_then(Value::as_str) == Some(self.host.id.as_str())
-                && rec.get("pid").and_then(Value::as_u64) == Some(u64::from(std::process::id()));
-            if !ours {
-                let field = |k: &str| rec.get(k).map(py_str).unwrap_or_default();
-                let message = format!(
-                    "{} ({}) died deploying {} {} (version {}) since {}: in-flight record left in {lock}",
-                    field("name"),
-                    field("host"),
-                    field("path"),
-                    field("n"),
-                    field("version"),
-                    field("since"),
-                );
-                halt(&self.client, &self.host, version, &message).await?;
-                clear_in_flight(&self.client, lock).await?;
-                return Err(Interrupt::Fail(Failure {
-                    message,
-                    halted: true,
-                }));
-            }
-        }
-        let record = json!({
-            "host": self.host.id, "name": self.host.name, "path": path, "n": n,
-            "version": version, "pid": std::process::id(), "since": now(),
-        });
-        // Version-guarded, and read again after a connection loss: written exactly once.
-        update_props(&self.client, lock, |p| {
-            p.insert("in-flight".into(), record.clone());
-        })
-        .await?;
-        let result = self.deploy_one(version, found, step, report).await;
-        if let Err(message) = &result {
-            halt(&self.client, &self.host, version, message).await?;
-        }
-        clear_in_flight(&self.client, lock).await?;
-        result.map_err(|message| {
-            Interrupt::Fail(Failure {
-                message,
+    let (data, _) = call_retrying("get", lock, || agent.client.get_data(lock)).await?;
+    let lock_props = decode(&data);
+    if let Some(Value::Object(rec)) = lock_props.get("in-flight") {
+        let ours = rec.get("host").and_then(Value::as_str) == Some(agent.host.id.as_str())
+            && rec.get("pid").and_then(Value::as_u64) == Some(u64::from(std::process::id()));
+        if !ours {
+            let field = |k: &str| rec.get(k).map(py_str).unwrap_or_default();
+            let message = format!(
+                "{} ({}) died deploying {} {} (version {}) since {}: in-flight record left in {lock}",
+                field("name"),
+                field("host"),
+                field("path"),
+                field("n"),
+                field("version"),
+                field("since"),
+            );
+            halt(&agent.client, &agent.host, &pass.version, &message).await?;
+            clear_in_flight(&agent.client, lock).await?;
+            return Err(Interrupt::Fail(Failure {
+                error: StepError::DiedInFlight(message),
                 halted: true,
-            })
-        })
+            }));
+        }
     }
+    let record = json!({
+        "host": agent.host.id, "name": agent.host.name, "path": node.path, "n": node.n,
+        "version": pass.version, "pid": std::process::id(), "since": now(),
+    });
+    // Version-guarded, and read again after a connection loss: written exactly once.
+    update_props(&agent.client, lock, |p| {
+        p.insert("in-flight".into(), record.clone());
+    })
+    .await?;
+    let result = step.execute(pass).await;
+    if let Err(Interrupt::Fail(failure)) = &result {
+        halt(
+            &agent.client,
+            &agent.host,
+            &pass.version,
+            &failure.error.to_string(),
+        )
+        .await?;
+    }
+    clear_in_flight(&agent.client, lock).await?;
+    result.map_err(|i| match i {
+        Interrupt::Fail(Failure { error, .. }) => Interrupt::Fail(Failure {
+            error,
+            halted: true,
+        }),
+        other => other,
+    })
+}
 
-    /// Runs the deploy script of one instance and writes its `.script` marker.
-    async fn deploy_one(
-        &mut self,
-        version: &Value,
-        found: &Discovered,
-        step: &Step,
-        report: &mut Report,
-    ) -> Result<(), String> {
-        let Step::Deploy {
-            rpm,
-            app,
-            path,
-            n,
-            subtype,
-            ..
-        } = step
-        else {
-            unreachable!("only deployments")
-        };
-        let root = self.config.root.clone();
-        let etc = observe::etc_dir(&root, app);
-        let props_file = properties_file(&self.run_dir.status_path().with_file_name(""), path);
-        let props_dir = props_file
-            .parent()
-            .expect("in the run directory")
-            .to_path_buf();
-        let props = found.properties.get(path).cloned().unwrap_or_default();
-        let mut record = record_for("deploy", step.to_string());
-        let clock = Instant::now();
-        let mut result = std::fs::create_dir_all(&etc)
-            .and_then(|_| std::fs::create_dir_all(&props_dir))
-            .map_err(|e| format!("{}: {e}", etc.display()))
-            .and_then(|_| {
-                super::status::write_atomic(
-                    &props_file,
-                    &serde_json::to_vec_pretty(&props).unwrap_or_default(),
-                )
-                .map_err(|e| e.to_string())
-            });
-        if result.is_ok() {
-            let mut argv = vec![observe::deploy_script(&root, rpm).display().to_string()];
-            if let Some(s) = subtype {
-                argv.extend(["-r".to_string(), s.clone()]);
-            }
-            argv.extend([path.clone(), n.to_string()]);
-            let cmd = self.script(argv, version, Some(&props_file));
-            result = self.run_recorded(&cmd, &mut record).await;
-        }
-        if result.is_ok() {
-            result =
-                observe::write_script_marker(&root, app, rpm, path, *n).map_err(|e| e.to_string());
-            let marker = etc.join(deployed_name(path, *n));
-            if result.is_ok() && !marker.exists() {
-                tracing::warn!(
-                    "the deploy script of {rpm} did not create {}",
-                    marker.display()
-                );
-            }
-        }
-        record.duration = clock.elapsed().as_secs_f64();
-        report.steps.push(record);
-        self.step_done();
-        result
+/// The instance a deploy script runs for.
+pub struct Instance<'s> {
+    /// The package.
+    pub rpm: &'s str,
+    /// The application name.
+    pub app: &'s str,
+    /// The application node path.
+    pub path: &'s str,
+    /// The instance number.
+    pub n: u32,
+    /// The subtype (`-r`).
+    pub subtype: Option<&'s str>,
+}
+
+/// Writes the properties snapshot, runs the deploy script of one instance (recorded in
+/// `record`) and writes its `.script` marker.
+pub async fn deploy_script(
+    pass: &Pass<'_>,
+    d: &Instance<'_>,
+    record: &mut StepReport,
+) -> Result<(), StepError> {
+    let root = &pass.agent.config.root;
+    let etc = observe::etc_dir(root, d.app);
+    let run_dir = pass.agent.run_dir.status_path().with_file_name("");
+    let props_file = properties_file(&run_dir, d.path);
+    let props_dir = props_file.parent().unwrap_or(&run_dir).to_path_buf();
+    let props = pass.properties.get(d.path).cloned().unwrap_or_default();
+    std::fs::create_dir_all(&etc)
+        .and_then(|_| std::fs::create_dir_all(&props_dir))
+        .map_err(|source| StepError::File {
+            path: etc.clone(),
+            source,
+        })?;
+    write_atomic(
+        &props_file,
+        &serde_json::to_vec_pretty(&props).unwrap_or_default(),
+    )?;
+    let mut argv = vec![observe::deploy_script(root, d.rpm).display().to_string()];
+    if let Some(s) = d.subtype {
+        argv.extend(["-r".to_string(), s.to_string()]);
     }
+    argv.extend([d.path.to_string(), d.n.to_string()]);
+    let cmd = pass.script(argv, Some(&props_file));
+    run_recorded(&cmd, record).await?;
+    observe::write_script_marker(root, d.app, d.rpm, d.path, d.n)?;
+    let marker = etc.join(deployed_name(d.path, d.n));
+    if !marker.exists() {
+        tracing::warn!(
+            "the deploy script of {} did not create {}",
+            d.rpm,
+            marker.display()
+        );
+    }
+    Ok(())
 }
 
 /// The status of a host waiting for node locks: the first few nodes and their holders.

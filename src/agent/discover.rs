@@ -15,43 +15,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde_json::Value;
 use zookeeper_client::MultiReadResult;
 
-use super::model::{app_name, check_plain_name, is_versioned_name, Deployment, Wanted};
+use super::model::{app_name, check_plain_name, is_versioned_name, Deployment, Host, Wanted};
 use crate::tree::literal::{py_str, repr_str};
 use crate::tree::{Props, PLINK_SUFFIX};
 use crate::zk::links::{property, LinkError, NodeSource};
 use crate::zk::multiread::{read_all, Want};
+use crate::zk::paths::{role_path, RESERVED_ROOTS};
 use crate::zk::{decode, join, Client, ZkError};
-
-/// Top-level subtrees discovery never walks.
-pub const SKIPPED_ROOTS: [&str; 5] = [
-    "/zookeeper",
-    "/hosts",
-    "/hosts-lock",
-    "/agent-locks",
-    "/role-locks",
-];
-
-/// Who this host is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Host {
-    /// Host id (its node under `/hosts`).
-    pub id: String,
-    /// Host name (FQDN by default).
-    pub name: String,
-    /// Role, if any: then the host is configured by its role alone.
-    pub role: Option<String>,
-}
-
-impl Host {
-    /// The deploy targets that name this host: id, name and role.
-    pub fn targets(&self) -> Vec<&str> {
-        let mut t = vec![self.id.as_str(), self.name.as_str()];
-        if let Some(r) = &self.role {
-            t.push(r);
-        }
-        t
-    }
-}
 
 /// What discovery read: the matching deploy nodes, and the properties of every node read
 /// (deploy nodes, application nodes, link targets). Paths known not to exist are remembered so
@@ -266,7 +236,7 @@ fn controller<S: TreeSource>(
     let Some(role) = &host.role else {
         return Ok(None);
     };
-    let path = format!("{}/{role}", super::role::ROLES);
+    let path = role_path(role);
     if src.props_at(&path).is_none() {
         return Ok(None);
     }
@@ -348,7 +318,7 @@ pub async fn find_deploy_nodes(
             let is_deploy = path.ends_with("/deploy");
             for name in children {
                 let child = join(&path, &name);
-                if SKIPPED_ROOTS.contains(&child.as_str()) {
+                if RESERVED_ROOTS.contains(&child.as_str()) {
                     continue;
                 }
                 if is_deploy && targets.contains(&name) {
@@ -409,7 +379,7 @@ pub async fn read_snapshot(client: &Client, host: &Host) -> Result<Snapshot, ZkE
         }
     }
     if let Some(role) = &host.role {
-        wanted.push(format!("{}/{role}", super::role::ROLES));
+        wanted.push(role_path(role));
     }
     snap.deploy_nodes = deploy_nodes;
     read_nodes(client, &mut snap, wanted).await?;

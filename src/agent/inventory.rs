@@ -25,7 +25,7 @@ use super::model::{app_name, Installed, InstalledDeployment};
 use super::plan::Step;
 
 /// The host node property holding the inventory.
-pub const PROPERTY: &str = "inventory";
+pub use crate::zk::paths::INVENTORY as PROPERTY;
 /// The run-directory file keeping the last inventory (published again after a restart).
 pub const FILE: &str = "inventory.json";
 /// How an installed version that is not known is shown in plans.

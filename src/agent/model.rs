@@ -1,5 +1,5 @@
-//! The agent's vocabulary: what the tree wants on this host ([`Deployment`]), what the host
-//! has ([`Installed`]), and the naming rules shared by both sides — the application name of an
+//! The agent's vocabulary: who this host is ([`Host`]), what the tree wants on it
+//! ([`Deployment`]), what the host has ([`Installed`]), and the naming rules shared by both sides — the application name of an
 //! rpm ([`app_name`]), plain names ([`check_plain_name`]), and the marker file names of
 //! `/etc/<app>` ([`marker_base`], [`parse_marker`]).
 
@@ -7,6 +7,28 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Serialize;
+
+/// Who this host is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    /// Host id (its node under `/hosts`).
+    pub id: String,
+    /// Host name (FQDN by default).
+    pub name: String,
+    /// Role, if any: then the host is configured by its role alone.
+    pub role: Option<String>,
+}
+
+impl Host {
+    /// The deploy targets naming this host: its id, its name and its role.
+    pub fn targets(&self) -> Vec<&str> {
+        let mut t = vec![self.id.as_str(), self.name.as_str()];
+        if let Some(r) = &self.role {
+            t.push(r);
+        }
+        t
+    }
+}
 
 /// The version the tree asks for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -170,11 +192,6 @@ fn unescape(part: &str) -> Option<String> {
     } else {
         Some(out)
     }
-}
-
-/// The kazoo lock name of an application node: the path without its leading `/`, `/` → `,`.
-pub fn lock_name(path: &str) -> String {
-    path.trim_start_matches('/').replace('/', ",")
 }
 
 #[cfg(test)]

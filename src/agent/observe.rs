@@ -1,8 +1,8 @@
-//! What the host has: the agent's view of its disk under `root` (behaviour 1.9 and 2.5,
-//! installed side), with the fixes of 8.1 items 9–12 (installed versions come from
+//! What the host has: the agent's view of its disk under `root` (README "The agent,
+//! step by step", the observing half of Prepare; installed versions come from
 //! [`super::software::installed_version`]).
 //!
-//! This module owns the host disk layout of CONTRACT section 3 and every file operation on it
+//! This module owns the host disk layout (README "Concepts") and every file operation on it
 //! that is not a package install:
 //! - reading: [`observe_disk`] (installed packages, deployment markers, our `/etc/<app>`
 //!   directories);
@@ -177,13 +177,13 @@ fn is_script_tmp(name: &str) -> bool {
 ///     `R`; holds anything else: belongs to another package (or to none installed), skipped;
 ///   - is absent (or empty, or a directory): belongs to exactly one package of the application, the one named like the
 ///     application if installed (`z4m` rather than `z4m-4.0.0`), else the first in order
-///     (behaviour 8.1 item 12: never to several).
+///     (never to several).
 ///
 ///   Sorted, no duplicates.
 /// - `app_dirs`: the directories `D` of `ROOT/etc` that are ours: the application directory of
 ///   an installed package (when it exists), or a real directory holding at least one file
 ///   `*.deployed` / `*.script` accepted by [`parse_marker`] (so orphans whose `/opt` directory
-///   is gone are found: 8.1 item 11). Other `/etc` directories never are. Sorted.
+///   is gone are found). Other `/etc` directories never are. Sorted.
 /// - `versions`: left empty (filled by the pass from [`super::software::installed_version`]).
 ///
 /// Missing `ROOT/opt` or `ROOT/etc` mean nothing installed. Errors (an unreadable directory of

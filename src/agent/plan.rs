@@ -1,7 +1,17 @@
 //! The plan of a pass: a pure function of what the tree wants and what the host has, giving
-//! the ordered steps the executor runs (and `deploy --dry-run` prints). Order: role controller,
-//! removal of deployments no longer wanted, package installs, deployments, uninstall of
-//! packages no longer used, removal of `/etc/<app>` directories no longer used.
+//! every action the pass takes, in the order it takes them. The executor walks this value
+//! (`src/agent/execute.rs`), `deploy --dry-run` prints it, and `last-pass.json` records one
+//! entry per step run. Order (README "Order of steps in a pass"):
+//!
+//! 1. the role controller brought to what `/roles/<role>` wants (removed, installed, changed);
+//! 2. undeployment of instances no longer wanted;
+//! 3. with a role controller: `starting-deployments`, entering the role lock first;
+//! 4. package installs (and checkout updates);
+//! 5. deployments, each under the lock it takes (its node lock, or the role lock);
+//! 6. with a role controller: `ending-deployments`, leaving the role lock after;
+//! 7. uninstall of packages no longer used, removal of `/etc/<app>` directories no longer used;
+//! 8. recording the version on the host node and in `host_version`;
+//! 9. the `after` hook, if configured.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -10,6 +20,7 @@ use serde::Serialize;
 
 use super::model::{Deployment, Installed, Wanted};
 use crate::tree::literal::repr_str;
+use crate::zk::paths::{node_lock_path, role_lock_path, ROLES};
 
 /// One step of a pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -26,6 +37,14 @@ pub enum Step {
         installed: Option<String>,
         /// An installed controller to remove first.
         remove: Option<String>,
+    },
+    /// Enter the role lock (`/role-locks/<role>`), then run the controller's
+    /// `starting-deployments /roles/<role>`.
+    StartingDeployments {
+        /// The role controller package.
+        rpm: String,
+        /// The role.
+        role: String,
     },
     /// Run `zookeeper-deploy -u PATH N` of `rpm` and remove the instance's markers.
     Undeploy {
@@ -61,6 +80,15 @@ pub enum Step {
         version: Option<String>,
         /// Subtype (`-r`).
         subtype: Option<String>,
+        /// The lock the deployment runs under.
+        lock: Lock,
+    },
+    /// Run the controller's `ending-deployments /roles/<role>`, then leave the role lock.
+    EndingDeployments {
+        /// The role controller package.
+        rpm: String,
+        /// The role.
+        role: String,
     },
     /// Remove a package no longer used.
     Uninstall {
@@ -72,6 +100,108 @@ pub enum Step {
         /// Application name.
         app: String,
     },
+    /// Record the cluster version as this host's (host node `version`, `host_version`).
+    RecordVersion,
+    /// Run the configured `after` hook.
+    After {
+        /// Its argument vector.
+        command: Vec<String>,
+    },
+}
+
+/// The lock a deployment runs under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Lock {
+    /// The node lock (`/agent-locks/<name>`, kazoo's recipe), taken for this step alone; a
+    /// busy node is passed over and taken later.
+    Node(String),
+    /// The role lock (`/role-locks/<role>`), held from `starting-deployments` to
+    /// `ending-deployments`.
+    Role(String),
+}
+
+impl Step {
+    /// The step's action name (`deploy`, `install`, …): its `action` key in the JSON of
+    /// `deploy --dry-run --json` and `last-pass.json`, taken from the serde tag so the two
+    /// can never disagree.
+    pub fn action(&self) -> String {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(m)) => m
+                .get("action")
+                .and_then(|a| a.as_str())
+                .unwrap_or_default()
+                .to_string(),
+            _ => String::new(),
+        }
+    }
+
+    /// True for the steps that change the host's software or deployments (the others run the
+    /// role controller's scripts, record the version, run the after hook). A plan without
+    /// any is "nothing to do" for `deploy --dry-run`; the metrics count these steps.
+    pub fn changes_host(&self) -> bool {
+        !matches!(
+            self,
+            Step::StartingDeployments { .. }
+                | Step::EndingDeployments { .. }
+                | Step::RecordVersion
+                | Step::After { .. }
+        )
+    }
+
+    /// True for a deployment under its node lock (the executor runs a run of these together,
+    /// passing over busy nodes).
+    pub fn takes_node_lock(&self) -> bool {
+        matches!(
+            self,
+            Step::Deploy {
+                lock: Lock::Node(_),
+                ..
+            }
+        )
+    }
+
+    /// What the status file says while the step runs (`None`: left as it is).
+    pub fn status_text(&self) -> Option<String> {
+        match self {
+            Step::StartingDeployments { .. } => Some("role start script".into()),
+            Step::EndingDeployments { .. } => Some("role end script".into()),
+            Step::RecordVersion | Step::After { .. } => None,
+            _ => Some(self.to_string()),
+        }
+    }
+
+    /// True for the steps before which the executor checks that it may go on (a stop
+    /// request, a halted or paused cluster). Recording the version and the after hook end a
+    /// pass whose work is done: they are not stopped half-way.
+    pub fn checkpointed(&self) -> bool {
+        !matches!(self, Step::RecordVersion | Step::After { .. })
+    }
+}
+
+/// Every action of one pass, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Plan {
+    /// The steps.
+    pub steps: Vec<Step>,
+}
+
+impl Plan {
+    /// The role lock the pass takes, if it has a role controller (a pass run by a role
+    /// controller is not abandoned on a halt).
+    pub fn role_lock(&self) -> Option<(&str, &str)> {
+        self.steps.iter().find_map(|s| match s {
+            Step::StartingDeployments { rpm, role } => Some((rpm.as_str(), role.as_str())),
+            _ => None,
+        })
+    }
+
+    /// True if the pass would change the host's software or deployments (see
+    /// [`Step::changes_host`]).
+    pub fn changes_host(&self) -> bool {
+        self.steps.iter().any(Step::changes_host)
+    }
 }
 
 fn opt(v: &Wanted) -> Option<String> {
@@ -99,6 +229,12 @@ impl fmt::Display for Step {
                     Some(rpm) => write!(f, " install {rpm} {}", v(version)),
                     None => Ok(()),
                 }
+            }
+            Step::StartingDeployments { rpm, role } => {
+                write!(f, "starting-deployments {ROLES}/{role} ({rpm})")
+            }
+            Step::EndingDeployments { rpm, role } => {
+                write!(f, "ending-deployments {ROLES}/{role} ({rpm})")
             }
             Step::Undeploy { rpm, path, n, .. } => write!(f, "undeploy {path} {n} ({rpm})"),
             Step::Install {
@@ -129,14 +265,26 @@ impl fmt::Display for Step {
             }
             Step::Uninstall { rpm } => write!(f, "uninstall {rpm}"),
             Step::RemoveEtc { app } => write!(f, "remove /etc/{app}"),
+            Step::RecordVersion => f.write_str("record the version"),
+            Step::After { .. } => f.write_str("after hook"),
         }
     }
 }
 
 /// A plan that cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct PlanError(pub String);
+pub enum PlanError {
+    /// Two deployments of one package want different versions.
+    #[error("Inconsistent versions for {rpm}. {this} != {first}")]
+    InconsistentVersions {
+        /// The package.
+        rpm: String,
+        /// The version wanted by a later deployment (Python `repr`, or `<any>`).
+        this: String,
+        /// The version wanted first.
+        first: String,
+    },
+}
 
 /// True if `installed` satisfies `wanted`.
 pub fn satisfies(wanted: &Wanted, installed: Option<&str>) -> bool {
@@ -157,12 +305,11 @@ pub fn package_versions(wanted: &[Deployment]) -> Result<BTreeMap<String, Wanted
                     Wanted::Exact(s) => repr_str(s),
                     Wanted::Any => "<any>".to_string(),
                 };
-                return Err(PlanError(format!(
-                    "Inconsistent versions for {}. {} != {}",
-                    d.rpm,
-                    show(&d.version),
-                    show(first)
-                )));
+                return Err(PlanError::InconsistentVersions {
+                    rpm: d.rpm.clone(),
+                    this: show(&d.version),
+                    first: show(first),
+                });
             }
             Some(_) => {}
             None => {
@@ -201,12 +348,30 @@ fn controller_step(wanted: Option<&(String, String)>, installed: &Installed) -> 
     }
 }
 
-/// The steps of a pass, in order. `controller` is the role controller `/roles/<role>` wants.
-pub fn plan(
-    wanted: &[Deployment],
-    controller: Option<&(String, String)>,
-    installed: &Installed,
-) -> Result<Vec<Step>, PlanError> {
+/// What a pass is planned from.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The deployments the tree wants on this host, in discovery order.
+    pub wanted: &'a [Deployment],
+    /// The role controller `/roles/<role>` wants (package, version), if any.
+    pub controller: Option<&'a (String, String)>,
+    /// The host's role.
+    pub role: Option<&'a str>,
+    /// What the host has.
+    pub installed: &'a Installed,
+    /// The configured `after` hook.
+    pub after: Option<&'a [String]>,
+}
+
+/// Every step of a pass, in order (see the module documentation).
+pub fn plan(inputs: Inputs<'_>) -> Result<Plan, PlanError> {
+    let Inputs {
+        wanted,
+        controller,
+        role,
+        installed,
+        after,
+    } = inputs;
     let versions = package_versions(wanted)?;
     let mut steps = Vec::new();
     steps.extend(controller_step(controller, installed));
@@ -225,6 +390,18 @@ pub fn plan(
                 n: d.n,
             });
         }
+    }
+    // With a role controller, the role lock covers installs and deployments, between the
+    // controller's two scripts; node locks are not used.
+    let role_run = match (controller, role) {
+        (Some((rpm, _)), Some(role)) => Some((rpm.clone(), role.to_string())),
+        _ => None,
+    };
+    if let Some((rpm, role)) = &role_run {
+        steps.push(Step::StartingDeployments {
+            rpm: rpm.clone(),
+            role: role.clone(),
+        });
     }
     for (rpm, version) in &versions {
         let have = installed.versions.get(rpm).cloned().flatten();
@@ -248,7 +425,14 @@ pub fn plan(
             n: d.n,
             version: opt(&d.version),
             subtype: d.subtype.clone(),
+            lock: match &role_run {
+                Some((_, role)) => Lock::Role(role_lock_path(role)),
+                None => Lock::Node(node_lock_path(&d.path)),
+            },
         });
+    }
+    if let Some((rpm, role)) = role_run {
+        steps.push(Step::EndingDeployments { rpm, role });
     }
     for rpm in &installed.packages {
         if !versions.contains_key(rpm) {
@@ -261,5 +445,11 @@ pub fn plan(
             steps.push(Step::RemoveEtc { app: app.clone() });
         }
     }
-    Ok(steps)
+    steps.push(Step::RecordVersion);
+    if let Some(command) = after {
+        steps.push(Step::After {
+            command: command.to_vec(),
+        });
+    }
+    Ok(Plan { steps })
 }

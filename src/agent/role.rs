@@ -1,26 +1,16 @@
-//! Role controllers: the package a role's hosts run around their deployments
+//! Role controllers on this host: the package a role's hosts run around their deployments
 //! (`/roles/<role>` gives its type = package and `version`). An installed controller is a
 //! package with `bin/starting-deployments`. With a controller, a pass runs
 //! `starting-deployments /roles/<role>` before installing and `ending-deployments
-//! /roles/<role>` after deploying, all inside the role's persistent lock (the original's
-//! recipe at `/role-locks/<role>`: persistent sequential `lr-` requests holding
-//! `{"requestor", "hostname"}`; a host that fails keeps its request, so the role stays locked
-//! until that host succeeds or an operator deletes the request). Node locks are not used, and
-//! a halt does not abandon a pass that has started.
+//! /roles/<role>` after deploying, all inside the role's persistent lock (the recipe is in
+//! [`crate::zk::role_lock`]). Node locks are not used, and a halt does not abandon a pass
+//! that has started.
 
 use std::io;
 use std::path::Path;
 
-use serde_json::json;
-use zookeeper_client::{Acls, CreateMode};
-
-use super::discover::Host;
-use crate::zk::{call, call_retrying, decode, join, Client, ZkError};
-
-/// Where role controllers are declared.
-pub const ROLES: &str = "/roles";
-/// Where the persistent role locks live (created by operators).
-pub const ROLE_LOCKS: &str = "/role-locks";
+use super::error::{Interrupt, StepError};
+use crate::zk::role_lock::RoleLockError;
 
 /// The packages under `ROOT/opt` that are role controllers (have `bin/starting-deployments`).
 pub fn installed_controllers(root: &Path) -> io::Result<Vec<String>> {
@@ -45,167 +35,11 @@ pub fn installed_controllers(root: &Path) -> io::Result<Vec<String>> {
     Ok(found)
 }
 
-/// The role lock node of a role.
-pub fn lock_path(role: &str) -> String {
-    format!("{ROLE_LOCKS}/{role}")
-}
-
-/// A held role lock (our request node).
-#[derive(Debug)]
-pub struct RoleLock {
-    /// Our request node.
-    pub request: String,
-}
-
-/// Why the role lock could not be taken.
-#[derive(Debug, thiserror::Error)]
-pub enum RoleLockError {
-    /// The lock node is missing (operators create it).
-    #[error("role lock node '{0}' must exist")]
-    Missing(String),
-    /// ZooKeeper failed.
-    #[error(transparent)]
-    Zk(#[from] ZkError),
-}
-
-/// The requests of the lock, in order, with their requestor.
-async fn requests(client: &Client, path: &str) -> Result<Vec<(String, Option<String>)>, ZkError> {
-    let mut names: Vec<String> = call_retrying("list", path, || client.list_children(path))
-        .await?
-        .into_iter()
-        .filter(|n| n.starts_with("lr-"))
-        .collect();
-    names.sort();
-    let mut out = Vec::new();
-    for name in names {
-        let node = join(path, &name);
-        match call_retrying("get", &node, || client.get_data(&node)).await {
-            Ok((data, _)) => {
-                let who = decode(&data)
-                    .get("requestor")
-                    .and_then(|v| v.as_str().map(str::to_string));
-                out.push((name, who));
-            }
-            // A request deleted between the listing and the read is simply gone.
-            Err(e) if e.is_no_node() => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(out)
-}
-
-/// Checks that the role lock node of `role` exists (operators create it).
-pub async fn check_lock_node(client: &Client, role: &str) -> Result<(), RoleLockError> {
-    let path = lock_path(role);
-    if call("stat", &path, client.check_stat(&path))
-        .await?
-        .is_none()
-    {
-        return Err(RoleLockError::Missing(path));
-    }
-    Ok(())
-}
-
-/// Enters the role lock: makes (or re-adopts) this host's request and waits until it is first.
-pub async fn enter(client: &Client, role: &str, host: &Host) -> Result<RoleLock, RoleLockError> {
-    let path = lock_path(role);
-    check_lock_node(client, role).await?;
-    let data = json!({"requestor": host.id, "hostname": host.name}).to_string();
-    let mode = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
-    let prefix = join(&path, "lr-");
-    let (_, seq) = call(
-        "create",
-        &prefix,
-        client.create(&prefix, data.as_bytes(), &mode),
-    )
-    .await?;
-    let mut ours = format!("lr-{seq}");
-    let all = requests(client, &path).await?;
-    if let Some((first_ours, _)) = all
-        .iter()
-        .find(|(_, who)| who.as_deref() == Some(host.id.as_str()))
-    {
-        if *first_ours != ours {
-            tracing::info!("re-adopting our earlier role lock request {first_ours}");
-            let fresh = join(&path, &ours);
-            match call("delete", &fresh, client.delete(&fresh, None)).await {
-                Err(e) if !e.is_no_node() => return Err(e.into()),
-                _ => {}
-            }
-            ours = first_ours.clone();
-        }
-    }
-    let mut logged: Option<String> = None;
-    loop {
-        let (names, _, watcher) =
-            call("watch", &path, client.get_and_watch_children(&path)).await?;
-        let mut names: Vec<String> = names.into_iter().filter(|n| n.starts_with("lr-")).collect();
-        names.sort();
-        match names.first() {
-            Some(first) if *first == ours => break,
-            Some(first) => {
-                // Name the holder (once per holder): who blocks the role is what an operator
-                // needs to know, e.g. a host that failed and keeps its request.
-                if logged.as_ref() != Some(first) {
-                    let who = requestor(client, &join(&path, first)).await;
-                    tracing::info!(
-                        "waiting for the role lock {path}, held by {who} (request {first})"
-                    );
-                    logged = Some(first.clone());
-                }
-                watcher.changed().await;
-            }
-            None => {
-                return Err(RoleLockError::Zk(ZkError::Op {
-                    op: "lock",
-                    path: path.clone(),
-                    source: zookeeper_client::Error::NoNode,
-                }))
-            }
-        }
-    }
-    Ok(RoleLock {
-        request: join(&path, &ours),
-    })
-}
-
-/// `hostname (requestor)` of a request node, as far as it can be read.
-async fn requestor(client: &Client, request: &str) -> String {
-    match call("get", request, client.get_data(request)).await {
-        Ok((data, _)) => {
-            let props = decode(&data);
-            let field = |k: &str| {
-                props
-                    .get(k)
-                    .and_then(|v| v.as_str())
-                    .unwrap_or("?")
-                    .to_string()
-            };
-            format!("{} ({})", field("hostname"), field("requestor"))
-        }
-        Err(_) => "a request gone meanwhile".to_string(),
-    }
-}
-
-impl RoleLock {
-    /// Leaves the lock: the request is deleted after success, kept after a failure.
-    pub async fn leave(self, client: &Client, ok: bool) -> Result<(), ZkError> {
-        if !ok {
-            tracing::warn!(
-                "keeping the role lock request {} after the failure",
-                self.request
-            );
-            return Ok(());
-        }
-        // Retried across a connection loss: a request left behind would block the role for
-        // every other host until this one runs another pass.
-        match call_retrying("delete", &self.request, || {
-            client.delete(&self.request, None)
-        })
-        .await
-        {
-            Err(e) if !e.is_no_node() => Err(e),
-            _ => Ok(()),
+impl From<RoleLockError> for Interrupt {
+    fn from(e: RoleLockError) -> Interrupt {
+        match e {
+            RoleLockError::Zk(e) => Interrupt::Lost(e),
+            RoleLockError::Missing(path) => StepError::RoleLockMissing(path).into(),
         }
     }
 }

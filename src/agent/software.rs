@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use super::error::StepError;
 use super::observe::opt_dir;
 use crate::command::CommandError;
 use crate::packages::git;
@@ -27,7 +28,7 @@ impl Ran {
         program: &str,
         args: &[&str],
         r: Result<(), YumError>,
-    ) -> Result<(), String> {
+    ) -> Result<(), StepError> {
         self.command = std::iter::once(program.to_string())
             .chain(args.iter().map(|a| a.to_string()))
             .collect();
@@ -44,12 +45,12 @@ impl Ran {
                     }
                     other => self.output = other.to_string(),
                 }
-                Err(e.to_string())
+                Err(e.into())
             }
         }
     }
 
-    fn git_result<T>(&mut self, dir: &Path, r: Result<T, git::GitError>) -> Result<T, String> {
+    fn git_result<T>(&mut self, dir: &Path, r: Result<T, git::GitError>) -> Result<T, StepError> {
         match r {
             Ok(v) => {
                 self.exit.get_or_insert(0);
@@ -63,7 +64,7 @@ impl Ran {
                 } else {
                     self.output = e.to_string();
                 }
-                Err(e.to_string())
+                Err(e.into())
             }
         }
     }
@@ -74,11 +75,12 @@ pub fn is_git(version: Option<&str>) -> bool {
     version.is_some_and(|v| git::parse_version(v).is_some())
 }
 
-fn remove_dir(dir: &Path) -> Result<(), String> {
+fn remove_dir(dir: &Path) -> Result<(), StepError> {
     match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(format!("{}: {e}", dir.display()))
-        }
+        Err(source) if source.kind() != std::io::ErrorKind::NotFound => Err(StepError::File {
+            path: dir.to_path_buf(),
+            source,
+        }),
         _ => Ok(()),
     }
 }
@@ -93,7 +95,7 @@ pub async fn install(
     version: Option<&str>,
     installed: Option<String>,
     ran: &mut Ran,
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     let dir = opt_dir(root, rpm);
     let rpm_installed = installed.filter(|_| !git::is_checkout(&dir));
     match version.filter(|v| git::parse_version(v).is_some()) {
@@ -134,7 +136,7 @@ pub async fn install(
 }
 
 /// Removes `rpm`: a checkout is deleted; an RPM is removed with yum, then its `/opt` directory.
-pub async fn uninstall(yum: &Yum, root: &Path, rpm: &str, ran: &mut Ran) -> Result<(), String> {
+pub async fn uninstall(yum: &Yum, root: &Path, rpm: &str, ran: &mut Ran) -> Result<(), StepError> {
     let dir = opt_dir(root, rpm);
     if git::is_checkout(&dir) {
         return ran.git_result(
@@ -152,10 +154,10 @@ pub async fn installed_version(
     yum: &Yum,
     root: &Path,
     rpm: &str,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, StepError> {
     let dir = opt_dir(root, rpm);
     if git::is_checkout(&dir) {
         return Ok(git::recorded_version(&dir).filter(|v| git::is_current(&dir, v)));
     }
-    yum.installed_version(rpm).await.map_err(|e| e.to_string())
+    Ok(yum.installed_version(rpm).await?)
 }

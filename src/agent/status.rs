@@ -2,12 +2,13 @@
 //! atomically at every step; read by the monitor), `host_version` (the JSON of the last
 //! deployed version) and `last-pass.json` (the report of the last pass).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use serde_json::Value;
 
+use super::plan::Step;
+use crate::files::{now, write_atomic};
 use crate::tree::literal::py_str;
 
 /// The version as written in the status file: Python's `str()` (`None`, `False`, strings
@@ -73,31 +74,6 @@ pub fn parse_status(text: &str) -> Result<StatusLine, String> {
     })
 }
 
-/// Unix time now, as a float.
-pub fn now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
-/// Writes `data` to `path` atomically (a temporary file in the same directory, then rename).
-pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(data)?;
-        f.sync_data()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
-}
-
 /// One step of a pass report.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct StepReport {
@@ -115,18 +91,45 @@ pub struct StepReport {
     pub output: String,
 }
 
+impl StepReport {
+    /// A new entry for `step`, before it runs.
+    pub fn of(step: &Step) -> StepReport {
+        StepReport {
+            action: step.action(),
+            step: step.to_string(),
+            command: Vec::new(),
+            exit: None,
+            duration: 0.0,
+            output: String::new(),
+        }
+    }
+}
+
+/// How a pass ended, as `last-pass.json` says it.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportOutcome {
+    /// Every step ran.
+    Done,
+    /// A step failed; the cluster is halted.
+    Error,
+    /// Stopped early on purpose, or ZooKeeper failed.
+    Abandoned,
+}
+
 /// The report of a pass (`last-pass.json`).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Report {
     /// The cluster version deployed.
     pub version: Value,
     /// `done`, `error` or `abandoned`.
-    pub outcome: String,
+    pub outcome: ReportOutcome,
     /// Unix times.
     pub started: f64,
     /// Unix times.
     pub finished: f64,
-    /// The steps run.
+    /// The steps run, in order: the plan's steps, up to the one that failed (deployments
+    /// under node locks may run in another order when a node is busy).
     pub steps: Vec<StepReport>,
     /// The failure or abandonment message, if any.
     #[serde(skip_serializing_if = "Option::is_none")]

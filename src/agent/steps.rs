@@ -1,177 +1,81 @@
-//! The steps of a pass other than deployments: the role controller, undeploying, installing,
-//! uninstalling, removing `/etc/<app>`; and the commands and environment of the scripts the
-//! agent runs (deploy scripts, role controller scripts, the after hook).
+//! How each step of a plan runs against the pass ([`Step::run`]): the checkpoint before it,
+//! its status, its work, and its report entry ([`Step::execute`]). Deployments under node
+//! locks are scheduled by [`super::deploy`], which passes over busy nodes.
 
-use std::path::Path;
 use std::time::Instant;
 
-use serde_json::Value;
-
-use super::execute::{Context, Failure};
+use super::deploy::{deploy_script, Instance};
+use super::error::{Interrupt, StepError};
 use super::observe;
+use super::pass::{run_recorded, Pass};
 use super::plan::Step;
 use super::software::{self, Ran};
-use super::status::{Report, StepReport};
-use crate::command::{run_checked, Cmd, CommandError};
-use crate::packages::yum::Yum;
+use super::status::StepReport;
 use crate::tree::literal::py_str;
+use crate::zk::paths::{host_path, role_path, DEPLOYED_AT};
+use crate::zk::role_lock::enter;
+use crate::zk::update::update_props;
 
-/// The report action name of a step.
-pub fn action_of(step: &Step) -> &'static str {
-    match step {
-        Step::RoleController { .. } => "role-controller",
-        Step::Undeploy { .. } => "undeploy",
-        Step::Install { .. } => "install",
-        Step::Deploy { .. } => "deploy",
-        Step::Uninstall { .. } => "uninstall",
-        Step::RemoveEtc { .. } => "remove-etc",
-    }
-}
-
-/// A new report entry for a step.
-pub fn record_for(action: &str, step: String) -> StepReport {
-    StepReport {
-        action: action.into(),
-        step,
-        command: Vec::new(),
-        exit: None,
-        duration: 0.0,
-        output: String::new(),
-    }
-}
-
-impl Context {
-    /// The environment of every script the agent runs.
-    pub(super) fn script_env(
-        &self,
-        version: &Value,
-        props_file: Option<&Path>,
-    ) -> Vec<(String, String)> {
-        let home = std::env::var("HOME")
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "/root".into());
-        let mut env = vec![
-            (
-                "ZC_ZK_CONNECTION_STRING".to_string(),
-                self.connection.clone(),
-            ),
-            ("HOME".to_string(), home),
-            ("ZKDEPLOYMENT_VERSION".to_string(), py_str(version)),
-            ("ZKDEPLOYMENT_HOST_ID".to_string(), self.host.id.clone()),
-            ("ZKDEPLOYMENT_HOST_NAME".to_string(), self.host.name.clone()),
-            (
-                "ZKDEPLOYMENT_ROOT".to_string(),
-                self.config.root.display().to_string(),
-            ),
-        ];
-        if let Some(role) = &self.host.role {
-            env.push(("ZKDEPLOYMENT_ROLE".to_string(), role.clone()));
+impl Step {
+    /// Runs this step: the checkpoint (a stop request, a halted or paused cluster abandon the
+    /// pass first), the role lock entered before `starting-deployments`, the status, the work
+    /// with its report entry, and the role lock left after `ending-deployments`. A
+    /// deployment under its node lock runs through [`super::deploy::run_node_locked`]
+    /// instead, which takes the lock and then calls [`Step::execute`].
+    pub async fn run(&self, pass: &mut Pass<'_>) -> Result<(), Interrupt> {
+        if self.checkpointed() {
+            pass.checkpoint().await?;
         }
-        if let Some(p) = props_file {
-            env.push((
-                "ZKDEPLOYMENT_PROPERTIES".to_string(),
-                p.display().to_string(),
-            ));
+        if let Step::StartingDeployments { role, .. } = self {
+            pass.status("waiting for the role lock").await;
+            let host = &pass.agent.host;
+            pass.role_lock = Some(enter(&pass.agent.client, role, &host.id, &host.name).await?);
         }
-        env
-    }
-
-    /// A command with the scripts' environment.
-    pub(super) fn script(
-        &self,
-        argv: Vec<String>,
-        version: &Value,
-        props_file: Option<&Path>,
-    ) -> Cmd {
-        Cmd {
-            argv,
-            env: self.script_env(version, props_file),
-            cwd: None,
+        if let Some(text) = self.status_text() {
+            pass.status(&text).await;
         }
-    }
-
-    /// Runs a command, recording it; a failure carries the output tail in the record.
-    pub(super) async fn run_recorded(
-        &self,
-        cmd: &Cmd,
-        record: &mut StepReport,
-    ) -> Result<(), String> {
-        record.command = cmd.argv.clone();
-        match run_checked(cmd).await {
-            Ok(out) => {
-                record.exit = Some(out.code);
-                record.output = out.tail;
-                Ok(())
-            }
-            Err(e) => {
-                if let CommandError::Failed { output, .. } = &e {
-                    record.exit = Some(output.code);
-                    record.output = output.tail.clone();
-                }
-                Err(e.to_string())
+        self.execute(pass).await?;
+        if let Step::EndingDeployments { .. } = self {
+            if let Some(lock) = pass.role_lock.take() {
+                lock.leave(&pass.agent.client, true).await?;
             }
         }
+        Ok(())
     }
 
-    /// Runs a role controller script (`starting-deployments` / `ending-deployments`) as a step.
-    pub(super) async fn role_script(
-        &self,
-        rc: &str,
-        name: &str,
-        version: &Value,
-        report: &mut Report,
-    ) -> Result<(), Failure> {
-        let role = self.host.role.clone().unwrap_or_default();
-        let script = observe::opt_dir(&self.config.root, rc)
-            .join("bin")
-            .join(name);
-        let cmd = self.script(
-            vec![
-                script.display().to_string(),
-                format!("{}/{role}", super::role::ROLES),
-            ],
-            version,
-            None,
-        );
-        let mut record = record_for(name, format!("{name} /roles/{role} ({rc})"));
+    /// The work of the step, timed and recorded as one report entry.
+    pub async fn execute(&self, pass: &mut Pass<'_>) -> Result<(), Interrupt> {
         let clock = Instant::now();
-        let r = self.run_recorded(&cmd, &mut record).await;
+        let mut record = StepReport::of(self);
+        let result = self.work(pass, &mut record).await;
         record.duration = clock.elapsed().as_secs_f64();
-        report.steps.push(record);
-        r.map_err(Failure::new)
+        pass.record(self, record);
+        result
     }
 
-    /// Runs a step other than a deployment.
-    pub(super) async fn run_step(
-        &self,
-        step: &Step,
-        version: &Value,
-        yum: &mut Yum,
-        report: &mut Report,
-    ) -> Result<(), Failure> {
-        let root = &self.config.root;
-        let clock = Instant::now();
-        let mut record = record_for(action_of(step), step.to_string());
+    /// The work of a step, recorded in `record`.
+    async fn work(&self, pass: &mut Pass<'_>, record: &mut StepReport) -> Result<(), Interrupt> {
+        let agent = pass.agent;
+        let root = &agent.config.root;
         let mut ran = Ran::default();
-        let result: Result<(), String> = match step {
+        let result: Result<(), StepError> = match self {
             Step::RoleController {
                 rpm,
-                version: wanted,
+                version,
                 installed,
                 remove,
             } => {
                 let mut r = Ok(());
                 if let Some(old) = remove {
                     tracing::info!("removing the role controller {old}");
-                    r = software::uninstall(yum, root, old, &mut ran).await;
+                    r = software::uninstall(&pass.yum, root, old, &mut ran).await;
                 }
                 if let (Ok(()), Some(rpm)) = (&r, rpm) {
                     r = software::install(
-                        yum,
+                        &mut pass.yum,
                         root,
                         rpm,
-                        wanted.as_deref(),
+                        version.as_deref(),
                         installed.clone(),
                         &mut ran,
                     )
@@ -179,45 +83,82 @@ impl Context {
                 }
                 r
             }
+            Step::StartingDeployments { rpm, role } | Step::EndingDeployments { rpm, role } => {
+                let name = self.action();
+                let script = observe::opt_dir(root, rpm).join("bin").join(&name);
+                let cmd = pass.script(vec![script.display().to_string(), role_path(role)], None);
+                run_recorded(&cmd, record).await.map_err(StepError::from)
+            }
             Step::Undeploy { rpm, app, path, n } => {
                 let script = observe::deploy_script(root, rpm).display().to_string();
-                let cmd = self.script(
-                    vec![script, "-u".into(), path.clone(), n.to_string()],
-                    version,
-                    None,
-                );
-                let r = self.run_recorded(&cmd, &mut record).await;
-                r.and_then(|_| {
-                    observe::remove_markers(root, app, path, *n).map_err(|e| e.to_string())
-                })
+                let cmd = pass.script(vec![script, "-u".into(), path.clone(), n.to_string()], None);
+                match run_recorded(&cmd, record).await {
+                    Ok(()) => observe::remove_markers(root, app, path, *n).map_err(StepError::from),
+                    Err(e) => Err(e.into()),
+                }
             }
             Step::Install {
                 rpm,
-                version: wanted,
+                version,
                 installed,
             } => {
-                let r = software::install(
-                    yum,
+                software::install(
+                    &mut pass.yum,
                     root,
                     rpm,
-                    wanted.as_deref(),
+                    version.as_deref(),
                     installed.clone(),
                     &mut ran,
                 )
-                .await;
-                r
+                .await
             }
-            Step::Uninstall { rpm } => {
-                let r = software::uninstall(yum, root, rpm, &mut ran).await;
-                r
-            }
+            Step::Uninstall { rpm } => software::uninstall(&pass.yum, root, rpm, &mut ran).await,
             Step::RemoveEtc { app } => {
                 if let Err(e) = observe::remove_etc_dir(root, app) {
                     tracing::error!("Removing '/etc/{app}': {e}");
                 }
                 Ok(())
             }
-            Step::Deploy { .. } => unreachable!("deployments run under locks"),
+            Step::RecordVersion => {
+                let version = pass.version.clone();
+                let at = serde_json::json!(crate::files::now());
+                update_props(&agent.client, &host_path(&agent.host.id), |p| {
+                    p.insert("version".into(), version.clone());
+                    p.insert(DEPLOYED_AT.into(), at.clone());
+                })
+                .await?;
+                pass.recorded = true;
+                if let Err(e) = agent.run_dir.set_host_version(&version) {
+                    tracing::warn!("cannot write host_version: {e}");
+                }
+                Ok(())
+            }
+            Step::After { command } => {
+                tracing::info!("Running after hook");
+                let cmd = pass.script(command.clone(), None);
+                let r = run_recorded(&cmd, record).await;
+                if r.is_err() {
+                    tracing::error!("FAILED after deploying version {}", py_str(&pass.version));
+                }
+                r.map_err(StepError::from)
+            }
+            Step::Deploy {
+                rpm,
+                app,
+                path,
+                n,
+                subtype,
+                ..
+            } => {
+                let instance = Instance {
+                    rpm,
+                    app,
+                    path,
+                    n: *n,
+                    subtype: subtype.as_deref(),
+                };
+                deploy_script(pass, &instance, record).await
+            }
         };
         // Software steps report what `software` ran; scripts were recorded directly.
         if ran != Ran::default() {
@@ -225,8 +166,6 @@ impl Context {
             record.exit = ran.exit;
             record.output = ran.output;
         }
-        record.duration = clock.elapsed().as_secs_f64();
-        report.steps.push(record);
-        result.map_err(Failure::new)
+        result.map_err(Interrupt::from)
     }
 }

@@ -12,9 +12,11 @@ use clap::Args;
 use serde_json::json;
 use tokio::sync::Notify;
 
+use super::zkarg::ZkArg;
 use super::{runtime, Failure, Outcome};
 use crate::agent::daemon::{close, run_forever, start, StartError};
-use crate::agent::execute::{Context, PassOutcome};
+use crate::agent::execute::PassOutcome;
+use crate::agent::session::Agent;
 use crate::config::{load, Config};
 
 #[derive(Debug, Args)]
@@ -30,9 +32,8 @@ pub struct AgentArgs {
     /// Refuse to start unless the ZooKeeper host name resolves to ADDR (the original's check).
     #[arg(short = 'z', long = "assert-zookeeper-address", value_name = "ADDR")]
     assert_address: Option<String>,
-    /// ZooKeeper connection string (overrides the config file).
-    #[arg(long = "zookeeper", value_name = "CONN")]
-    zookeeper: Option<String>,
+    #[command(flatten)]
+    zk: ZkArg,
 }
 
 #[derive(Debug, Args)]
@@ -48,9 +49,8 @@ pub struct DeployArgs {
     /// Run the pass even if the host is already at the cluster version.
     #[arg(long)]
     force: bool,
-    /// ZooKeeper connection string (overrides the config file).
-    #[arg(short = 'z', long = "zookeeper", value_name = "CONN")]
-    zookeeper: Option<String>,
+    #[command(flatten)]
+    zk: ZkArg,
 }
 
 impl AgentArgs {
@@ -122,7 +122,7 @@ fn assert_address(connection: &str, addr: &str) -> Result<(), Failure> {
 
 pub fn agent(args: AgentArgs) -> Outcome {
     let config = load_config(&args.config)?;
-    let connection = config.connection(args.zookeeper.as_deref());
+    let connection = args.zk.with_config(&config);
     if let Some(addr) = &args.assert_address {
         assert_address(&connection, addr)?;
     }
@@ -173,7 +173,7 @@ fn spawn_signal_handler(stop: Arc<AtomicBool>, wake: Arc<Notify>) {
 
 pub fn deploy(args: DeployArgs) -> Outcome {
     let config = load_config(&args.config)?;
-    let connection = config.connection(args.zookeeper.as_deref());
+    let connection = args.zk.with_config(&config);
     let stop = Arc::new(AtomicBool::new(false));
     runtime()?.block_on(async move {
         let mut ctx = start(config, connection, stop.clone(), args.dry_run)
@@ -191,10 +191,14 @@ pub fn deploy(args: DeployArgs) -> Outcome {
     })
 }
 
-async fn dry_run(ctx: &Context, force: bool, as_json: bool) -> Outcome {
-    let plan = ctx.dry_run(force).await.map_err(Failure::Failed)?;
+async fn dry_run(ctx: &Agent, force: bool, as_json: bool) -> Outcome {
+    let plan = ctx
+        .dry_run(force)
+        .await
+        .map_err(|e| Failure::Failed(e.to_string()))?;
+    let steps = &plan.plan.steps;
     if as_json {
-        let out = json!({"version": plan.version, "host": ctx.host.id, "steps": plan.steps});
+        let out = json!({"version": plan.version, "host": ctx.host.id, "steps": steps});
         println!(
             "{}",
             serde_json::to_string_pretty(&out).expect("serialisable")
@@ -203,14 +207,17 @@ async fn dry_run(ctx: &Context, force: bool, as_json: bool) -> Outcome {
         let version = crate::tree::literal::py_str(&plan.version);
         match plan.reason {
             Some(reason) => println!("nothing to do: version {version}, {reason}"),
-            None if plan.steps.is_empty() => println!("nothing to do: version {version}"),
             None => {
-                println!("plan for version {version} on {}:", ctx.host.id);
-                for step in &plan.steps {
+                if plan.plan.changes_host() {
+                    println!("plan for version {version} on {}:", ctx.host.id);
+                } else {
+                    println!("nothing to do: version {version}; the pass would run:");
+                }
+                for step in steps {
                     println!("  {step}");
                 }
             }
         }
     }
-    Ok(if plan.steps.is_empty() { 0 } else { 10 })
+    Ok(if plan.plan.changes_host() { 10 } else { 0 })
 }

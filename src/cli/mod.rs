@@ -8,12 +8,13 @@ mod plan;
 mod status;
 mod sync;
 mod tree;
+mod zkarg;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// How a command ended, mapped to the exit codes of the contract.
+/// How a command ended, mapped to the exit codes (README "Commands").
 #[derive(Debug)]
 pub enum Failure {
     /// Exit 1: the command failed (an import, a pass, a sync).
@@ -54,6 +55,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the agent: converge this host on every cluster version change (systemd service).
+    // `-z` is the original's --assert-zookeeper-address here, not --zookeeper.
+    #[command(mut_arg("zookeeper", |a| a.short(None)))]
     Agent(agent::AgentArgs),
     /// Run one deployment pass now (or show its plan with --dry-run).
     Deploy(agent::DeployArgs),

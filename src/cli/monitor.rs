@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::zkarg::ZkArg;
 use super::{runtime, Outcome};
 use crate::config::load;
 use crate::monitor::{evaluate, gather, unknown, Check};
@@ -32,9 +33,8 @@ pub struct MonitorArgs {
         default_value_t = 600
     )]
     error: u64,
-    /// ZooKeeper connection string (overrides the config file).
-    #[arg(short = 'z', long = "zookeeper", value_name = "CONN")]
-    zookeeper: Option<String>,
+    #[command(flatten)]
+    zk: ZkArg,
 }
 
 pub fn run(args: MonitorArgs) -> Outcome {
@@ -48,7 +48,7 @@ fn check(args: &MonitorArgs) -> Check {
         Ok(c) => c,
         Err(e) => return unknown(format!("cannot read the configuration: {e}")),
     };
-    let mut opts = ConnectOptions::new(config.connection(args.zookeeper.as_deref()));
+    let mut opts = ConnectOptions::new(args.zk.with_config(&config));
     opts.connect_timeout = Duration::from_secs(5);
     opts.session_timeout = config.session_timeout;
     opts.digest = config

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::tree::ZkArg;
+use super::zkarg::ZkArg;
 use super::{runtime, Failure, Outcome};
 use crate::fleet::{plan_candidate, render::render};
 use crate::sync::desired::{build, is_tree_file, SourceFile, TreeError};

@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use super::tree::ZkArg;
+use super::zkarg::ZkArg;
 use super::{runtime, Failure, Outcome};
 use crate::overview::Overview;
 use crate::resume::{parse_version, resume, ResumeError};

@@ -1,16 +1,15 @@
 //! `zkdeployment sync`: the cron-driven syncer (see [`crate::sync`]), with its local lock file
-//! and tombstone, and the contract's exit codes (0 done or nothing to do or lock file busy,
+//! and tombstone, and its exit codes (0 done or nothing to do or lock file busy,
 //! 1 failed, 3 refused).
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use super::tree::ZkArg;
+use super::zkarg::ZkArg;
 use super::{runtime, Failure, Outcome};
 use crate::sync::local::{lock_file, Tombstone, DEFAULT_LOCK_FILE, DEFAULT_TOMBSTONE};
 use crate::sync::{self, Options};
-use crate::zk::connect::connection_string;
 
 #[derive(Debug, Args)]
 pub struct SyncArgs {
@@ -58,7 +57,7 @@ pub fn run(args: SyncArgs) -> Outcome {
         branch: args.branch,
         dry_run: args.dry_run,
         force: args.force,
-        connection: connection_string(args.zk.zookeeper.as_deref(), None),
+        connection: args.zk.resolve(),
     };
     let result = runtime()?.block_on(sync::run(&opts));
     match result {

@@ -3,15 +3,14 @@
 use std::io::Read;
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 
+use super::zkarg::ZkArg;
 use super::{runtime, Failure, Outcome};
 use crate::tree::parse::parse_bytes;
 use crate::tree::Node;
-use crate::zk::connect::connection_string;
 use crate::zk::export::export_tree;
 use crate::zk::import::{import_tree, Trim};
-use crate::zk::{connect, Client, ConnectOptions};
 
 #[derive(Debug, Subcommand)]
 pub enum TreeCommand {
@@ -54,25 +53,6 @@ pub enum TreeCommand {
         #[command(flatten)]
         zk: ZkArg,
     },
-}
-
-/// The `-z/--zookeeper` flag.
-#[derive(Debug, Args)]
-pub struct ZkArg {
-    /// ZooKeeper connection string, `host:port[,host:port][/chroot]`
-    /// (default: $ZC_ZK_CONNECTION_STRING, else zookeeper:2181).
-    #[arg(short = 'z', long = "zookeeper", value_name = "CONN")]
-    pub zookeeper: Option<String>,
-}
-
-impl ZkArg {
-    /// Connects with the resolved connection string.
-    pub async fn connect(&self) -> Result<Client, Failure> {
-        let opts = ConnectOptions::new(connection_string(self.zookeeper.as_deref(), None));
-        connect(&opts)
-            .await
-            .map_err(|e| Failure::Failed(e.to_string()))
-    }
 }
 
 pub fn run(cmd: TreeCommand) -> Outcome {

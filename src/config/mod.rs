@@ -1,4 +1,4 @@
-//! The agent's configuration file (CONTRACT section 2): reading, INI parsing, value indirection
+//! The agent's configuration file (README "Configuration"): reading, INI parsing, value indirection
 //! (`file://`, `http://`, `https://`), defaults and validation. This module owns the file format
 //! and every "exit 2" configuration error; it does no ZooKeeper or deployment work.
 //!
@@ -24,7 +24,7 @@
 //! surrounding whitespace. A value that starts with `http://` or `https://` is replaced by the
 //! stripped body of a GET (10 s timeout): a 404 means "not set", any other non-2xx status is
 //! an error. A missing file likewise means "not set". Nothing else is a URL: `host-id = app:1`
-//! and `role = db:primary` are plain values (the original's bug 8.1 item 17 is fixed).
+//! and `role = db:primary` are plain values (the original read them as URLs).
 //!
 //! "Not set" (absent, empty, or unset through indirection) gives the default for optional keys
 //! and the error `<key> not specified` for the required `host-id` and `run-directory`.

@@ -6,8 +6,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::agent::discover::SKIPPED_ROOTS;
-use crate::agent::discover::Host;
+use crate::zk::paths::RESERVED_ROOTS as SKIPPED_ROOTS;
+use crate::agent::model::Host;
 use crate::tree::Node;
 use crate::zk::join;
 use crate::zk::snapshot::ZNode;

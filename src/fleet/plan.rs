@@ -14,10 +14,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::index::TargetIndex;
-use crate::agent::discover::{discover_in, resolved_props, Discovered, Host, TreeSource};
+use crate::agent::discover::{discover_in, resolved_props, Discovered, TreeSource};
 use crate::agent::inventory::{Inventory, UNKNOWN_VERSION};
-use crate::agent::model::{Installed, InstalledDeployment, Wanted};
-use crate::agent::plan::{plan, Step};
+use crate::agent::model::{Host, Installed, InstalledDeployment, Wanted};
+use crate::agent::plan::{plan, Inputs, Step};
 use crate::agent::software::is_git;
 use crate::tree::Props;
 
@@ -242,11 +242,15 @@ pub fn plan_host<C: TreeSource, N: TreeSource>(
         }
     };
     let steps = candidate.discover(host).and_then(|found| {
-        plan(
-            &found.deployments,
-            found.controller.as_ref(),
-            &installed,
-        )
+        // The `after` hook is the host's configuration, which the tree does not hold.
+        plan(Inputs {
+            wanted: &found.deployments,
+            controller: found.controller.as_ref(),
+            role: host.role.as_deref(),
+            installed: &installed,
+            after: None,
+        })
+        .map(|p| p.steps)
         .map_err(|e| e.to_string())
     });
     match steps {
@@ -261,9 +265,14 @@ pub fn plan_host<C: TreeSource, N: TreeSource>(
 }
 
 /// True for the routine part of a pass: re-running a deployment the host has, refreshing a
-/// checkout already at its version.
+/// checkout already at its version, the role controller's scripts around the deployments,
+/// recording the version.
 fn routine(step: &Step, installed: &Installed) -> bool {
     match step {
+        Step::StartingDeployments { .. }
+        | Step::EndingDeployments { .. }
+        | Step::RecordVersion
+        | Step::After { .. } => true,
         Step::Deploy { app, path, n, .. } => installed
             .deployments
             .iter()
@@ -455,8 +464,7 @@ pub fn plan_fleet<C: TreeSource, N: TreeSource>(
                         .or_default()
                         .insert(id.clone());
                 }
-                Step::Install { .. } => {}
-                _ => {
+                _ if !routine(step, &installed) => {
                     other
                         .entry(OtherChange {
                             step: step.to_string(),
@@ -464,6 +472,7 @@ pub fn plan_fleet<C: TreeSource, N: TreeSource>(
                         .or_default()
                         .insert(id.clone());
                 }
+                _ => {}
             }
         }
         out.hosts.push(hp);

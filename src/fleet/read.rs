@@ -6,7 +6,8 @@ use serde_json::Value;
 
 use super::index::INDEX_ROOT;
 use super::plan::Registered;
-use crate::agent::discover::{Host, SKIPPED_ROOTS};
+use crate::agent::model::Host;
+use crate::zk::paths::RESERVED_ROOTS as SKIPPED_ROOTS;
 use crate::agent::inventory::{self, Inventory};
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
 use crate::zk::{Client, ZkError};

@@ -1,5 +1,5 @@
-//! packages::git: software installed as a git checkout in `/opt/<rpm>` (behaviour 1.9 and 2.6,
-//! with the fixes of 8.1 items 1–2 and 8.2 items 33–34). This module owns the git version
+//! packages::git: software installed as a git checkout in `/opt/<rpm>` (README "Concepts", git
+//! checkouts). This module owns the git version
 //! grammar, the checkout markers in `DIR/.git/`, bringing a checkout to a version (clone or
 //! fetch, then a forced detached checkout of REF), the `stage-build` step and the `a+rX` step
 //! after it, and removing a checkout. Deciding *whether* a package is a checkout, an RPM or
@@ -26,7 +26,7 @@
 //! # Markers (in `DIR/.git/`, so no checkout ever touches them)
 //! - `.zkdeployment`: the full version string last checked out (no newline), as the original.
 //! - `.zkdeployment-built`: the commit id whose `stage-build` last succeeded. A checkout is only
-//!   rebuilt when its HEAD commit differs from it (8.2 item 33), and a failed build records
+//!   rebuilt when its HEAD commit differs from it, and a failed build records
 //!   nothing, so the next pass builds again.
 //!
 //! # Update
@@ -38,7 +38,7 @@
 //! untracked files removed, ignored files kept); when HEAD already is that commit the work tree
 //! is left alone, so build products survive an unchanged REF. Git work runs in
 //! [`tokio::task::spawn_blocking`]; `stage-build` runs through [`crate::command`] with its
-//! working directory set per command (8.2 item 34: the process never changes directory).
+//! working directory set per command (the process never changes directory).
 
 use std::fs;
 use std::io;

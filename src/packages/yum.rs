@@ -1,4 +1,5 @@
-//! RPMs through `yum`: the install algorithm of behaviour 2.6 (steps 4–7) with its fixes.
+//! RPMs through `yum`: the install algorithm of README "The agent, step by step" (install,
+//! verify, downgrade, verify).
 //!
 //! - The installed version always comes from `yum -q list installed NAME`, parsed exactly
 //!   ([`parse_list_installed`]): only the `NAME.ARCH` entry of that very name counts (not

@@ -16,6 +16,7 @@ use crate::tree::Node;
 use crate::zk::import::Trim;
 use crate::zk::join;
 use crate::zk::links::property;
+use crate::zk::paths::is_reserved_root;
 
 /// One file of the repository.
 #[derive(Debug, Clone)]
@@ -79,9 +80,6 @@ impl Desired {
     }
 }
 
-/// Top-level nodes a repository may never define (they belong to agents and syncers).
-const RESERVED: [&str; 4] = ["zookeeper", "hosts", "hosts-lock", "agent-locks"];
-
 /// True for the files a sync reads: top-level `*.zk` and `*.zkx`.
 pub fn is_tree_file(name: &str) -> bool {
     !name.contains('/') && (name.ends_with(".zk") || name.ends_with(".zkx"))
@@ -108,7 +106,9 @@ pub fn build(files: &[SourceFile]) -> Result<Desired, Vec<TreeError>> {
     for (file, root) in &parsed {
         let overlay = file.ends_with(".zkx");
         for (name, node) in &root.children {
-            let reserved = RESERVED.contains(&name.as_str()) || (!overlay && name == "role-locks");
+            // Top-level nodes a repository may never define (they belong to agents and
+            // syncers); operators may create role lock nodes in an overlay.
+            let reserved = is_reserved_root(name) && (name != "role-locks" || !overlay);
             if reserved {
                 let message = format!("/{name} is reserved for zkdeployment's own use and cannot come from the repository");
                 errors.push(TreeError {

@@ -20,16 +20,15 @@ use crate::tree::literal::py_str;
 use crate::tree::Props;
 use crate::zk::import::{apply, plan, plan_delete, read_existing, ApplyError, Op};
 use crate::zk::lock::{try_lock, TryLock};
+use crate::zk::paths::{is_reserved_root, version_set, VERSION_SET};
 use crate::zk::snapshot::{read_subtree, ReadOptions};
+use crate::zk::update::try_update_props;
 use crate::zk::{
     call, connect, decode, encode, join, open_persistent, Client, ConnectOptions, ZkError,
 };
 use desired::{Desired, TreeError};
 
-/// The cluster node.
-pub const HOSTS: &str = "/hosts";
-/// The syncer's cluster lock.
-pub const HOSTS_LOCK: &str = "/hosts-lock";
+pub use crate::zk::paths::{HOSTS, HOSTS_LOCK};
 
 /// What to sync.
 #[derive(Debug, Clone)]
@@ -277,14 +276,7 @@ async fn plan_sync(
         .cloned()
         .unwrap_or_default();
     for name in owned.iter().filter_map(Value::as_str) {
-        let reserved = [
-            "zookeeper",
-            "hosts",
-            "hosts-lock",
-            "agent-locks",
-            "role-locks",
-        ]
-        .contains(&name);
+        let reserved = is_reserved_root(name);
         if reserved || roots.iter().any(|r| r == name) || crate::tree::bad_node_name(name).is_some()
         {
             continue;
@@ -308,43 +300,19 @@ async fn set_version(
     revision: &str,
     force: bool,
 ) -> Result<usize, SyncError> {
-    for _ in 0..10 {
-        let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
-        let mut props = decode(&data);
+    let roots = json!(desired.roots());
+    let written = try_update_props(client, HOSTS, |props| {
         if !force && props.get("version").is_none_or(Value::is_null) {
             return Err(SyncError::HaltedDuringSync);
         }
-        let before = props.clone();
         if props.get("version") != Some(&json!(revision)) {
-            props.insert(
-                crate::agent::cluster::VERSION_SET.into(),
-                crate::agent::cluster::version_set(&json!(revision)),
-            );
+            props.insert(VERSION_SET.into(), version_set(&json!(revision)));
         }
         props.insert("version".into(), json!(revision));
         props.insert("synced".into(), json!(revision));
-        props.insert("synced-roots".into(), json!(desired.roots()));
-        if props == before {
-            return Ok(0);
-        }
-        match call(
-            "set",
-            HOSTS,
-            client.set_data(HOSTS, &encode(&props), Some(stat.version)),
-        )
-        .await
-        {
-            Ok(_) => return Ok(1),
-            Err(ZkError::Op {
-                source: zookeeper_client::Error::BadVersion,
-                ..
-            }) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(SyncError::Zk(ZkError::Op {
-        op: "set",
-        path: HOSTS.into(),
-        source: zookeeper_client::Error::UnexpectedError("/hosts kept changing".into()),
-    }))
+        props.insert("synced-roots".into(), roots.clone());
+        Ok(())
+    })
+    .await?;
+    Ok(usize::from(written))
 }

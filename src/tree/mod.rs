@@ -5,6 +5,7 @@
 //! keys ending in `" ->"` are symbolic links and keys ending in `" =>"` are property links, and
 //! whose `type` key holds the node type written as `/name : type` in text.
 
+pub mod encoding;
 pub mod export;
 pub mod literal;
 pub mod parse;

@@ -14,9 +14,9 @@ use std::sync::OnceLock;
 use regex::Regex;
 use serde_json::Value;
 
+use super::encoding::{encode, MAX_NODE_DATA};
 use super::literal::{parse_literal, repr_str};
 use super::{bad_node_name, Node, Props, LINK_SUFFIX, PLINK_SUFFIX};
-use crate::zk::MAX_NODE_DATA;
 
 /// Deepest node nesting accepted (ZooKeeper paths are bounded anyway).
 pub const MAX_DEPTH: usize = 200;
@@ -254,7 +254,7 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
 fn check_sizes(node: &Node, path: &str) -> Result<(), ParseError> {
     for (name, child) in &node.children {
         let child_path = format!("{path}/{name}");
-        let bytes = crate::zk::encode(&child.props).len();
+        let bytes = encode(&child.props).len();
         if bytes > MAX_NODE_DATA {
             return Err(err(
                 child.line,

@@ -1,19 +1,23 @@
-//! The ZooKeeper side: connecting ([`connect`]), zc.zk's node encoding ([`encoding`]), reading
-//! subtrees with pipelined requests ([`snapshot`]), symbolic and property links ([`links`]),
-//! importing a parsed tree as a minimal diff ([`import`]), exporting it back ([`export`]), and
-//! the kazoo-compatible lock recipe ([`lock`]).
+//! The ZooKeeper side: connecting ([`connect`]), zc.zk's node encoding (from
+//! [`crate::tree::encoding`]), where things live ([`paths`]), the guarded property update
+//! ([`update`]), reading subtrees with pipelined requests ([`snapshot`], [`multiread`]),
+//! symbolic and property links ([`links`]), importing a parsed tree as a minimal diff
+//! ([`import`]), exporting it back ([`export`]), the kazoo-compatible lock recipe
+//! ([`lock`]) and the persistent role lock ([`role_lock`]).
 
 pub mod connect;
-pub mod encoding;
 pub mod export;
 pub mod import;
 pub mod links;
 pub mod lock;
 pub mod multiread;
+pub mod paths;
+pub mod role_lock;
 pub mod snapshot;
+pub mod update;
 
+pub use crate::tree::encoding::{decode, encode, MAX_NODE_DATA};
 pub use connect::{connect, ConnectOptions};
-pub use encoding::{decode, encode};
 pub use snapshot::{read_subtree, ZNode};
 
 use std::time::Duration;
@@ -22,11 +26,6 @@ pub use zookeeper_client as client;
 
 /// A ZooKeeper client (re-exported so callers need not name the crate).
 pub type Client = zookeeper_client::Client;
-
-/// The most node data this crate writes: ZooKeeper's default request limit (`jute.maxbuffer`,
-/// 1 MiB − 1) less room for the path and the request's framing. The tree parser refuses
-/// bigger nodes ([`crate::tree::parse`]), and imports check again before sending.
-pub const MAX_NODE_DATA: usize = 1024 * 1024 - 4096;
 
 /// Longest time any single ZooKeeper request may take before it is reported as an error.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

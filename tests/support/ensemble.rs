@@ -1,5 +1,6 @@
 //! A 3-server ZooKeeper ensemble on loopback, owned by one test: three JVMs running
-//! `QuorumPeerMain` (same java, classpath and PDEATHSIG spawning as [`super::ZkServer`]), each
+//! `QuorumPeerMain` (started by the same `scripts/zk-server.sh --exec` and PDEATHSIG spawning as
+//! [`super::ZkServer`]), each
 //! with its own `zoo.cfg` (`server.N=127.0.0.1:PEER:ELECTION`, `tickTime=500`, `initLimit=5`,
 //! `syncLimit=2`), `myid` and data directory under one temporary directory. Killed on drop.
 //!
@@ -11,10 +12,13 @@
 
 use std::fs::OpenOptions;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{four_letter, free_port, java_and_classpath, spawn_with_pdeathsig, tail, TICK_MS};
+use super::{
+    four_letter, free_port, spawn_with_pdeathsig, tail, zk_server_command, TICK_MS,
+    ZK_SERVER_SCRIPT,
+};
 
 /// Servers in the ensemble.
 pub const SIZE: usize = 3;
@@ -200,7 +204,6 @@ impl Ensemble {
     }
 
     fn launch(&mut self, i: usize) {
-        let (java, classpath) = java_and_classpath();
         let dir = self.server_dir(i);
         let log = OpenOptions::new()
             .create(true)
@@ -208,21 +211,14 @@ impl Ensemble {
             .open(dir.join("zk.log"))
             .expect("cannot open zk.log");
         let heap = std::env::var("ZK_HEAP").unwrap_or_else(|_| "192m".into());
-        let mut cmd = Command::new(&java);
-        cmd.arg(format!("-Xmx{heap}"))
-            .args(["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
-            .arg("-Djava.net.preferIPv4Stack=true")
-            .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=info")
-            .arg("-Dorg.slf4j.simpleLogger.showDateTime=true")
-            .arg("-cp")
-            .arg(&classpath)
-            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(dir.join("zoo.cfg"))
+        let mut cmd =
+            zk_server_command(&["--exec", "--quorum", "--dir", &dir.display().to_string()]);
+        cmd.env("ZK_HEAP", heap)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("cannot clone the zk.log handle"))
             .stderr(log);
         let child = spawn_with_pdeathsig(cmd)
-            .unwrap_or_else(|e| panic!("cannot run {java:?} to start ZooKeeper: {e}"));
+            .unwrap_or_else(|e| panic!("cannot run {ZK_SERVER_SCRIPT} to start ZooKeeper: {e}"));
         self.children[i] = Some(child);
     }
 

@@ -1,6 +1,6 @@
 //! A loopback TCP proxy owned by a test, to inject network faults between a client (the
 //! agent, a command) and a ZooKeeper server: the reliable way to make a session expire while
-//! the server stays up (see `reference/rust-stack.md` section 4).
+//! the server stays up.
 //!
 //! [`Proxy::start`] listens on `127.0.0.1:0` and forwards every connection to the target.
 //! - [`Proxy::cut`]: drops every connection at once and refuses new ones (accepted, then

@@ -248,10 +248,7 @@ pub fn dnf_available() -> bool {
          scripts/test.sh installs them)",
         missing.join(", ")
     );
-    if std::env::var_os("CI").is_some() {
-        panic!("CI is set but {why}");
-    }
-    eprintln!("SKIPPED: {why}");
+    super::missing_tool(&why);
     false
 }
 
@@ -384,6 +381,9 @@ fn build_shared_repo() -> PathBuf {
 // ---------------------------------------------------------------------------------------------
 // The real dnf.
 
+/// The one dnf sandbox maker, shared with the demo.
+const RPM_SANDBOX_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/rpm-sandbox.sh");
+
 /// The real dnf on a fresh installroot (see the module documentation). Removed on drop.
 pub struct Sandbox {
     dir: tempfile::TempDir,
@@ -413,70 +413,19 @@ impl Sandbox {
             .prefix("zkd-rpm-sb-")
             .tempdir()
             .expect("cannot create the sandbox directory");
-        let d = dir.path();
-        for sub in ["bin", "home", "reposdir", "root"] {
-            fs::create_dir_all(d.join(sub)).expect("cannot create a sandbox directory");
-        }
-        // Debian's rpm sets %_dbpath to ~/.rpmdb; pin the RHEL location through a fixed HOME.
-        fs::write(d.join("home/.rpmmacros"), "%_dbpath /var/lib/rpm\n")
-            .expect("cannot write .rpmmacros");
-        let config = format!(
-            "[main]\n\
-             gpgcheck=0\n\
-             repo_gpgcheck=0\n\
-             localpkg_gpgcheck=0\n\
-             installonly_limit=3\n\
-             clean_requirements_on_remove=True\n\
-             best=False\n\
-             skip_if_unavailable=False\n\
-             install_weak_deps=False\n\
-             keepcache=False\n\
-             plugins=0\n\
-             # inside the installroot\n\
-             cachedir=/var/cache/dnf\n\
-             logdir=/var/log\n\
-             reposdir={reposdir}\n\
-             \n\
-             [local]\n\
-             name=zkdeployment test packages\n\
-             baseurl=file://{repo}\n\
-             enabled=1\n\
-             gpgcheck=0\n\
-             metadata_expire=0\n",
-            reposdir = d.join("reposdir").display(),
-            repo = repo.display(),
-        );
-        fs::write(d.join("dnf.conf"), config).expect("cannot write dnf.conf");
-        let dnf = find_program("dnf").expect("dnf is not on PATH");
-        let q = |p: &Path| sh_quote(&p.display().to_string());
-        write_executable(
-            &d.join("bin/yum"),
-            &format!(
-                "#!/bin/sh\n\
-                 # yum -> the real dnf on the installroot {root} (tests/support/rpm.rs)\n\
-                 printf '%s\\n' \"$*\" >> {calls}\n\
-                 HOME={home}; export HOME\n\
-                 if [ \"$(id -u)\" -eq 0 ]; then pre=; else pre='unshare -r'; fi\n\
-                 exec $pre {dnf} --installroot={root} --config={config} --releasever=8 \\\n  \
-                 --noplugins --refresh --setopt=reposdir={reposdir} \"$@\"\n",
-                root = q(&d.join("root")),
-                calls = q(&d.join("calls.log")),
-                home = q(&d.join("home")),
-                dnf = q(&dnf),
-                config = q(&d.join("dnf.conf")),
-                reposdir = q(&d.join("reposdir")),
-            ),
-        );
-        write_executable(
-            &d.join("bin/rpm"),
-            &format!(
-                "#!/bin/sh\n\
-                 # rpm on the sandbox's database (tests/support/rpm.rs)\n\
-                 HOME={home}; export HOME\n\
-                 exec rpm --root {root} --dbpath /var/lib/rpm \"$@\"\n",
-                home = q(&d.join("home")),
-                root = q(&d.join("root")),
-            ),
+        // The one dnf sandbox, shared with the demo: scripts/rpm-sandbox.sh.
+        let output = Command::new("bash")
+            .arg(RPM_SANDBOX_SCRIPT)
+            .arg("--over")
+            .arg(&repo)
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {RPM_SANDBOX_SCRIPT}: {e}"));
+        assert!(
+            output.status.success(),
+            "{RPM_SANDBOX_SCRIPT} --over failed: {}",
+            String::from_utf8_lossy(&output.stderr)
         );
         Sandbox { dir }
     }

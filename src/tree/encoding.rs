@@ -1,4 +1,6 @@
-//! zc.zk's node data encoding.
+//! zc.zk's node data encoding, and the most data a node may hold ([`MAX_NODE_DATA`]). Pure:
+//! the tree format checks node sizes with it, and the ZooKeeper side reads and writes with
+//! it (re-exported as `crate::zk::{decode, encode, MAX_NODE_DATA}`).
 //!
 //! Reading: empty or blank data is `{}`; data that, stripped, starts with `{` and ends with `}`
 //! is a JSON object (if it does not parse, the raw text is kept as `string_value`); anything
@@ -8,6 +10,11 @@
 use serde_json::Value;
 
 use crate::tree::Props;
+
+/// The most node data this crate writes: ZooKeeper's default request limit (`jute.maxbuffer`,
+/// 1 MiB − 1) less room for the path and the request's framing. The tree parser refuses
+/// bigger nodes ([`crate::tree::parse`]), and imports check again before sending.
+pub const MAX_NODE_DATA: usize = 1024 * 1024 - 4096;
 
 /// Decodes node data into properties.
 pub fn decode(data: &[u8]) -> Props {

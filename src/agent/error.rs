@@ -1,0 +1,108 @@
+//! Why a pass stops early. A [`StepError`] fails the pass (the cluster is halted); an
+//! [`Interrupt`] says whether the pass failed, was abandoned on purpose, or lost ZooKeeper
+//! (then the pass is abandoned and run again once a session is up, never a reason to halt).
+
+use std::path::PathBuf;
+
+use super::plan::PlanError;
+use crate::command::CommandError;
+use crate::packages::git::GitError;
+use crate::packages::yum::YumError;
+use crate::zk::ZkError;
+
+/// A failure of a pass: everything that halts the cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// yum (or dnf) failed.
+    #[error(transparent)]
+    Yum(#[from] YumError),
+    /// A git checkout could not be brought up to date or removed.
+    #[error(transparent)]
+    Git(#[from] GitError),
+    /// A script (deploy script, role controller script, after hook) failed.
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    /// A file operation whose error already names its file.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// A file operation, with the file it was about.
+    #[error("{}: {source}", path.display())]
+    File {
+        /// The file or directory.
+        path: PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+    /// The plan cannot be made (inconsistent versions).
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The tree is wrong for this host (known before acting).
+    #[error("{0}")]
+    Tree(String),
+    /// More than one role controller is installed.
+    #[error("too many installed role controllers: {0:?}")]
+    TooManyControllers(Vec<String>),
+    /// The role lock node is missing (operators create it).
+    #[error("role lock node '{0}' must exist")]
+    RoleLockMissing(String),
+    /// A host died in the middle of a deployment: its in-flight record was found.
+    #[error("{0}")]
+    DiedInFlight(String),
+}
+
+/// A failed pass: its error, and whether the cluster was already halted for it.
+#[derive(Debug)]
+pub struct Failure {
+    /// What failed.
+    pub error: StepError,
+    /// True if the cluster was halted already (under the node lock, before releasing it).
+    pub halted: bool,
+}
+
+/// Why the steps of a pass stopped early.
+#[derive(Debug)]
+pub enum Interrupt {
+    /// A step failed: the cluster is halted.
+    Fail(Failure),
+    /// Stopped between steps on purpose (halted or paused cluster, the agent stopping).
+    Abandon(String),
+    /// ZooKeeper failed (the session may be lost).
+    Lost(ZkError),
+}
+
+impl From<StepError> for Failure {
+    fn from(error: StepError) -> Failure {
+        Failure {
+            error,
+            halted: false,
+        }
+    }
+}
+
+impl From<Failure> for Interrupt {
+    fn from(f: Failure) -> Interrupt {
+        Interrupt::Fail(f)
+    }
+}
+
+impl From<StepError> for Interrupt {
+    fn from(e: StepError) -> Interrupt {
+        Interrupt::Fail(e.into())
+    }
+}
+
+impl From<ZkError> for Interrupt {
+    fn from(e: ZkError) -> Interrupt {
+        Interrupt::Lost(e)
+    }
+}
+
+impl std::fmt::Display for Interrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Interrupt::Fail(failure) => failure.error.fmt(f),
+            Interrupt::Abandon(why) => f.write_str(why),
+            Interrupt::Lost(e) => e.fmt(f),
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The state of one pass, apart from the session it runs in: the version it deploys, the
+//! properties discovery read, the report entries so far, the metrics as they change, and
+//! what the pass holds (the role lock). With it, what every step needs: the status written at
+//! each step, the checkpoint between steps, and the commands and environment of the scripts
+//! the agent runs (deploy scripts, role controller scripts, the after hook).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use serde_json::{json, Value};
+
+use super::cluster::cluster_version;
+use super::error::Interrupt;
+use super::plan::Step;
+use super::session::{write_metrics, Agent};
+use super::status::StepReport;
+use crate::command::{run_checked, Cmd, CommandError};
+use crate::metrics::Metrics;
+use crate::packages::yum::Yum;
+use crate::tree::literal::py_str;
+use crate::tree::Props;
+use crate::zk::paths::host_path;
+use crate::zk::role_lock::RoleLock;
+use crate::zk::update::update_props;
+
+/// One pass in progress.
+pub struct Pass<'a> {
+    /// The session it runs in.
+    pub agent: &'a Agent,
+    /// The cluster version being deployed.
+    pub version: Value,
+    /// Application node properties, as discovery read them (`ZKDEPLOYMENT_PROPERTIES`).
+    pub properties: BTreeMap<String, Props>,
+    /// The yum runner of this pass.
+    pub yum: Yum,
+    /// The report entries of the steps run so far, in order.
+    pub steps: Vec<StepReport>,
+    /// The process's metrics, updated as the pass goes (handed back to the agent after).
+    pub metrics: Metrics,
+    /// True while a role controller runs the pass: halts do not abandon it.
+    pub controlled: bool,
+    /// The role lock, from `starting-deployments` to `ending-deployments`.
+    pub role_lock: Option<RoleLock>,
+    /// True once the version is recorded as this host's.
+    pub recorded: bool,
+}
+
+impl<'a> Pass<'a> {
+    /// A pass of `agent` deploying `version`.
+    pub fn new(agent: &'a Agent, version: Value) -> Pass<'a> {
+        Pass {
+            agent,
+            version,
+            properties: BTreeMap::new(),
+            yum: agent.yum(),
+            steps: Vec::new(),
+            metrics: agent.metrics.clone(),
+            controlled: false,
+            role_lock: None,
+            recorded: false,
+        }
+    }
+
+    /// Writes the status file, mirrors it on the host node and to systemd.
+    pub async fn status(&self, text: &str) {
+        let agent = self.agent;
+        if let Err(e) = agent.run_dir.set_status(&self.version, text) {
+            tracing::warn!("cannot write the status file: {e}");
+        }
+        crate::systemd::status(text);
+        crate::systemd::busy(!matches!(text, "done" | "error") && !text.starts_with("abandoned"));
+        let status = json!(text);
+        let path = host_path(&agent.host.id);
+        if let Err(e) = update_props(&agent.client, &path, |p| {
+            p.insert("status".into(), status.clone());
+        })
+        .await
+        {
+            tracing::warn!("cannot update {path}: {e}");
+        }
+    }
+
+    /// Rewrites the metrics file.
+    pub fn write_metrics(&self) {
+        write_metrics(&self.agent.config, &self.metrics);
+    }
+
+    /// Records a step's report entry; a step that changes the host counts in the metrics.
+    pub fn record(&mut self, step: &Step, entry: StepReport) {
+        self.steps.push(entry);
+        if step.changes_host() {
+            self.metrics.steps += 1;
+            self.write_metrics();
+        }
+    }
+
+    /// A checkpoint between steps: a stop request always abandons; a halted or paused cluster
+    /// abandons unless a role controller runs the pass.
+    pub async fn checkpoint(&self) -> Result<(), Interrupt> {
+        if self.agent.stop.load(Ordering::SeqCst) {
+            return Err(Interrupt::Abandon("the agent is stopping".into()));
+        }
+        if self.controlled {
+            return Ok(());
+        }
+        match cluster_version(&self.agent.client).await? {
+            Value::Null => Err(Interrupt::Abandon("cluster version is None".into())),
+            Value::Bool(false) => Err(Interrupt::Abandon("cluster is paused".into())),
+            _ => Ok(()),
+        }
+    }
+
+    /// The environment of every script the agent runs.
+    fn script_env(&self, props_file: Option<&Path>) -> Vec<(String, String)> {
+        let agent = self.agent;
+        let home = std::env::var("HOME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "/root".into());
+        let mut env = vec![
+            (
+                "ZC_ZK_CONNECTION_STRING".to_string(),
+                agent.connection.clone(),
+            ),
+            ("HOME".to_string(), home),
+            ("ZKDEPLOYMENT_VERSION".to_string(), py_str(&self.version)),
+            ("ZKDEPLOYMENT_HOST_ID".to_string(), agent.host.id.clone()),
+            (
+                "ZKDEPLOYMENT_HOST_NAME".to_string(),
+                agent.host.name.clone(),
+            ),
+            (
+                "ZKDEPLOYMENT_ROOT".to_string(),
+                agent.config.root.display().to_string(),
+            ),
+        ];
+        if let Some(role) = &agent.host.role {
+            env.push(("ZKDEPLOYMENT_ROLE".to_string(), role.clone()));
+        }
+        if let Some(p) = props_file {
+            env.push((
+                "ZKDEPLOYMENT_PROPERTIES".to_string(),
+                p.display().to_string(),
+            ));
+        }
+        env
+    }
+
+    /// A command with the scripts' environment.
+    pub fn script(&self, argv: Vec<String>, props_file: Option<&Path>) -> Cmd {
+        Cmd {
+            argv,
+            env: self.script_env(props_file),
+            cwd: None,
+        }
+    }
+}
+
+/// Runs a command, recording it in `record`; a failure carries the output tail in the record.
+pub async fn run_recorded(cmd: &Cmd, record: &mut StepReport) -> Result<(), CommandError> {
+    record.command = cmd.argv.clone();
+    match run_checked(cmd).await {
+        Ok(out) => {
+            record.exit = Some(out.code);
+            record.output = out.tail;
+            Ok(())
+        }
+        Err(e) => {
+            if let CommandError::Failed { output, .. } = &e {
+                record.exit = Some(output.code);
+                record.output = output.tail.clone();
+            }
+            Err(e)
+        }
+    }
+}

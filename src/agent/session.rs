@@ -1,0 +1,63 @@
+//! The agent's session state, which outlives passes: the ZooKeeper client, the
+//! configuration, who this host is, its run directory, the version it last deployed and the
+//! process's metrics. A pass borrows it ([`super::pass::Pass`]); the daemon rebuilds its
+//! client when ZooKeeper fails.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::model::Host;
+use super::status::RunDir;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::packages::yum::Yum;
+use crate::zk::Client;
+
+/// The agent: what stays from one pass to the next.
+pub struct Agent {
+    /// The ZooKeeper session.
+    pub client: Client,
+    /// The configuration.
+    pub config: Config,
+    /// Who this host is.
+    pub host: Host,
+    /// The run directory.
+    pub run_dir: RunDir,
+    /// The connection string passed to deploy scripts.
+    pub connection: String,
+    /// Set when the agent must stop (SIGTERM): no new step starts.
+    pub stop: Arc<AtomicBool>,
+    /// The version this host last deployed.
+    pub host_version: Value,
+    /// The metrics of this process.
+    pub metrics: Metrics,
+}
+
+impl Agent {
+    /// A yum runner for one pass (it remembers whether its cache was cleaned).
+    pub fn yum(&self) -> Yum {
+        Yum::new(self.config.yum.clone())
+    }
+
+    /// The file remembering the failure last mailed (see [`crate::notify`]).
+    pub fn mail_state(&self) -> PathBuf {
+        self.run_dir.status_path().with_file_name("last-mail.json")
+    }
+
+    /// Rewrites the metrics file, if one is configured.
+    pub fn write_metrics(&self) {
+        write_metrics(&self.config, &self.metrics);
+    }
+}
+
+/// Rewrites the metrics file `config` names, if any (a failure is logged, not fatal).
+pub fn write_metrics(config: &Config, metrics: &Metrics) {
+    if let Some(path) = &config.metrics_file {
+        if let Err(e) = metrics.write(path) {
+            tracing::warn!("cannot write the metrics file: {e}");
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! Small file and clock helpers shared by every part of the program: the time now as Unix
+//! seconds, and the one atomic file writer (temporary file in the same directory, `fsync`,
+//! rename, `fsync` of the directory) used for the status file, `host_version`,
+//! `last-pass.json`, the properties snapshots, the metrics textfile and the mail state, so a
+//! reader never sees a partial file and a crash never leaves an empty one.
+
+use std::io::Write;
+use std::path::Path;
+
+/// Unix time now, as a float.
+pub fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Writes `data` to `path` atomically and durably: a temporary file in the same directory,
+/// written and `fsync`ed, renamed over `path`, then the directory `fsync`ed. An error names
+/// `path`; the temporary file is removed on failure.
+pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_data()?;
+        std::fs::rename(&tmp, path)?;
+        // The rename itself is durable once the directory is synced (best effort: some file
+        // systems refuse to open a directory for syncing).
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(|e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_replace_the_file_and_leave_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        let err = write_atomic(&dir.path().join("missing/f"), b"x").unwrap_err();
+        assert!(err.to_string().contains("missing/f"), "{err}");
+    }
+}

@@ -1,0 +1,85 @@
+//! Where things live in ZooKeeper: the cluster node `/hosts` and the host nodes under it, the
+//! syncer's `/hosts-lock`, the node locks `/agent-locks/<name>` (kazoo's lock recipe, shared
+//! with the original's agents), role declarations `/roles/<role>` and the persistent role
+//! locks `/role-locks/<role>`, and the top-level roots that belong to the agents and syncers
+//! rather than to a repository. One place, so the agent, the syncer, `status` and `resume`
+//! agree.
+
+/// The cluster node: `version`, `synced`, `halt`; host nodes are its children.
+pub const HOSTS: &str = "/hosts";
+/// The syncer's lock.
+pub const HOSTS_LOCK: &str = "/hosts-lock";
+/// Where the node locks live.
+pub const AGENT_LOCKS: &str = "/agent-locks";
+/// Where role controllers are declared.
+pub const ROLES: &str = "/roles";
+/// Where the persistent role locks live (created by operators).
+pub const ROLE_LOCKS: &str = "/role-locks";
+
+/// Top-level nodes that belong to ZooKeeper, the agents and the syncers: discovery never
+/// walks them, and a repository may not define them (`/role-locks` excepted in `.zkx`
+/// overlays, where operators may create role lock nodes).
+pub const RESERVED_ROOTS: [&str; 5] = ["/zookeeper", HOSTS, HOSTS_LOCK, AGENT_LOCKS, ROLE_LOCKS];
+
+/// True if `name` (a top-level node name, without `/`) is one of [`RESERVED_ROOTS`].
+pub fn is_reserved_root(name: &str) -> bool {
+    RESERVED_ROOTS
+        .iter()
+        .any(|r| r.strip_prefix('/') == Some(name))
+}
+
+/// The `/hosts` property recording when the cluster version was last set to a new value
+/// (`{"version": V, "time": T}`, written by `sync` and `resume`): where a roll-out starts.
+pub const VERSION_SET: &str = "version-set";
+
+/// The [`VERSION_SET`] record of `version`, set now.
+pub fn version_set(version: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"version": version, "time": crate::files::now()})
+}
+
+/// The host node property recording when the host last finished a pass successfully (Unix
+/// time): with [`VERSION_SET`], `status` tells how long a version took to roll out.
+pub const DEPLOYED_AT: &str = "deployed-at";
+
+/// The host node property holding what the host has (`crate::agent::inventory`).
+pub const INVENTORY: &str = "inventory";
+
+/// The path of a host's node.
+pub fn host_path(id: &str) -> String {
+    format!("{HOSTS}/{id}")
+}
+
+/// The kazoo lock name of an application node: the path without its leading `/`, `/` → `,`.
+pub fn lock_name(path: &str) -> String {
+    path.trim_start_matches('/').replace('/', ",")
+}
+
+/// The node lock of an application node.
+pub fn node_lock_path(path: &str) -> String {
+    format!("{AGENT_LOCKS}/{}", lock_name(path))
+}
+
+/// The role lock node of a role.
+pub fn role_lock_path(role: &str) -> String {
+    format!("{ROLE_LOCKS}/{role}")
+}
+
+/// The declaration node of a role (its role controller).
+pub fn role_path(role: &str) -> String {
+    format!("{ROLES}/{role}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        assert_eq!(host_path("h1"), "/hosts/h1");
+        assert_eq!(node_lock_path("/cust/app"), "/agent-locks/cust,app");
+        assert_eq!(role_lock_path("web"), "/role-locks/web");
+        assert_eq!(role_path("web"), "/roles/web");
+        assert!(is_reserved_root("hosts") && is_reserved_root("role-locks"));
+        assert!(!is_reserved_root("acme") && !is_reserved_root("/hosts"));
+    }
+}
