@@ -16,6 +16,7 @@
 //! - [`overview`]: the cluster at a glance (`zkdeployment status`).
 //! - [`fleet`]: the fleet plan (`zkdeployment plan`): the agent's discovery and planner
 //!   applied to a candidate tree for every registered host.
+//! - [`summary`]: `status` at fleet scale: filters, the summary, its metrics (pure).
 //! - [`resume`]: ending a halt (`zkdeployment resume`).
 //! - [`packages`]: installing software: yum RPMs and git checkouts.
 //! - [`notify`]: failure mail.
@@ -43,6 +44,7 @@ pub mod notify;
 pub mod overview;
 pub mod packages;
 pub mod resume;
+pub mod summary;
 pub mod sync;
 pub mod systemd;
 pub mod tree;
