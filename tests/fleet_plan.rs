@@ -93,9 +93,13 @@ async fn plan(conn: &str, args: &[&str]) -> support::Run {
     support::run_async(&all).await
 }
 
-/// Waits until the host node says `done` at `version` and carries an inventory of it.
+/// Waits until the host node says `done` at `version` and carries an inventory of it, and
+/// the pass report (written last) is that pass's.
 async fn wait_converged(h: &TestHost, version: &str) {
     wait_for_async(&format!("{} converged at {version}", h.id), LIMIT, || async {
+        if h.report()["version"] != json!(version) {
+            return None;
+        }
         h.host_node().await.filter(|n| {
             n.get("version") == Some(&json!(version))
                 && n.get("status") == Some(&json!("done"))
@@ -301,6 +305,8 @@ async fn the_plan_is_what_the_agents_then_do() {
     text.assert_code(10);
     for expected in [
         "5 registered hosts",
+        "hosts that change: 5;",
+        "remove     cache-1.2  ",
         "upgrade    webapp 1.4 → 2.0",
         "3 hosts: h1, h2, h4",
         "downgrade  worker 1.1 → 1.0",

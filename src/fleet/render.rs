@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::plan::{FleetPlan, Group};
+use crate::agent::inventory::UNKNOWN_VERSION;
 use crate::tree::literal::repr;
 
 /// Host ids shown per group (the JSON form has them all).
@@ -56,6 +57,15 @@ fn section<K>(out: &mut String, title: &str, groups: &[Group<K>], what: impl Fn(
     }
 }
 
+/// A git revision (40 hex digits) shortened to 12, as `git log --oneline` shows it.
+fn short(s: &str) -> &str {
+    if s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        &s[..12]
+    } else {
+        s
+    }
+}
+
 fn version(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("*")
 }
@@ -65,14 +75,15 @@ pub fn render(plan: &FleetPlan, revision: &str, cluster: &Value) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Plan for {revision} (cluster version now {}): {} registered host{}",
-        crate::tree::literal::py_str(cluster),
+        "Plan for {} (cluster version now {}): {} registered host{}",
+        short(revision),
+        short(&crate::tree::literal::py_str(cluster)),
         plan.registered,
         if plan.registered == 1 { "" } else { "s" }
     );
     let _ = writeln!(
         out,
-        "  {} change, {} only re-run what they have, {} have nothing to do",
+        "  hosts that change: {}; that only re-run what they have: {}; with nothing to do: {}",
         plan.changed.len(),
         plan.routine.len(),
         plan.idle.len()
@@ -86,7 +97,10 @@ pub fn render(plan: &FleetPlan, revision: &str, cluster: &Value) -> String {
     }
     section(&mut out, "Packages:", &plan.packages, |p| match p.change {
         "install" => format!("install    {} {}", p.rpm, version(&p.to)),
-        "remove" => format!("remove     {} {}", p.rpm, version(&p.from)),
+        "remove" => match p.from.as_deref() {
+            Some(v) if v != UNKNOWN_VERSION => format!("remove     {} {v}", p.rpm),
+            _ => format!("remove     {}", p.rpm),
+        },
         change => format!(
             "{change:<10} {} {} → {}",
             p.rpm,
