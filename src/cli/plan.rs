@@ -5,6 +5,7 @@
 //! would fail), 2 usage.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -100,16 +101,19 @@ pub fn run(args: PlanArgs) -> Outcome {
                 (format!("files {}", shown.join(", ")), files, names)
             }
         };
-        let desired = build(&files).map_err(|e| tree_errors(e, &names))?;
+        // Only the merged tree is kept (not the files, nor where each node came from).
+        let tree = build(&files).map_err(|e| tree_errors(e, &names))?.tree;
+        drop(files);
         let client = args.zk.connect().await?;
-        let doc = plan_candidate(&client, &revision, &desired.tree)
+        let doc = plan_candidate(&client, &revision, &tree)
             .await
             .map_err(|e| Failure::Failed(e.to_string()))?;
+        drop(tree);
         if args.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&doc).expect("serialisable")
-            );
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            serde_json::to_writer_pretty(&mut out, &doc)
+                .map_err(|e| Failure::Failed(format!("writing the plan: {e}")))?;
+            writeln!(out).map_err(|e| Failure::Failed(format!("writing the plan: {e}")))?;
         } else {
             print!("{}", render(&doc.plan, &doc.revision, &doc.cluster));
         }

@@ -14,9 +14,12 @@ pub mod plan;
 pub mod read;
 pub mod render;
 
+use std::collections::BTreeSet;
+
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::agent::model::Host;
 use crate::tree::Node;
 use crate::zk::{Client, ZkError};
 use index::TargetIndex;
@@ -35,23 +38,31 @@ pub struct Document {
     pub plan: FleetPlan,
 }
 
-/// Reads the fleet and the current tree, and plans `candidate` (a merged, linted tree) for
-/// every registered host.
+/// Reads the fleet (and, of the current tree, what the plan asks about), and plans
+/// `candidate` (a merged, linted tree) for every registered host.
 pub async fn plan_candidate(
     client: &Client,
     revision: &str,
     candidate: &Node,
 ) -> Result<Document, ZkError> {
-    let (hosts, current) = futures::try_join!(read::read_hosts(client), read::read_current(client))?;
+    let hosts = read::read_hosts(client).await?;
     let cluster = hosts.props.get("version").cloned().unwrap_or(Value::Null);
     let registered = read::registered(&hosts);
-    let current_index = TargetIndex::build(&current);
+    drop(hosts);
     let candidate_index = TargetIndex::build(candidate);
+    let app_paths: BTreeSet<String> = registered
+        .iter()
+        .flat_map(|r| candidate_index.deploy_nodes(&r.host))
+        .filter_map(|node| node.rsplit_once("/deploy/").map(|(app, _)| app.to_string()))
+        .collect();
+    let without: Vec<&Host> = registered
+        .iter()
+        .filter(|r| r.inventory.is_none())
+        .map(|r| &r.host)
+        .collect();
+    let current = read::prefetch(client, &app_paths, &without).await?;
     let plan = plan_fleet(
-        &Indexed {
-            tree: &current,
-            index: &current_index,
-        },
+        &current,
         &Indexed {
             tree: candidate,
             index: &candidate_index,

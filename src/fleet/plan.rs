@@ -44,6 +44,48 @@ impl<S: TreeSource> Indexed<'_, S> {
     }
 }
 
+/// What the fleet plan needs of the current tree.
+pub trait Current {
+    /// What a host that converged on the current tree has (for hosts without an inventory).
+    fn converged(&self, host: &Host) -> Result<Installed, String>;
+    /// An application node's properties, links resolved (`None`: absent, or not resolvable).
+    fn properties(&self, path: &str) -> Option<Props>;
+}
+
+/// A whole current tree held in memory.
+impl<S: TreeSource> Current for Indexed<'_, S> {
+    fn converged(&self, host: &Host) -> Result<Installed, String> {
+        self.discover(host).map(|found| converged(&found))
+    }
+
+    fn properties(&self, path: &str) -> Option<Props> {
+        self.tree.props_at(path)?;
+        resolved_props(self.tree, path).ok()
+    }
+}
+
+/// The answers about the current tree, worked out beforehand (from the nodes read for them).
+#[derive(Debug, Clone, Default)]
+pub struct Prefetched {
+    /// By host id: what it has if converged on the current tree.
+    pub converged: HashMap<String, Result<Installed, String>>,
+    /// By application node: its resolved properties, if it exists.
+    pub properties: HashMap<String, Props>,
+}
+
+impl Current for Prefetched {
+    fn converged(&self, host: &Host) -> Result<Installed, String> {
+        self.converged
+            .get(&host.id)
+            .cloned()
+            .unwrap_or_else(|| Err("not read".into()))
+    }
+
+    fn properties(&self, path: &str) -> Option<Props> {
+        self.properties.get(path).cloned()
+    }
+}
+
 /// What one host would do.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HostPlan {
@@ -207,8 +249,8 @@ pub fn converged(found: &Discovered) -> Installed {
 
 /// Plans one host: what it has (inventory, or converged on `current`), what `candidate`
 /// wants, and the steps between.
-pub fn plan_host<C: TreeSource, N: TreeSource>(
-    current: &Indexed<'_, C>,
+pub fn plan_host<N: TreeSource>(
+    current: &dyn Current,
     candidate: &Indexed<'_, N>,
     registered: &Registered,
 ) -> (HostPlan, Installed) {
@@ -230,8 +272,7 @@ pub fn plan_host<C: TreeSource, N: TreeSource>(
         }
         Some(Err(e)) => Err(format!("its inventory cannot be read: {e}")),
         None => current
-            .discover(host)
-            .map(|found| converged(&found))
+            .converged(host)
             .map_err(|e| format!("no inventory, and the current tree fails for it: {e}")),
     };
     let installed = match installed {
@@ -377,8 +418,8 @@ fn groups<K: Ord>(map: BTreeMap<K, BTreeSet<String>>) -> Vec<Group<K>> {
 }
 
 /// Plans every registered host and groups the changes.
-pub fn plan_fleet<C: TreeSource, N: TreeSource>(
-    current: &Indexed<'_, C>,
+pub fn plan_fleet<N: TreeSource>(
+    current: &dyn Current,
     candidate: &Indexed<'_, N>,
     hosts: &[Registered],
 ) -> FleetPlan {
@@ -482,14 +523,11 @@ pub fn plan_fleet<C: TreeSource, N: TreeSource>(
     let mut cache: HashMap<String, Vec<PropertyChange>> = HashMap::new();
     for (path, hosts) in deployers {
         let changes = cache.entry(path.clone()).or_insert_with(|| {
-            if current.tree.props_at(&path).is_none() {
-                return Vec::new();
-            }
             match (
-                resolved_props(current.tree, &path),
+                current.properties(&path),
                 resolved_props(candidate.tree, &path),
             ) {
-                (Ok(old), Ok(new)) => property_changes(&old, &new),
+                (Some(old), Ok(new)) => property_changes(&old, &new),
                 _ => Vec::new(),
             }
         });

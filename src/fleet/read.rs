@@ -1,11 +1,22 @@
 //! Reading what the fleet plan needs from ZooKeeper, with pipelined multi-reads and no
-//! writes: `/hosts` with every registered host node, and the current tree (every node but the
-//! infrastructure subtrees and the deployment index).
+//! writes: `/hosts` with every registered host node, and of the current tree only what the
+//! plan asks about ([`prefetch`]: the properties of the application nodes the candidate
+//! deploys, and the deployments of hosts without an inventory), read in rounds as links lead
+//! ([`Partial`]), not the whole tree.
+
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde_json::Value;
+use zookeeper_client::MultiReadResult;
 
 use super::index::INDEX_ROOT;
-use super::plan::Registered;
+use super::plan::{converged, Prefetched, Registered};
+use crate::agent::discover::{discover_in, resolved_props, TreeSource};
+use crate::tree::Props;
+use crate::zk::links::NodeSource;
+use crate::zk::multiread::{read_all, Want};
+use crate::zk::{decode, join};
 use crate::agent::model::Host;
 use crate::zk::paths::RESERVED_ROOTS as SKIPPED_ROOTS;
 use crate::agent::inventory::{self, Inventory};
@@ -45,12 +56,173 @@ pub fn registered(hosts: &ZNode) -> Vec<Registered> {
         .collect()
 }
 
-/// The current tree (ephemeral nodes included: discovery skips them as the agent does).
-pub async fn read_current(client: &Client) -> Result<ZNode, ZkError> {
-    let skip = |p: &str| SKIPPED_ROOTS.contains(&p) || p == INDEX_ROOT;
-    let opts = ReadOptions {
-        include_ephemeral: true,
-        skip: &skip,
+/// Nodes of the current tree read on demand: a [`TreeSource`] that records the paths it was
+/// asked for and has not read, so that work over it can be repeated with those read (links
+/// lead anywhere, so what to read is only known by trying).
+#[derive(Debug, Default)]
+pub struct Partial {
+    nodes: HashMap<String, Props>,
+    ephemeral: HashSet<String>,
+    absent: HashSet<String>,
+    misses: RefCell<Vec<String>>,
+}
+
+impl NodeSource for Partial {
+    fn props_at(&self, path: &str) -> Option<&Props> {
+        let found = self.nodes.get(path);
+        if found.is_none() && !self.absent.contains(path) {
+            self.misses.borrow_mut().push(path.to_string());
+        }
+        found
+    }
+}
+
+impl TreeSource for Partial {
+    fn is_ephemeral(&self, path: &str) -> bool {
+        self.ephemeral.contains(path)
+    }
+}
+
+/// Most rounds of reads [`Partial::settle`] makes (a longer chain of links is an error).
+const MAX_ROUNDS: usize = 64;
+
+impl Partial {
+    /// Reads the data of `paths` (those not read yet), pipelined.
+    pub async fn read(&mut self, client: &Client, paths: Vec<String>) -> Result<(), ZkError> {
+        let mut wanted: Vec<String> = paths
+            .into_iter()
+            .filter(|p| !self.nodes.contains_key(p) && !self.absent.contains(p))
+            .collect();
+        wanted.sort();
+        wanted.dedup();
+        read_all(client, wanted.into_iter().map(Want::Data).collect(), |want, result, _| {
+            let Want::Data(path) = want else { return };
+            match result {
+                MultiReadResult::Data { data, stat } => {
+                    if stat.ephemeral_owner != 0 {
+                        self.ephemeral.insert(path.clone());
+                    }
+                    self.nodes.insert(path, decode(&data));
+                }
+                _ => {
+                    self.absent.insert(path);
+                }
+            }
+        })
+        .await
+    }
+
+    /// Runs `work` until it asks for no node that has not been read, reading what it asked
+    /// for between runs.
+    pub async fn settle<T>(
+        &mut self,
+        client: &Client,
+        mut work: impl FnMut(&Partial) -> T,
+    ) -> Result<T, ZkError> {
+        for _ in 0..MAX_ROUNDS {
+            let out = work(self);
+            let misses = std::mem::take(&mut *self.misses.borrow_mut());
+            if misses.is_empty() {
+                return Ok(out);
+            }
+            self.read(client, misses).await?;
+        }
+        Ok(work(self))
+    }
+}
+
+/// The deploy nodes of the current tree named after any of `targets`, by target (one
+/// children-only walk, as the agent's, skipping the reserved roots and the index).
+pub async fn deploy_nodes_of(
+    client: &Client,
+    targets: &HashSet<String>,
+) -> Result<HashMap<String, Vec<String>>, ZkError> {
+    let mut found: HashMap<String, Vec<String>> = HashMap::new();
+    if targets.is_empty() {
+        return Ok(found);
+    }
+    read_all(client, vec![Want::Children("/".into())], |want, result, queue| {
+        let (Want::Children(path), MultiReadResult::Children { children }) = (want, result)
+        else {
+            return;
+        };
+        let is_deploy = path.ends_with("/deploy");
+        for name in children {
+            let child = join(&path, &name);
+            if SKIPPED_ROOTS.contains(&child.as_str()) || child == INDEX_ROOT {
+                continue;
+            }
+            if is_deploy && targets.contains(&name) {
+                found.entry(name).or_default().push(child.clone());
+            }
+            queue.push(Want::Children(child));
+        }
+    })
+    .await?;
+    for paths in found.values_mut() {
+        paths.sort();
+    }
+    Ok(found)
+}
+
+/// Works out what the fleet plan needs of the current tree, reading only that: the resolved
+/// properties of `app_paths`, and what each host of `without_inventory` has if it converged
+/// on the current tree (its deploy nodes from one walk, then its discovery).
+pub async fn prefetch(
+    client: &Client,
+    app_paths: &BTreeSet<String>,
+    without_inventory: &[&Host],
+) -> Result<Prefetched, ZkError> {
+    let targets: HashSet<String> = without_inventory
+        .iter()
+        .flat_map(|h| h.targets())
+        .map(String::from)
+        .collect();
+    let by_target = deploy_nodes_of(client, &targets).await?;
+    let nodes_of = |host: &Host| {
+        let mut nodes: Vec<String> = host
+            .targets()
+            .into_iter()
+            .filter_map(|t| by_target.get(t))
+            .flatten()
+            .cloned()
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        nodes
     };
-    Ok(read_subtree(client, "/", &opts).await?.unwrap_or_default())
+    let mut partial = Partial::default();
+    let mut first: Vec<String> = vec!["/".to_string()];
+    first.extend(app_paths.iter().cloned());
+    for host in without_inventory {
+        for node in nodes_of(host) {
+            if let Some((app, _)) = node.rsplit_once("/deploy/") {
+                first.push(app.to_string());
+            }
+            first.push(node);
+        }
+        if let Some(role) = &host.role {
+            first.push(crate::zk::paths::role_path(role));
+        }
+    }
+    partial.read(client, first).await?;
+    partial
+        .settle(client, |tree| {
+            let mut out = Prefetched::default();
+            for path in app_paths {
+                if tree.props_at(path).is_some() {
+                    if let Ok(props) = resolved_props(tree, path) {
+                        out.properties.insert(path.clone(), props);
+                    }
+                }
+            }
+            for host in without_inventory {
+                let found = discover_in(tree, &nodes_of(host), host)
+                    .map(|found| converged(&found))
+                    .map_err(|e| e.to_string());
+                out.converged.insert(host.id.clone(), found);
+            }
+            out
+        })
+        .await
 }
