@@ -12,7 +12,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use zkdeployment::agent::discover::{discover_on, Host};
+use zkdeployment::agent::discover::discover_on;
+use zkdeployment::agent::model::Host;
 use zkdeployment::tree::parse::parse;
 use zkdeployment::zk::import::{import_tree, Trim};
 

@@ -133,24 +133,28 @@ async fn list(client: &Client, path: &str) -> Result<BTreeSet<String>, ZkError> 
 /// agent's discovery walks, skipping the reserved roots and the deployment index).
 async fn deploy_targets(client: &Client) -> Result<BTreeSet<String>, ZkError> {
     let mut targets = BTreeSet::new();
-    read_all(client, vec![Want::Children("/".into())], |want, result, queue| {
-        let (Want::Children(path), MultiReadResult::Children { children }) = (want, result)
-        else {
-            return;
-        };
-        let is_deploy = path.ends_with("/deploy");
-        for name in children {
-            let child = join(&path, &name);
-            if RESERVED_ROOTS.contains(&child.as_str()) || child == "/deployment-index" {
-                continue;
+    read_all(
+        client,
+        vec![Want::Children("/".into())],
+        |want, result, queue| {
+            let (Want::Children(path), MultiReadResult::Children { children }) = (want, result)
+            else {
+                return;
+            };
+            let is_deploy = path.ends_with("/deploy");
+            for name in children {
+                let child = join(&path, &name);
+                if RESERVED_ROOTS.contains(&child.as_str()) || child == "/deployment-index" {
+                    continue;
+                }
+                if is_deploy {
+                    targets.insert(name);
+                } else {
+                    queue.push(Want::Children(child));
+                }
             }
-            if is_deploy {
-                targets.insert(name);
-            } else {
-                queue.push(Want::Children(child));
-            }
-        }
-    })
+        },
+    )
     .await?;
     Ok(targets)
 }
@@ -176,8 +180,7 @@ impl Overview {
                 let get = |k: &str| node.props.get(k).cloned().unwrap_or(Value::Null);
                 // Nobody is at a halted (`None`) or paused (`False`) cluster version, not
                 // even a host that never deployed anything (version `None` too).
-                let converged =
-                    deployable(&version) && node.props.get("version") == Some(&version);
+                let converged = deployable(&version) && node.props.get("version") == Some(&version);
                 HostRow {
                     id: id.clone(),
                     name: get("name"),
@@ -223,7 +226,14 @@ impl Overview {
             halt: hosts.props.get("halt").cloned().unwrap_or(Value::Null),
             hosts: rows,
             locks,
-            summary: summarize(&Value::Null, &Value::Null, &[], &BTreeSet::new(), &BTreeSet::new(), 0.0),
+            summary: summarize(
+                &Value::Null,
+                &Value::Null,
+                &[],
+                &BTreeSet::new(),
+                &BTreeSet::new(),
+                0.0,
+            ),
             facts,
         };
         overview.select(&Filter::default(), crate::files::now());
@@ -517,7 +527,14 @@ mod tests {
                 waiters: vec!["app03.some-long-domain-name.example.com (app03)".into(); 3],
                 age: Some(12.0),
             }],
-            summary: summarize(&Value::Null, &Value::Null, &[], &BTreeSet::new(), &BTreeSet::new(), 0.0),
+            summary: summarize(
+                &Value::Null,
+                &Value::Null,
+                &[],
+                &BTreeSet::new(),
+                &BTreeSet::new(),
+                0.0,
+            ),
             facts: FleetFacts::default(),
         };
         let text = o.render();

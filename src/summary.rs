@@ -68,9 +68,10 @@ pub struct Filter {
 impl Filter {
     /// True if the host is shown.
     pub fn matches(&self, h: &HostFacts<'_>) -> bool {
-        let named = self.host.as_deref().is_none_or(|g| {
-            glob(g, h.id) || h.name.as_str().is_some_and(|name| glob(g, name))
-        });
+        let named = self
+            .host
+            .as_deref()
+            .is_none_or(|g| glob(g, h.id) || h.name.as_str().is_some_and(|name| glob(g, name)));
         named && (!self.behind || h.state != CONVERGED) && (!self.failed || h.state == FAILED)
     }
 
@@ -207,7 +208,7 @@ pub fn summarize(
         .into_values()
         .map(|(version, hosts)| VersionCount { version, hosts })
         .collect();
-    versions.sort_by(|a, b| b.hosts.cmp(&a.hosts));
+    versions.sort_by_key(|v| std::cmp::Reverse(v.hosts));
     let started = version_set
         .get("time")
         .and_then(Value::as_f64)
@@ -365,7 +366,10 @@ impl Summary {
             }
         };
         let label = |k: &str, v: &str| {
-            let v = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+            let v = v
+                .replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n");
             format!("{{{k}=\"{v}\"}}")
         };
         metric(
@@ -375,7 +379,10 @@ impl Summary {
                 (label("state", CONVERGED), self.converged as f64),
                 (label("state", DEPLOYING), self.deploying as f64),
                 (label("state", FAILED), self.failed as f64),
-                (label("state", "not_registered"), self.not_registered.len() as f64),
+                (
+                    label("state", "not_registered"),
+                    self.not_registered.len() as f64,
+                ),
             ],
         );
         let versions: Vec<(String, f64)> = self
@@ -403,7 +410,11 @@ impl Summary {
             "Seconds the cluster version took to reach this share of the hosts (absent: not yet).",
             &reached,
         );
-        let worst = self.behind.iter().filter_map(|b| b.behind).fold(0.0, f64::max);
+        let worst = self
+            .behind
+            .iter()
+            .filter_map(|b| b.behind)
+            .fold(0.0, f64::max);
         metric(
             "zkdeployment_fleet_behind_seconds",
             "How long the hosts behind the cluster version have been behind (0: none).",
@@ -462,10 +473,19 @@ mod tests {
         assert_eq!(s.versions[0].hosts, 2);
         let text = s.render(200.0);
         assert!(text.contains("50% in 30s, 90% in -"), "{text}");
-        assert!(text.contains("slowest: d behind 100s (failed), c behind 100s"), "{text}");
+        assert!(
+            text.contains("slowest: d behind 100s (failed), c behind 100s"),
+            "{text}"
+        );
         let m = s.metrics(false);
-        assert!(m.contains("zkdeployment_fleet_hosts{state=\"failed\"} 1\n"), "{m}");
-        assert!(m.contains("zkdeployment_fleet_rollout_seconds{share=\"0.5\"} 30\n"), "{m}");
+        assert!(
+            m.contains("zkdeployment_fleet_hosts{state=\"failed\"} 1\n"),
+            "{m}"
+        );
+        assert!(
+            m.contains("zkdeployment_fleet_rollout_seconds{share=\"0.5\"} 30\n"),
+            "{m}"
+        );
         assert!(!m.contains("share=\"0.9\""), "{m}");
         // Another version's start time is not this one's.
         let old = json!({"version": "r1", "time": 100.0});

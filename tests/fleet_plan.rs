@@ -62,11 +62,20 @@ fn after() -> String {
     BEFORE
         .replace("port = 8080", "port = 8081")
         .replace("version = '1.4'\n    port", "version = '2.0'\n    port")
-        .replace("version = '1.1'\n    threads = 2", "version = '1.0'\n    threads = 4")
+        .replace(
+            "version = '1.1'\n    threads = 2",
+            "version = '1.0'\n    threads = 4",
+        )
         .replace("      /h3\n  /cache", "      /h3\n        n = 2\n  /cache")
         .replace("  /cache : cache-1.2\n    /deploy\n      /h2\n", "")
-        .replace("version => ../versions foo\n", "version => ../versions foo_next\n")
-        .replace("  /web : webrc\n    version = '1.0'", "  /web : webrc\n    version = '1.1'")
+        .replace(
+            "version => ../versions foo\n",
+            "version => ../versions foo_next\n",
+        )
+        .replace(
+            "  /web : webrc\n    version = '1.0'",
+            "  /web : webrc\n    version = '1.1'",
+        )
 }
 
 async fn sync(conn: &str, repo: &TestRepo, work: &std::path::Path) -> support::Run {
@@ -96,18 +105,20 @@ async fn plan(conn: &str, args: &[&str]) -> support::Run {
 /// Waits until the host node says `done` at `version` and carries an inventory of it, and
 /// the pass report (written last) is that pass's.
 async fn wait_converged(h: &TestHost, version: &str) {
-    wait_for_async(&format!("{} converged at {version}", h.id), LIMIT, || async {
-        if h.report()["version"] != json!(version) {
-            return None;
-        }
-        h.host_node().await.filter(|n| {
-            n.get("version") == Some(&json!(version))
-                && n.get("status") == Some(&json!("done"))
-                && n.get("inventory")
-                    .and_then(|i| i.get("version"))
-                    == Some(&json!(version))
-        })
-    })
+    wait_for_async(
+        &format!("{} converged at {version}", h.id),
+        LIMIT,
+        || async {
+            if h.report()["version"] != json!(version) {
+                return None;
+            }
+            h.host_node().await.filter(|n| {
+                n.get("version") == Some(&json!(version))
+                    && n.get("status") == Some(&json!("done"))
+                    && n.get("inventory").and_then(|i| i.get("version")) == Some(&json!(version))
+            })
+        },
+    )
     .await;
 }
 
@@ -234,7 +245,10 @@ async fn the_plan_is_what_the_agents_then_do() {
     );
     // A property link pointed elsewhere: a new version for h3, and for h5 (no inventory:
     // planned as if it had converged on the current tree).
-    assert_eq!(pkg("upgrade", "foo", json!("1.0"), json!("1.4")), ["h3", "h5"]);
+    assert_eq!(
+        pkg("upgrade", "foo", json!("1.0"), json!("1.4")),
+        ["h3", "h5"]
+    );
     assert_eq!(pkg("remove", "cache-1.2", json!("?"), Value::Null), ["h2"]);
     assert_eq!(packages.as_array().unwrap().len(), 4, "{packages:#}");
 
@@ -390,7 +404,9 @@ async fn bad_trees_fail_as_sync_fails_them() {
         "{from_files}"
     );
     // Not a tree file, or no candidate at all: usage.
-    plan(&conn, &["--files", "/etc/hostname"]).await.assert_code(2);
+    plan(&conn, &["--files", "/etc/hostname"])
+        .await
+        .assert_code(2);
     plan(&conn, &[]).await.assert_code(2);
     plan(&conn, &["-u", &repo.url()]).await.assert_code(2);
 }
@@ -405,11 +421,7 @@ async fn hosts_whose_pass_would_fail_are_named_with_the_error() {
     let scratch = tempfile::tempdir().unwrap();
     let file = scratch.path().join("acme.zk");
     // Lints clean, but h1 is named twice (by id and by name).
-    std::fs::write(
-        &file,
-        format!("{tree}      /h1.example.com\n"),
-    )
-    .unwrap();
+    std::fs::write(&file, format!("{tree}      /h1.example.com\n")).unwrap();
     let run = plan(&h.conn, &["--files", file.to_str().unwrap(), "--json"]).await;
     run.assert_code(1);
     let doc: Value = serde_json::from_str(&run.stdout).unwrap();
@@ -422,7 +434,11 @@ async fn hosts_whose_pass_would_fail_are_named_with_the_error() {
     assert!(run.stderr.contains("1 host(s) would fail"), "{run}");
     let text = plan(&h.conn, &["--files", file.to_str().unwrap()]).await;
     text.assert_code(1);
-    assert!(text.stdout.contains("Conflicting deployments for /acme/web"), "{text}");
+    assert!(
+        text.stdout
+            .contains("Conflicting deployments for /acme/web"),
+        "{text}"
+    );
     agent.terminate();
     assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
 }

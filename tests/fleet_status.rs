@@ -17,7 +17,9 @@ const LIMIT: Duration = Duration::from_secs(60);
 fn tree(apps: &[(&str, &[&str])]) -> String {
     let mut text = String::from("/acme\n");
     for (app, hosts) in apps {
-        text.push_str(&format!("  /{app} : foo\n    version = '1.0'\n    /deploy\n"));
+        text.push_str(&format!(
+            "  /{app} : foo\n    version = '1.0'\n    /deploy\n"
+        ));
         for h in *hosts {
             text.push_str(&format!("      /{h}\n"));
         }
@@ -92,13 +94,21 @@ async fn status_summarises_the_fleet() {
     let s = &doc["summary"];
     assert_eq!(s["hosts"], json!(3));
     assert_eq!(s["versions"], json!([{"version": r1, "hosts": 3}]));
-    assert_eq!((s["deploying"].clone(), s["failed"].clone()), (json!(0), json!(0)));
+    assert_eq!(
+        (s["deploying"].clone(), s["failed"].clone()),
+        (json!(0), json!(0))
+    );
     assert_eq!(s["not_registered"], json!(["h3"]));
     assert_eq!(s["behind"], json!([]));
     let rollout = &s["rollout"];
     assert_eq!(rollout["version"], json!(r1));
-    assert_eq!((rollout["reached"].clone(), rollout["of"].clone()), (json!(3), json!(3)));
-    let started = rollout["started"].as_f64().expect("sync records version-set");
+    assert_eq!(
+        (rollout["reached"].clone(), rollout["of"].clone()),
+        (json!(3), json!(3))
+    );
+    let started = rollout["started"]
+        .as_f64()
+        .expect("sync records version-set");
     let (p50, p90, p100) = (
         rollout["p50"].as_f64().unwrap(),
         rollout["p90"].as_f64().unwrap(),
@@ -121,7 +131,10 @@ async fn status_summarises_the_fleet() {
     assert_eq!(one["summary"]["hosts"], json!(1));
     let by_name = status(&conn, &["--host", "hw.example.*"]).await;
     assert_eq!(ids(&by_name), ["hw"]);
-    assert_eq!(ids(&status(&conn, &["--behind"]).await), Vec::<String>::new());
+    assert_eq!(
+        ids(&status(&conn, &["--behind"]).await),
+        Vec::<String>::new()
+    );
 
     // The next revision fails on h2 and halts the cluster.
     let r2 = repo.commit(&[(
@@ -148,13 +161,28 @@ async fn status_summarises_the_fleet() {
     assert!(text.stdout.contains("1 failed; 1 not registered"), "{text}");
     assert!(text.stdout.contains("not registered: h3"), "{text}");
     let metrics = scratch.path().join("fleet.prom");
-    support::run_async(&["status", "-z", &conn, "--metrics", metrics.to_str().unwrap()])
-        .await
-        .assert_ok();
+    support::run_async(&[
+        "status",
+        "-z",
+        &conn,
+        "--metrics",
+        metrics.to_str().unwrap(),
+    ])
+    .await
+    .assert_ok();
     let prom = std::fs::read_to_string(&metrics).unwrap();
-    assert!(prom.contains("zkdeployment_fleet_hosts{state=\"failed\"} 1\n"), "{prom}");
-    assert!(prom.contains("zkdeployment_fleet_hosts{state=\"not_registered\"} 1\n"), "{prom}");
-    assert!(prom.contains("zkdeployment_fleet_cluster_halted 1\n"), "{prom}");
+    assert!(
+        prom.contains("zkdeployment_fleet_hosts{state=\"failed\"} 1\n"),
+        "{prom}"
+    );
+    assert!(
+        prom.contains("zkdeployment_fleet_hosts{state=\"not_registered\"} 1\n"),
+        "{prom}"
+    );
+    assert!(
+        prom.contains("zkdeployment_fleet_cluster_halted 1\n"),
+        "{prom}"
+    );
     for agent in &mut agents {
         agent.terminate();
         assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());

@@ -165,4 +165,3 @@ pub async fn register(
         Err(e) => Err(e.into()),
     }
 }
-

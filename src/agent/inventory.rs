@@ -152,7 +152,9 @@ pub fn versions_after(
         match step {
             Step::Install { rpm, version, .. } => {
                 let now = if complete {
-                    version.clone().or_else(|| before.get(rpm).cloned().flatten())
+                    version
+                        .clone()
+                        .or_else(|| before.get(rpm).cloned().flatten())
                 } else {
                     None
                 };
@@ -228,7 +230,10 @@ mod tests {
         ]);
         assert_eq!(seen, want);
         assert!(Inventory::from_value(&json!({"packages": 3})).is_err());
-        assert_eq!(Inventory::from_value(&json!({})).unwrap(), Inventory::default());
+        assert_eq!(
+            Inventory::from_value(&json!({})).unwrap(),
+            Inventory::default()
+        );
     }
 
     #[test]
@@ -254,7 +259,10 @@ mod tests {
         let done = versions_after(&before, &steps, true);
         assert_eq!(
             done,
-            BTreeMap::from([("a".to_string(), Some("2".to_string())), ("b".to_string(), None)])
+            BTreeMap::from([
+                ("a".to_string(), Some("2".to_string())),
+                ("b".to_string(), None)
+            ])
         );
         let failed = versions_after(&before, &steps, false);
         assert_eq!(failed.get("a"), Some(&None));

@@ -28,10 +28,20 @@ pub struct PlanArgs {
     )]
     url: Option<String>,
     /// Working directory for the checkout (cloned if missing; use another one than sync's).
-    #[arg(short = 't', long = "tree-directory", value_name = "DIR", requires = "url")]
+    #[arg(
+        short = 't',
+        long = "tree-directory",
+        value_name = "DIR",
+        requires = "url"
+    )]
     dir: Option<PathBuf>,
     /// Branch to plan.
-    #[arg(short = 'b', long = "branch", default_value = "master", requires = "url")]
+    #[arg(
+        short = 'b',
+        long = "branch",
+        default_value = "master",
+        requires = "url"
+    )]
     branch: String,
     /// Tree files (`.zk`, `.zkx`) to plan instead of a repository (a pre-merge check).
     #[arg(long, num_args = 1.., value_name = "PATH")]

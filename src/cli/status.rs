@@ -6,8 +6,8 @@ use clap::Args;
 use super::zkarg::ZkArg;
 use super::{runtime, Failure, Outcome};
 use crate::overview::Overview;
-use crate::summary::Filter;
 use crate::resume::{parse_version, resume, ResumeError};
+use crate::summary::Filter;
 use crate::tree::literal::py_str;
 
 #[derive(Debug, Args)]

@@ -6,10 +6,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::zk::paths::RESERVED_ROOTS as SKIPPED_ROOTS;
 use crate::agent::model::Host;
 use crate::tree::Node;
 use crate::zk::join;
+use crate::zk::paths::RESERVED_ROOTS as SKIPPED_ROOTS;
 use crate::zk::snapshot::ZNode;
 
 /// Top-level nodes that are never part of the deployment tree, besides [`SKIPPED_ROOTS`]:
@@ -116,7 +116,11 @@ mod tests {
         };
         assert_eq!(
             index.deploy_nodes(&web),
-            vec!["/a/deploy/h1", "/a/deploy/web", "/b/c/deploy/h1.example.com"]
+            vec![
+                "/a/deploy/h1",
+                "/a/deploy/web",
+                "/b/c/deploy/h1.example.com"
+            ]
         );
     }
 }

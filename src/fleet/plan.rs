@@ -556,13 +556,14 @@ pub fn plan_fleet<N: TreeSource>(
         }
     }
     out.packages = groups(packages);
-    let rank = |c: &str| ["install", "upgrade", "downgrade", "change", "remove"]
-        .iter()
-        .position(|k| *k == c)
-        .unwrap_or(usize::MAX);
-    out.packages.sort_by(|a, b| {
-        (rank(a.what.change), &a.what).cmp(&(rank(b.what.change), &b.what))
-    });
+    let rank = |c: &str| {
+        ["install", "upgrade", "downgrade", "change", "remove"]
+            .iter()
+            .position(|k| *k == c)
+            .unwrap_or(usize::MAX)
+    };
+    out.packages
+        .sort_by(|a, b| (rank(a.what.change), &a.what).cmp(&(rank(b.what.change), &b.what)));
     out.instances = groups(instances);
     out.other = groups(other);
     out.failures = groups(failures);

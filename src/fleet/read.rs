@@ -13,14 +13,14 @@ use zookeeper_client::MultiReadResult;
 use super::index::INDEX_ROOT;
 use super::plan::{converged, Prefetched, Registered};
 use crate::agent::discover::{discover_in, resolved_props, TreeSource};
+use crate::agent::inventory::{self, Inventory};
+use crate::agent::model::Host;
 use crate::tree::Props;
 use crate::zk::links::NodeSource;
 use crate::zk::multiread::{read_all, Want};
-use crate::zk::{decode, join};
-use crate::agent::model::Host;
 use crate::zk::paths::RESERVED_ROOTS as SKIPPED_ROOTS;
-use crate::agent::inventory::{self, Inventory};
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
+use crate::zk::{decode, join};
 use crate::zk::{Client, ZkError};
 
 /// `/hosts` and its children (not their descendants); an empty node if `/hosts` is missing.
@@ -95,20 +95,24 @@ impl Partial {
             .collect();
         wanted.sort();
         wanted.dedup();
-        read_all(client, wanted.into_iter().map(Want::Data).collect(), |want, result, _| {
-            let Want::Data(path) = want else { return };
-            match result {
-                MultiReadResult::Data { data, stat } => {
-                    if stat.ephemeral_owner != 0 {
-                        self.ephemeral.insert(path.clone());
+        read_all(
+            client,
+            wanted.into_iter().map(Want::Data).collect(),
+            |want, result, _| {
+                let Want::Data(path) = want else { return };
+                match result {
+                    MultiReadResult::Data { data, stat } => {
+                        if stat.ephemeral_owner != 0 {
+                            self.ephemeral.insert(path.clone());
+                        }
+                        self.nodes.insert(path, decode(&data));
                     }
-                    self.nodes.insert(path, decode(&data));
+                    _ => {
+                        self.absent.insert(path);
+                    }
                 }
-                _ => {
-                    self.absent.insert(path);
-                }
-            }
-        })
+            },
+        )
         .await
     }
 
@@ -141,23 +145,27 @@ pub async fn deploy_nodes_of(
     if targets.is_empty() {
         return Ok(found);
     }
-    read_all(client, vec![Want::Children("/".into())], |want, result, queue| {
-        let (Want::Children(path), MultiReadResult::Children { children }) = (want, result)
-        else {
-            return;
-        };
-        let is_deploy = path.ends_with("/deploy");
-        for name in children {
-            let child = join(&path, &name);
-            if SKIPPED_ROOTS.contains(&child.as_str()) || child == INDEX_ROOT {
-                continue;
+    read_all(
+        client,
+        vec![Want::Children("/".into())],
+        |want, result, queue| {
+            let (Want::Children(path), MultiReadResult::Children { children }) = (want, result)
+            else {
+                return;
+            };
+            let is_deploy = path.ends_with("/deploy");
+            for name in children {
+                let child = join(&path, &name);
+                if SKIPPED_ROOTS.contains(&child.as_str()) || child == INDEX_ROOT {
+                    continue;
+                }
+                if is_deploy && targets.contains(&name) {
+                    found.entry(name).or_default().push(child.clone());
+                }
+                queue.push(Want::Children(child));
             }
-            if is_deploy && targets.contains(&name) {
-                found.entry(name).or_default().push(child.clone());
-            }
-            queue.push(Want::Children(child));
-        }
-    })
+        },
+    )
     .await?;
     for paths in found.values_mut() {
         paths.sort();

@@ -143,10 +143,7 @@ mod tests {
     #[test]
     fn lists_a_few_hosts_and_counts_the_rest() {
         let hosts: Vec<String> = (1..=7).map(|i| format!("h{i}")).collect();
-        assert_eq!(
-            hosts_line(&hosts),
-            "7 hosts: h1, h2, h3, h4, h5 and 2 more"
-        );
+        assert_eq!(hosts_line(&hosts), "7 hosts: h1, h2, h3, h4, h5 and 2 more");
         assert_eq!(hosts_line(&hosts[..1]), "1 host: h1");
     }
 }
