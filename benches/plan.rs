@@ -32,11 +32,22 @@ fn hosts() -> usize {
         .unwrap_or(1000)
 }
 
-/// Runs the binary `runs` times; returns (best, median) wall seconds and the last stdout size.
+/// CPU seconds (user + system) of the child processes waited for so far.
+fn children_cpu() -> f64 {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .expect("getrusage");
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    secs(usage.user_time()) + secs(usage.system_time())
+}
+
+/// Runs the binary `runs` times; returns (best, median) wall seconds and the last stdout size,
+/// and prints the median CPU time of a run (wall time on a loaded machine waits for the CPU).
 fn time(args: &[&str], runs: usize, ok: &[i32]) -> (f64, f64, usize) {
     let mut times = Vec::new();
+    let mut cpu = Vec::new();
     let mut size = 0;
     for _ in 0..runs {
+        let before = children_cpu();
         let t = Instant::now();
         let out = Command::new(support::bin())
             .args(args)
@@ -51,7 +62,19 @@ fn time(args: &[&str], runs: usize, ok: &[i32]) -> (f64, f64, usize) {
             String::from_utf8_lossy(&out.stderr)
         );
         size = out.stdout.len();
+        cpu.push(children_cpu() - before);
     }
+    cpu.sort_by(f64::total_cmp);
+    println!(
+        "  ({} {}: CPU user+system {:.3} s median)",
+        args[0],
+        if args.contains(&"--json") {
+            "--json"
+        } else {
+            "(text)"
+        },
+        cpu[cpu.len() / 2]
+    );
     times.sort_by(f64::total_cmp);
     (times[0], times[times.len() / 2], size)
 }
