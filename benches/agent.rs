@@ -1,8 +1,11 @@
-//! Agent benchmark on the generated fleet (about 50,000 nodes; `BENCH_CUSTOMERS=20000` for
-//! about 1,000,000): discovery time for one host, the time from a version bump to the first
-//! deploy script of the running agent, and the agent's idle resident memory.
+//! Agent benchmark on the generated fleet (about 50,000 nodes; `BENCH_CUSTOMERS=100` for about
+//! 5,000, `BENCH_CUSTOMERS=20000` for about 1,000,000): discovery for one host (time and nodes
+//! read, from the deployment index and by the walk), the time from a version bump to the first
+//! deploy script of the running agent (a sync-like bump answered by the index, then foreign
+//! bumps that force the walk), and the agent's resident memory after those passes.
 //! Run with `cargo bench --bench agent` (`ZK_HEAP=2g` for the big tree).
 
+#[allow(dead_code)] // a bench uses a few of the test helpers
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -12,22 +15,32 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use zkdeployment::agent::discover::discover_on;
+use zkdeployment::agent::discover::{discover_with_mode, Mode, Source};
 use zkdeployment::agent::model::Host;
 use zkdeployment::tree::parse::parse;
 use zkdeployment::zk::import::{import_tree, Trim};
 
 fn write_exe(path: &Path, text: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fleet::write_exe(path, text)
+}
+
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    status_kib(pid, "VmRSS:")
+}
+
+/// Resident memory of its own (heap, stacks) and mapped from files (the binary, libc).
+fn rss_split(pid: u32) -> String {
+    format!(
+        "{} KiB anonymous + {} KiB file-backed",
+        status_kib(pid, "RssAnon:").unwrap_or(0),
+        status_kib(pid, "RssFile:").unwrap_or(0)
+    )
 }
 
 fn main() {
@@ -45,18 +58,29 @@ fn main() {
         let open = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
         client.create("/hosts", br#"{"version": "v1"}"#, &open).await.unwrap();
         println!("setup: {nodes} nodes imported in {:.1} s", t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let g = fleet::write_index(&client).await;
+        fleet::bump(&client, "v1", Some(&g)).await;
+        println!("deployment index written (walk + generation) in {:.2} s", t.elapsed().as_secs_f64());
 
         let host = Host { id: fleet::BENCH_HOST.into(), name: "bench-host.example.com".into(), role: None };
-        let mut best = f64::MAX;
-        let mut found = 0;
-        for _ in 0..5 {
-            let t = Instant::now();
-            let (d, snap) = discover_on(&client, &host).await.unwrap();
-            best = best.min(t.elapsed().as_secs_f64());
-            found = d.deployments.len();
-            assert_eq!(snap.walked, nodes + 1, "the walk visits every node of the tree");
+        let v1 = json!("v1");
+        for (label, mode) in [("walk", Mode::Walk), ("index", Mode::Index(&v1))] {
+            let mut best = f64::MAX;
+            let (mut found, mut reads) = (0, 0);
+            for _ in 0..5 {
+                let t = Instant::now();
+                let (d, snap) = discover_with_mode(&client, &host, mode).await.unwrap();
+                best = best.min(t.elapsed().as_secs_f64());
+                found = d.deployments.len();
+                reads = snap.reads;
+                match mode {
+                    Mode::Walk => assert_eq!(snap.walked, nodes + 1, "the walk visits every node of the tree"),
+                    Mode::Index(_) => assert_eq!(snap.source, Some(Source::Index), "the index answers"),
+                }
+            }
+            println!("discovery for one host ({label}) on {nodes} nodes: {best:.4} s (best of 5), {reads} nodes read, {found} deployments");
         }
-        println!("discovery for one host: {best:.3} s (best of 5; {nodes} nodes walked, {found} deployments)");
 
         // A real agent process: packages already installed (a stand-in yum answers
         // `list installed`), deploy scripts that record the time they start.
@@ -98,10 +122,13 @@ fn main() {
         let pid = agent.id().unwrap();
         let idle = rss_kib(pid).unwrap_or(0);
         let mut samples = Vec::new();
-        for round in 2..5 {
+        let mut walked = Vec::new();
+        for round in 2..8 {
+            let with_index = round < 5;
             let v = format!("v{round}");
+            let g = if with_index { Some(fleet::write_index(&client).await) } else { None };
             let bumped = zkdeployment::files::now();
-            client.set_data("/hosts", json!({"version": v}).to_string().as_bytes(), None).await.unwrap();
+            fleet::bump(&client, &v, g.as_ref()).await;
             let deadline = Instant::now() + Duration::from_secs(60);
             let first = loop {
                 let text = std::fs::read_to_string(&times).unwrap_or_default();
@@ -111,15 +138,23 @@ fn main() {
                 assert!(Instant::now() < deadline, "no deploy script ran for {v}");
                 tokio::time::sleep(Duration::from_millis(2)).await;
             };
-            samples.push(first - bumped);
+            if with_index { samples.push(first - bumped) } else { walked.push(first - bumped) }
             let leak: &'static str = Box::leak(v.into_boxed_str());
             wait_done(leak).await;
+            if round == 4 {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let after = rss_kib(pid).unwrap_or(0);
+                println!("agent resident memory: idle after the first pass {idle} KiB, idle after 3 more passes answered by the index {after} KiB ({})", rss_split(pid));
+            }
         }
-        samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        println!("version bump to first deploy script (running agent): median {:.3} s over {} bumps", samples[samples.len() / 2], samples.len());
+        for s in [&mut samples, &mut walked] {
+            s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        }
+        println!("version bump to first deploy script (running agent, index): median {:.3} s over {} bumps", samples[samples.len() / 2], samples.len());
+        println!("version bump to first deploy script (running agent, walk forced): median {:.3} s over {} bumps", walked[walked.len() / 2], walked.len());
         tokio::time::sleep(Duration::from_secs(2)).await;
         let after = rss_kib(pid).unwrap_or(0);
-        println!("agent resident memory: idle after the first pass {} KiB, idle after {} more passes {} KiB", idle, samples.len(), after);
+        println!("agent resident memory: idle after 3 more passes that walked {after} KiB ({})", rss_split(pid));
         agent.start_kill().unwrap();
         let _ = agent.wait().await;
     });

@@ -2,6 +2,8 @@
 //! (pipelined), re-imported unchanged (must send no write), and imported one request at a time
 //! for comparison. Run with `cargo bench --bench import` (ZooKeeper from Debian's package).
 
+// A bench uses a few of the test helpers.
+#[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
 

@@ -4,6 +4,7 @@
 //! of every customer. Prints the wall time of each command as a process (best and median of 5)
 //! and the plan's peak resident memory. Run with `cargo bench --bench plan`.
 
+#[allow(dead_code)] // a bench uses a few of the test helpers
 #[path = "../tests/support/mod.rs"]
 mod support;
 

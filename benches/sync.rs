@@ -2,6 +2,8 @@
 //! a first sync into an empty ZooKeeper, then an unchanged re-sync (forced, so it re-reads and
 //! diffs everything; it must write nothing). Run with `cargo bench --bench sync`.
 
+// A bench uses a few of the test helpers.
+#[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
 

@@ -1,15 +1,14 @@
 //! Running external commands: an argument vector (never a shell), an environment and a working
-//! directory per command; stdout and stderr merged, streamed to the log line by line as they
-//! come, and the tail kept (bounded) for reports and mail.
+//! directory per command; stdout and stderr merged into a file, streamed to the log line by
+//! line as they come, and the tail kept (bounded) for reports and mail. A command is done
+//! when its process exits, whatever it left running.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::Command as TokioCommand;
-use tokio::sync::mpsc;
 
 /// Most bytes of output kept per command (the tail).
 pub const TAIL_BYTES: usize = 16 * 1024;
@@ -107,7 +106,21 @@ impl CommandError {
     }
 }
 
+/// How often the output file is read while the command runs.
+const POLL: Duration = Duration::from_millis(100);
+/// Most bytes read per poll while the command runs (so that waiting for its exit resumes).
+const POLL_BYTES: u64 = 16 * 1024 * 1024;
+/// One read of the output file.
+const CHUNK: usize = 64 * 1024;
+
 /// Runs a command to completion; `Ok` whatever its exit code (see [`run_checked`]).
+///
+/// The command's stdout and stderr go to one unlinked temporary file (opened for appending),
+/// read here as it grows, as the original captured output to a file. The command is finished
+/// when its PROCESS exits, not when its output ends: a script that leaves a daemon behind
+/// (`daemon & exit 0`, an init script that does not close stdout) ends the step at once. What
+/// the file holds when the process has exited is the script's output; what a daemon writes
+/// later goes to the file nobody reads, and never blocks it or the agent.
 pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     let program = cmd.argv.first().cloned().unwrap_or_default();
     let spawn_err = |e: std::io::Error| CommandError::Spawn {
@@ -121,12 +134,16 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
         )));
     }
     tracing::info!("{}", cmd.display());
+    let (write, mut read) = output_file().map_err(|e| CommandError::Spawn {
+        program: program.clone(),
+        reason: format!("cannot create a file for its output: {e}"),
+    })?;
     let mut command = TokioCommand::new(&program);
     command
         .args(&cmd.argv[1..])
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stdout(write.try_clone().map_err(spawn_err)?)
+        .stderr(write);
     // systemd's notify socket belongs to the agent alone.
     for var in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] {
         command.env_remove(var);
@@ -140,18 +157,30 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     command.kill_on_drop(true);
     let started = Instant::now();
     let mut child = command.spawn().map_err(spawn_err)?;
-    let (tx, mut rx) = mpsc::channel::<String>(64);
-    let out = tokio::spawn(forward(child.stdout.take(), tx.clone()));
-    let err = tokio::spawn(forward(child.stderr.take(), tx));
+    // `command` holds the parent's copies of the file descriptors: close them now.
+    drop(command);
+    let mut lines = Lines::default();
     let mut tail = Tail::default();
-    while let Some(line) = rx.recv().await {
+    let mut emit = |line: String| {
         crate::systemd::progress();
         tracing::info!(target: "output", "  {line}");
         tail.push(&line);
-    }
-    let _ = out.await;
-    let _ = err.await;
-    let status = child.wait().await.map_err(spawn_err)?;
+    };
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status.map_err(spawn_err)?,
+            _ = tokio::time::sleep(POLL) => lines.read(&mut read, &mut emit, POLL_BYTES),
+        }
+    };
+    // Everything the process wrote before it exited, and no more: what a daemon it left
+    // writes from now on is not read (nor waited for).
+    let written = {
+        use std::io::Seek;
+        let end = read.metadata().map(|m| m.len()).unwrap_or(0);
+        end.saturating_sub(read.stream_position().unwrap_or(end))
+    };
+    lines.read(&mut read, &mut emit, written);
+    lines.finish(&mut emit);
     let code = status.code().unwrap_or_else(|| {
         use std::os::unix::process::ExitStatusExt;
         128 + status.signal().unwrap_or(0)
@@ -161,6 +190,72 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
         tail: tail.text(),
         duration: started.elapsed(),
     })
+}
+
+/// A temporary file for a command's output: one handle to append to (the command's stdout
+/// and stderr), one to read from (its own offset). The name is removed at once.
+fn output_file() -> std::io::Result<(std::fs::File, std::fs::File)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = std::env::temp_dir().join(format!(
+        ".zkdeployment-output-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let write = std::fs::OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    let read = std::fs::File::open(&path);
+    let _ = std::fs::remove_file(&path);
+    Ok((write, read?))
+}
+
+/// Splits output into lines as it is read, keeping at most [`MAX_LINE`] bytes of each.
+#[derive(Debug, Default)]
+struct Lines {
+    partial: Vec<u8>,
+}
+
+impl Lines {
+    /// Reads what the file holds now, at most `limit` bytes, and emits complete lines.
+    fn read(&mut self, file: &mut std::fs::File, emit: &mut impl FnMut(String), limit: u64) {
+        use std::io::Read;
+        let mut buf = vec![0u8; CHUNK];
+        let mut left = limit;
+        while left > 0 {
+            let want = usize::try_from(left).unwrap_or(CHUNK).min(CHUNK);
+            let n = match file.read(&mut buf[..want]) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            left -= n as u64;
+            for chunk in buf[..n].split_inclusive(|b| *b == b'\n') {
+                let room = MAX_LINE.saturating_sub(self.partial.len());
+                let body = chunk.strip_suffix(b"\n").unwrap_or(chunk);
+                self.partial
+                    .extend_from_slice(&body[..body.len().min(room)]);
+                if chunk.ends_with(b"\n") {
+                    emit(take_line(&mut self.partial));
+                }
+            }
+        }
+    }
+
+    /// Emits a last line without a newline, if any.
+    fn finish(&mut self, emit: &mut impl FnMut(String)) {
+        if !self.partial.is_empty() {
+            emit(take_line(&mut self.partial));
+        }
+    }
+}
+
+fn take_line(buf: &mut Vec<u8>) -> String {
+    let line = String::from_utf8_lossy(buf)
+        .trim_end_matches(['\n', '\r'])
+        .to_string();
+    buf.clear();
+    line
 }
 
 /// Runs a command; a non-zero exit is `Command failed: <argv>`.
@@ -174,52 +269,6 @@ pub async fn run_checked(cmd: &Cmd) -> Result<Output, CommandError> {
             command: cmd.display(),
             output,
         })
-    }
-}
-
-async fn forward(stream: Option<impl AsyncRead + Unpin>, tx: mpsc::Sender<String>) {
-    let Some(stream) = stream else { return };
-    let mut reader = BufReader::new(stream);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        match read_line_bounded(&mut reader, &mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {
-                let line = String::from_utf8_lossy(&buf)
-                    .trim_end_matches(['\n', '\r'])
-                    .to_string();
-                if tx.send(line).await.is_err() {
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// Reads one line but keeps at most [`MAX_LINE`] bytes of it; returns bytes consumed.
-async fn read_line_bounded<R: AsyncRead + Unpin>(
-    reader: &mut BufReader<R>,
-    buf: &mut Vec<u8>,
-) -> std::io::Result<usize> {
-    let mut consumed = 0;
-    loop {
-        let available = reader.fill_buf().await?;
-        if available.is_empty() {
-            return Ok(consumed);
-        }
-        let (chunk, done) = match available.iter().position(|b| *b == b'\n') {
-            Some(i) => (&available[..=i], true),
-            None => (available, false),
-        };
-        let room = MAX_LINE.saturating_sub(buf.len());
-        buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        let n = chunk.len();
-        reader.consume(n);
-        consumed += n;
-        if done {
-            return Ok(consumed);
-        }
     }
 }
 

@@ -2,10 +2,31 @@
 //! the syncer and git checkouts: ssh tries the ssh agent, then the user's default keys
 //! (`~/.ssh/id_ed25519`, `id_ecdsa`, `id_rsa`); https uses what the URL carries (a token as
 //! user info) or anonymous access. Host keys are checked by libgit2 against `known_hosts`.
+//! Network operations are bounded ([`bound_network`]).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use git2::{Cred, CredentialType, FetchOptions, RemoteCallbacks};
+
+/// The default bound on git network operations (see [`bound_network`]).
+pub const DEFAULT_NETWORK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Bounds every git network operation of this process: a connection must be made within
+/// `timeout`, and a server silent for `timeout` while a request is waiting fails it. Without
+/// this, libgit2 waits forever on a server that accepts a connection and never answers.
+///
+/// Call it before the process starts any thread (it sets a libgit2 global).
+pub fn bound_network(timeout: Duration) {
+    let ms = i32::try_from(timeout.as_millis())
+        .unwrap_or(i32::MAX)
+        .max(1);
+    // SAFETY: called at start-up, before the runtime or any other thread exists.
+    unsafe {
+        let _ = git2::opts::set_server_connect_timeout_in_milliseconds(ms);
+        let _ = git2::opts::set_server_timeout_in_milliseconds(ms);
+    }
+}
 
 /// Fetch options with the credential callback (and no endless retry loop).
 pub fn fetch_options<'a>() -> FetchOptions<'a> {

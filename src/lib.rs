@@ -2,10 +2,11 @@
 //!
 //! # Layout
 //!
-//! A functional core with a thin imperative shell. Modules import downward only:
-//! `cli` → `fleet` → `agent` / `sync` / `monitor` / `overview` / `resume` → `packages` / `notify` /
-//! `metrics` / `systemd` / `config` → `zk` → `tree`; `command`, `files` and `gitauth` are
-//! leaves any of them may use.
+//! A functional core with a thin imperative shell. Modules import downward only, with no
+//! circles: `cli` → `fleet` → `agent` / `sync` / `monitor` / `overview` / `resume` → `packages` /
+//! `notify` / `metrics` / `systemd` / `config` → `zk` → `tree`; `command`, `files` and
+//! `gitauth` are leaves any of them may use (`monitor` reads the agent's status file with
+//! `agent::status`, the one definition of its format).
 //!
 //! - [`cli`]: the command line (clap definitions, one ZooKeeper argument for every command,
 //!   exit codes, dispatch). The imperative shell.
@@ -23,8 +24,9 @@
 //! - [`metrics`]: the agent's Prometheus textfile.
 //! - [`systemd`]: the systemd notify protocol and watchdog.
 //! - [`config`]: the agent's configuration file.
-//! - [`zk`]: ZooKeeper: connection, node encoding, paths of the cluster layout, the guarded
-//!   property update, pipelined reads, links, import/export, the kazoo lock recipe.
+//! - [`zk`]: ZooKeeper: connection, where things live (`/hosts`, host nodes, lock paths,
+//!   reserved roots), the guarded property update, pipelined reads, links, import/export,
+//!   the kazoo lock recipe and the persistent role lock.
 //! - [`tree`]: the zc.zk text format (literals, parse, export, merge) and node size limit.
 //!   Pure, no I/O.
 //! - [`command`]: running external commands (argv, environment, streamed output, tail).

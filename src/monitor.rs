@@ -1,7 +1,8 @@
 //! The Nagios check: what the state of this host's deployments is, as one line
-//! `ZKDEPLOYMENT <STATE> - <message> | age=<seconds>s;<warn>;<error>;0` and the plugin exit
-//! codes (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN). [`evaluate`] is pure: the checks of
-//! README "Operations", in order, over what [`gather`] read (the status file, the host node, `/hosts`).
+//! `ZKDEPLOYMENT <STATE> - <message> | age=<seconds>s;<warn>;<error>;0` (no `| age=…` when
+//! the age is unknown) and the plugin exit codes (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
+//! [`evaluate`] is pure: the checks of README "Operations", in order, over what [`gather`]
+//! read (the status file, the host node, `/hosts`).
 //! The original's one-word messages (`Host not registered`, `Cluster version is None`,
 //! `Version mismatch (...)`, `Too long deploying ...`) appear verbatim inside the line.
 
@@ -70,17 +71,18 @@ impl Check {
         }
     }
 
-    /// The plugin's output line.
+    /// The plugin's output line. The performance data (`age`) is there only when the age is
+    /// known: an UNKNOWN check has no number to give, and `age=s` would be a malformed value.
     pub fn line(&self, warn: u64, error: u64) -> String {
-        let age = self
-            .age
-            .map(|a| format!("{}", a.max(0.0).floor() as u64))
-            .unwrap_or_default();
         let message = self.message.replace(['\n', '\r', '|'], " ");
-        format!(
-            "ZKDEPLOYMENT {} - {message} | age={age}s;{warn};{error};0",
-            self.state.word()
-        )
+        let state = self.state.word();
+        match self.age {
+            Some(age) => format!(
+                "ZKDEPLOYMENT {state} - {message} | age={}s;{warn};{error};0",
+                age.max(0.0).floor() as u64
+            ),
+            None => format!("ZKDEPLOYMENT {state} - {message}"),
+        }
     }
 }
 

@@ -83,6 +83,7 @@ pub async fn start(
         stop,
         host_version,
         metrics: crate::metrics::Metrics::default(),
+        walk: false,
     })
 }
 

@@ -5,21 +5,18 @@
 //! goes into the lock node's data; it is cleared when the step has ended, so a record found by
 //! the next holder means its writer died mid-step, and that host halts the cluster naming it.
 //! With a role controller, the role lock covers the whole pass and node locks are not used
-//! (those deployments run as any other step, [`super::plan::Step::run`]).
+//! (those deployments run as any other step, [`super::plan::Step::run`]). The deploy script
+//! itself is the step's work ([`super::steps`]).
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::cluster::halt;
 use super::error::{Failure, Interrupt, StepError};
-use super::model::{deployed_name, marker_base};
-use super::observe;
-use super::pass::{run_recorded, Pass};
+use super::pass::Pass;
 use super::plan::{Lock, Step};
-use super::status::StepReport;
-use crate::files::{now, write_atomic};
+use crate::files::now;
 use crate::tree::literal::py_str;
 use crate::zk::lock::{try_lock, wait_for_any, TryLock};
 use crate::zk::update::update_props;
@@ -178,62 +175,6 @@ async fn deploy_locked(pass: &mut Pass<'_>, node: &NodeLocked<'_>) -> Result<(),
     })
 }
 
-/// The instance a deploy script runs for.
-pub struct Instance<'s> {
-    /// The package.
-    pub rpm: &'s str,
-    /// The application name.
-    pub app: &'s str,
-    /// The application node path.
-    pub path: &'s str,
-    /// The instance number.
-    pub n: u32,
-    /// The subtype (`-r`).
-    pub subtype: Option<&'s str>,
-}
-
-/// Writes the properties snapshot, runs the deploy script of one instance (recorded in
-/// `record`) and writes its `.script` marker.
-pub async fn deploy_script(
-    pass: &Pass<'_>,
-    d: &Instance<'_>,
-    record: &mut StepReport,
-) -> Result<(), StepError> {
-    let root = &pass.agent.config.root;
-    let etc = observe::etc_dir(root, d.app);
-    let run_dir = pass.agent.run_dir.status_path().with_file_name("");
-    let props_file = properties_file(&run_dir, d.path);
-    let props_dir = props_file.parent().unwrap_or(&run_dir).to_path_buf();
-    let props = pass.properties.get(d.path).cloned().unwrap_or_default();
-    std::fs::create_dir_all(&etc)
-        .and_then(|_| std::fs::create_dir_all(&props_dir))
-        .map_err(|source| StepError::File {
-            path: etc.clone(),
-            source,
-        })?;
-    write_atomic(
-        &props_file,
-        &serde_json::to_vec_pretty(&props).unwrap_or_default(),
-    )?;
-    let mut argv = vec![observe::deploy_script(root, d.rpm).display().to_string()];
-    if let Some(s) = d.subtype {
-        argv.extend(["-r".to_string(), s.to_string()]);
-    }
-    argv.extend([d.path.to_string(), d.n.to_string()]);
-    let cmd = pass.script(argv, Some(&props_file));
-    run_recorded(&cmd, record).await?;
-    observe::write_script_marker(root, d.app, d.rpm, d.path, d.n)?;
-    let marker = etc.join(deployed_name(d.path, d.n));
-    if !marker.exists() {
-        tracing::warn!(
-            "the deploy script of {} did not create {}",
-            d.rpm,
-            marker.display()
-        );
-    }
-    Ok(())
-}
-
 /// The status of a host waiting for node locks: the first few nodes and their holders.
 fn waiting_status(holders: &[String]) -> String {
     const SHOWN: usize = 3;
@@ -254,12 +195,4 @@ async fn clear_in_flight(client: &Client, lock: &str) -> Result<(), ZkError> {
     })
     .await
     .map(|_| ())
-}
-
-/// Path of the properties snapshot of an application node in the run directory
-/// (`ZKDEPLOYMENT_PROPERTIES`).
-pub fn properties_file(run_dir: &Path, path: &str) -> std::path::PathBuf {
-    run_dir
-        .join("properties")
-        .join(format!("{}.json", marker_base(path)))
 }

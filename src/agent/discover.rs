@@ -1,8 +1,10 @@
 //! Discovery: which deployments the tree wants on this host.
 //!
-//! The impure half ([`read_snapshot`]) walks the tree with pipelined multi-reads, listing
-//! children only (no data), skipping the infrastructure subtrees, and keeps the deploy nodes
-//! named after this host (id, name or role) as `<app>/deploy/<target>`; then it reads the data
+//! The impure half ([`read_snapshot_with`]) finds the deploy nodes named after this host (id,
+//! name or role) as `<app>/deploy/<target>`: from the deployment index
+//! ([`crate::zk::index`]) when it certainly describes the tree at the version the pass acts
+//! on, else by walking the tree with pipelined multi-reads, listing children only (no data),
+//! skipping the infrastructure subtrees. Either way it then reads the data
 //! of those nodes, their application nodes, and whatever their links lead to. The pure half
 //! ([`discover`]) turns that [`Snapshot`] into [`Deployment`]s, detecting every error that can
 //! be known before acting (bad or missing type, missing or non-string version, names that are
@@ -18,10 +20,11 @@ use zookeeper_client::MultiReadResult;
 use super::model::{app_name, check_plain_name, is_versioned_name, Deployment, Host, Wanted};
 use crate::tree::literal::{py_str, repr_str};
 use crate::tree::{Props, PLINK_SUFFIX};
+use crate::zk::index::{read_index, walk_deploy_nodes, IndexAnswer};
 use crate::zk::links::{property, LinkError, NodeSource};
 use crate::zk::multiread::{read_all, Want};
-use crate::zk::paths::{role_path, RESERVED_ROOTS};
-use crate::zk::{decode, join, Client, ZkError};
+use crate::zk::paths::role_path;
+use crate::zk::{decode, Client, ZkError};
 
 /// What discovery read: the matching deploy nodes, and the properties of every node read
 /// (deploy nodes, application nodes, link targets). Paths known not to exist are remembered so
@@ -37,8 +40,22 @@ pub struct Snapshot {
     pub ephemeral: HashSet<String>,
     /// Paths read and found missing.
     pub absent: HashSet<String>,
-    /// Nodes visited by the walk.
+    /// Nodes visited by the walk (0 when the index answered).
     pub walked: usize,
+    /// Nodes whose data or children were read (index nodes included).
+    pub reads: usize,
+    /// Where the deploy nodes came from (`None` for a snapshot made by hand).
+    pub source: Option<Source>,
+}
+
+impl Snapshot {
+    /// The `discovery` field of reports.
+    pub fn report(&self) -> DiscoveryReport {
+        DiscoveryReport {
+            source: self.source.unwrap_or(Source::Walk),
+            reads: self.reads,
+        }
+    }
 }
 
 /// The tree as discovery reads it: node properties by path (links may lead anywhere), and
@@ -304,33 +321,7 @@ pub async fn find_deploy_nodes(
     host: &Host,
 ) -> Result<(Vec<String>, usize), ZkError> {
     let targets: HashSet<String> = host.targets().into_iter().map(String::from).collect();
-    let mut found = Vec::new();
-    let mut walked = 0usize;
-    read_all(
-        client,
-        vec![Want::Children("/".into())],
-        |want, result, queue| {
-            let (Want::Children(path), MultiReadResult::Children { children }) = (want, result)
-            else {
-                return;
-            };
-            walked += 1;
-            let is_deploy = path.ends_with("/deploy");
-            for name in children {
-                let child = join(&path, &name);
-                if RESERVED_ROOTS.contains(&child.as_str()) {
-                    continue;
-                }
-                if is_deploy && targets.contains(&name) {
-                    found.push(child.clone());
-                }
-                queue.push(Want::Children(child));
-            }
-        },
-    )
-    .await?;
-    found.sort();
-    Ok((found, walked))
+    walk_deploy_nodes(client, &|name| targets.contains(name)).await
 }
 
 /// Reads the data of `paths` into the snapshot.
@@ -339,11 +330,12 @@ async fn read_nodes(
     snap: &mut Snapshot,
     paths: Vec<String>,
 ) -> Result<(), ZkError> {
-    let queue = paths
+    let queue: Vec<Want> = paths
         .into_iter()
         .filter(|p| !snap.nodes.contains_key(p) && !snap.absent.contains(p))
         .map(Want::Data)
         .collect();
+    snap.reads += queue.len();
     read_all(client, queue, |want, result, _| {
         let Want::Data(path) = want else { return };
         match result {
@@ -361,11 +353,70 @@ async fn read_nodes(
     .await
 }
 
-/// Reads what discovery needs: the walk, then the data of the deploy and application nodes.
+/// Where discovery found the deploy nodes, and how many nodes it read (data or children).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct DiscoveryReport {
+    /// `index` or `walk`.
+    pub source: Source,
+    /// Nodes whose data or children were read.
+    pub reads: usize,
+}
+
+/// How the deploy nodes were found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// From `/deployment-index`.
+    Index,
+    /// By walking the tree.
+    Walk,
+}
+
+/// How to find the deploy nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode<'a> {
+    /// Use the index when it certainly describes the tree at this cluster version (the
+    /// version the pass acts on), else walk.
+    Index(&'a Value),
+    /// Always walk (`deploy --walk`).
+    Walk,
+}
+
+/// Reads what discovery needs: the deploy nodes (from the index or the walk), then the data of
+/// the deploy and application nodes.
 pub async fn read_snapshot(client: &Client, host: &Host) -> Result<Snapshot, ZkError> {
-    let (deploy_nodes, walked) = find_deploy_nodes(client, host).await?;
+    read_snapshot_with(client, host, Mode::Walk).await
+}
+
+/// [`read_snapshot`], finding the deploy nodes as `mode` says.
+pub async fn read_snapshot_with(
+    client: &Client,
+    host: &Host,
+    mode: Mode<'_>,
+) -> Result<Snapshot, ZkError> {
+    let mut from_index = None;
+    let mut reads = 0;
+    if let Mode::Index(version) = mode {
+        let (answer, n) = read_index(client, &host.targets(), Some(version)).await?;
+        reads += n;
+        match answer {
+            IndexAnswer::Paths(paths) => from_index = Some(paths),
+            IndexAnswer::Unusable(why) => tracing::info!("walking the tree: {why}"),
+        }
+    }
+    let source = if from_index.is_some() {
+        Source::Index
+    } else {
+        Source::Walk
+    };
+    let (deploy_nodes, walked) = match from_index {
+        Some(paths) => (paths, 0),
+        None => find_deploy_nodes(client, host).await?,
+    };
     let mut snap = Snapshot {
         walked,
+        reads: reads + walked,
+        source: Some(source),
         ..Snapshot::default()
     };
     // The root too: resolving a link climbs to it, so reading it now saves a round.
@@ -395,7 +446,16 @@ pub async fn discover_on(
     client: &Client,
     host: &Host,
 ) -> Result<(Discovered, Snapshot), DiscoverFailure> {
-    let mut snap = read_snapshot(client, host).await?;
+    discover_with_mode(client, host, Mode::Walk).await
+}
+
+/// [`discover_on`], finding the deploy nodes as `mode` says.
+pub async fn discover_with_mode(
+    client: &Client,
+    host: &Host,
+    mode: Mode<'_>,
+) -> Result<(Discovered, Snapshot), DiscoverFailure> {
+    let mut snap = read_snapshot_with(client, host, mode).await?;
     for _ in 0..MAX_ROUNDS {
         match discover(&snap, host) {
             Err(DiscoverError::Unread(paths)) => read_nodes(client, &mut snap, paths).await?,

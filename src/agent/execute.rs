@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::cluster::{cluster_version, halt};
 use super::deploy::run_node_locked;
-use super::discover::{discover_on, DiscoverFailure, Discovered};
+use super::discover::{discover_with_mode, DiscoverFailure, Discovered, DiscoveryReport, Mode};
 use super::error::{Failure, Interrupt, StepError};
 use super::inventory::{self, Inventory};
 use super::model::Installed;
@@ -51,23 +51,36 @@ pub struct DryRun {
     pub plan: Plan,
     /// Why there is nothing to do, if so: `converged`, `halted`, `paused`.
     pub reason: Option<&'static str>,
+    /// How discovery found the deploy nodes (`None` if it did not run).
+    pub discovery: Option<DiscoveryReport>,
 }
 
 impl Agent {
-    /// Discovers, observes and plans; changes nothing.
-    async fn prepare(&self) -> Result<(Discovered, Installed, Plan), Interrupt> {
-        let (discovered, snap) =
-            discover_on(&self.client, &self.host)
-                .await
-                .map_err(|e| match e {
-                    DiscoverFailure::Zk(e) => Interrupt::Lost(e),
-                    DiscoverFailure::Tree(e) => StepError::Tree(e).into(),
-                })?;
+    /// Discovers (from the deployment index at `version` when it may, else by the walk),
+    /// observes and plans; changes nothing.
+    async fn prepare(
+        &self,
+        version: &Value,
+    ) -> Result<(Discovered, Installed, Plan, DiscoveryReport), Interrupt> {
+        let mode = if self.walk {
+            Mode::Walk
+        } else {
+            Mode::Index(version)
+        };
+        let (discovered, snap) = discover_with_mode(&self.client, &self.host, mode)
+            .await
+            .map_err(|e| match e {
+                DiscoverFailure::Zk(e) => Interrupt::Lost(e),
+                DiscoverFailure::Tree(e) => StepError::Tree(e).into(),
+            })?;
+        let discovery = snap.report();
         tracing::info!(
-            "discovery walked {} nodes, {} deployments",
-            snap.walked,
+            "discovery ({:?}) read {} nodes, {} deployments",
+            discovery.source,
+            discovery.reads,
             discovered.deployments.len()
         );
+        drop(snap);
         let root = &self.config.root;
         let mut installed = observe::observe_disk(root).map_err(StepError::from)?;
         let yum = self.yum();
@@ -98,7 +111,7 @@ impl Agent {
             after: self.config.after.as_deref(),
         })
         .map_err(StepError::from)?;
-        Ok((discovered, installed, plan))
+        Ok((discovered, installed, plan, discovery))
     }
 
     /// The plan a pass would run now, without changing anything.
@@ -115,13 +128,15 @@ impl Agent {
                 version,
                 plan: Plan::default(),
                 reason,
+                discovery: None,
             });
         }
-        let (_, _, plan) = self.prepare().await?;
+        let (_, _, plan, discovery) = self.prepare(&version).await?;
         Ok(DryRun {
             version,
             plan,
             reason: None,
+            discovery: Some(discovery),
         })
     }
 
@@ -167,7 +182,7 @@ impl Agent {
         pass.metrics.converged = false;
         tracing::info!("{}", "=".repeat(60));
         tracing::info!("Deploying version {}", py_str(&version));
-        let started = now();
+        let started = pass.started;
         pass.status("deploying").await;
         let mut basis = None;
         let result = run_plan(&mut pass, &mut basis).await;
@@ -179,7 +194,7 @@ impl Agent {
         let (outcome, report_outcome, error) = match result {
             Ok(()) => {
                 tracing::info!("Done deploying version {}", py_str(&version));
-                pass.status("done").await;
+                pass.final_status("done", ReportOutcome::Done, None).await;
                 pass.metrics.passes_done += 1;
                 // The failure last mailed is over: if it happens again, that is news worth
                 // a mail.
@@ -190,7 +205,9 @@ impl Agent {
             }
             Err(Interrupt::Abandon(why)) => {
                 tracing::warn!("Abandoning deployment because {why}");
-                pass.status(&format!("abandoned ({why})")).await;
+                let text = format!("abandoned ({why})");
+                pass.final_status(&text, ReportOutcome::Abandoned, Some(why.clone()))
+                    .await;
                 pass.metrics.passes_abandoned += 1;
                 (
                     PassOutcome::Abandoned(why.clone()),
@@ -208,6 +225,14 @@ impl Agent {
             }
             Err(Interrupt::Lost(e)) => {
                 tracing::warn!("Abandoning deployment: {e}");
+                // The report first, then the status (see `Pass::final_status`).
+                let report = finish(
+                    &mut pass,
+                    started,
+                    ReportOutcome::Abandoned,
+                    Some(e.to_string()),
+                );
+                let _ = self.run_dir.write_report(&report);
                 if let Err(io) = self
                     .run_dir
                     .set_status(&version, &format!("abandoned ({e})"))
@@ -218,14 +243,7 @@ impl Agent {
                 // watchdog.
                 crate::systemd::busy(false);
                 pass.metrics.passes_abandoned += 1;
-                let report = finish(
-                    &mut pass,
-                    started,
-                    ReportOutcome::Abandoned,
-                    Some(e.to_string()),
-                );
                 pass.write_metrics();
-                let _ = self.run_dir.write_report(&report);
                 let (metrics, recorded) = (pass.metrics, pass.recorded);
                 self.end_pass(metrics, recorded, &version);
                 return Err(e);
@@ -335,9 +353,10 @@ async fn run_plan(
     pass: &mut Pass<'_>,
     basis: &mut Option<(Installed, Vec<Step>)>,
 ) -> Result<(), Interrupt> {
-    let (discovered, installed, plan) = pass.agent.prepare().await?;
+    let (discovered, installed, plan, discovery) = pass.agent.prepare(&pass.version).await?;
     *basis = Some((installed, plan.steps.clone()));
     pass.properties = discovered.properties;
+    pass.discovery = Some(discovery);
     pass.status("got deployments").await;
     if let Some((_, role)) = plan.role_lock() {
         // Known before acting: the role lock node exists. A pass run by a role controller is
@@ -381,6 +400,7 @@ fn finish(
         finished,
         steps: std::mem::take(&mut pass.steps),
         error,
+        discovery: pass.discovery,
     }
 }
 
@@ -399,7 +419,8 @@ async fn fail(pass: &mut Pass<'_>, failure: Failure) -> Result<String, ZkError> 
         p.insert("error".into(), error.clone());
     })
     .await?;
-    pass.status("error").await;
+    pass.final_status("error", ReportOutcome::Error, Some(message.clone()))
+        .await;
     pass.metrics.passes_error += 1;
     // The last step recorded is the failing one only if it did not succeed: a failure that
     // is not a step's (an in-flight record left by a dead holder, a missing role lock) comes

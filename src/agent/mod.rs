@@ -1,12 +1,13 @@
 //! The agent: works out what the tree wants on this host ([`discover`]), what the host has
 //! ([`observe`]), every step between the two ([`plan`], pure), and walks that plan
-//! ([`execute`]; each step runs itself, [`steps`], deployments under node locks through
-//! [`deploy`]), reporting as it goes ([`status`]). Session state ([`session::Agent`]) is
+//! ([`execute`]; deployments under node locks are scheduled by [`deploy`], and each step
+//! runs itself, [`steps`]), reporting as it goes ([`status`]). Session state ([`session::Agent`]) is
 //! apart from the state of one pass ([`pass::Pass`]).
 //!
-//! Within the agent, modules import downward only: `daemon` → `execute` → `steps` →
-//! `deploy` → `pass` → `session`; `plan`, `model`, `error` and `status` are shared
-//! vocabulary below them all.
+//! Within the agent, modules depend downward only: `daemon` → `execute` → `deploy` →
+//! `steps` → `pass` → `session`, with `discover`, `observe`, `software`, `role` and
+//! `cluster` below them; `plan`, `model`, `error` and `status` are shared vocabulary at the
+//! bottom.
 
 pub mod cluster;
 pub mod daemon;

@@ -96,6 +96,11 @@ pub struct Installed {
     pub controller: Option<(String, Option<String>)>,
 }
 
+/// True if `version` is a git checkout version (`git:…`, see [`crate::packages::git`]).
+pub fn is_git(version: Option<&str>) -> bool {
+    version.is_some_and(|v| crate::packages::git::parse_version(v).is_some())
+}
+
 /// The application name of a package: the name without a trailing `-<digits>(.<digits>)*`
 /// (`z4m-4.0.0` → `z4m`, `cache-1.2` → `cache`, `my-app` → `my-app`). One rule for discovery
 /// and observation alike.

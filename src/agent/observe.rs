@@ -1,6 +1,6 @@
 //! What the host has: the agent's view of its disk under `root` (README "The agent,
 //! step by step", the observing half of Prepare; installed versions come from
-//! [`super::software::installed_version`]).
+//! `software::installed_version`).
 //!
 //! This module owns the host disk layout (README "Concepts") and every file operation on it
 //! that is not a package install:
@@ -184,7 +184,7 @@ fn is_script_tmp(name: &str) -> bool {
 ///   an installed package (when it exists), or a real directory holding at least one file
 ///   `*.deployed` / `*.script` accepted by [`parse_marker`] (so orphans whose `/opt` directory
 ///   is gone are found). Other `/etc` directories never are. Sorted.
-/// - `versions`: left empty (filled by the pass from [`super::software::installed_version`]).
+/// - `versions`: left empty (filled by the pass from `software::installed_version`).
 ///
 /// Missing `ROOT/opt` or `ROOT/etc` mean nothing installed. Errors (an unreadable directory of
 /// ours, ...) carry the path. An unreadable `/etc` directory that is not an installed

@@ -11,11 +11,13 @@ use std::sync::atomic::Ordering;
 use serde_json::{json, Value};
 
 use super::cluster::cluster_version;
+use super::discover::DiscoveryReport;
 use super::error::Interrupt;
 use super::plan::Step;
 use super::session::{write_metrics, Agent};
-use super::status::StepReport;
+use super::status::{Report, ReportOutcome, StepReport};
 use crate::command::{run_checked, Cmd, CommandError};
+use crate::files::now;
 use crate::metrics::Metrics;
 use crate::packages::yum::Yum;
 use crate::tree::literal::py_str;
@@ -30,6 +32,8 @@ pub struct Pass<'a> {
     pub agent: &'a Agent,
     /// The cluster version being deployed.
     pub version: Value,
+    /// Unix time the pass started.
+    pub started: f64,
     /// Application node properties, as discovery read them (`ZKDEPLOYMENT_PROPERTIES`).
     pub properties: BTreeMap<String, Props>,
     /// The yum runner of this pass.
@@ -44,6 +48,8 @@ pub struct Pass<'a> {
     pub role_lock: Option<RoleLock>,
     /// True once the version is recorded as this host's.
     pub recorded: bool,
+    /// How discovery found the deploy nodes, once it ran.
+    pub discovery: Option<DiscoveryReport>,
 }
 
 impl<'a> Pass<'a> {
@@ -52,6 +58,7 @@ impl<'a> Pass<'a> {
         Pass {
             agent,
             version,
+            started: now(),
             properties: BTreeMap::new(),
             yum: agent.yum(),
             steps: Vec::new(),
@@ -59,6 +66,7 @@ impl<'a> Pass<'a> {
             controlled: false,
             role_lock: None,
             recorded: false,
+            discovery: None,
         }
     }
 
@@ -79,6 +87,25 @@ impl<'a> Pass<'a> {
         {
             tracing::warn!("cannot update {path}: {e}");
         }
+    }
+
+    /// Writes the pass report so far, then the final status: whoever sees the status of a
+    /// finished pass (`done`, `error`, `abandoned …`) finds that pass's report in
+    /// `last-pass.json` (the executor writes it once more when the pass has ended).
+    pub async fn final_status(&self, text: &str, outcome: ReportOutcome, error: Option<String>) {
+        let report = Report {
+            version: self.version.clone(),
+            outcome,
+            started: self.started,
+            finished: now(),
+            steps: self.steps.clone(),
+            error,
+            discovery: self.discovery,
+        };
+        if let Err(e) = self.agent.run_dir.write_report(&report) {
+            tracing::warn!("cannot write the pass report: {e}");
+        }
+        self.status(text).await;
     }
 
     /// Rewrites the metrics file.

@@ -18,7 +18,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::model::{Deployment, Installed, Wanted};
+use super::model::{is_git, Deployment, Installed, Wanted};
 use crate::tree::literal::repr_str;
 use crate::zk::paths::{node_lock_path, role_lock_path, ROLES};
 
@@ -172,10 +172,12 @@ impl Step {
     }
 
     /// True for the steps before which the executor checks that it may go on (a stop
-    /// request, a halted or paused cluster). Recording the version and the after hook end a
-    /// pass whose work is done: they are not stopped half-way.
+    /// request, a halted or paused cluster). The role controller's scripts open and close the
+    /// role lock's critical section and run whenever what they bracket does; recording the
+    /// version and the after hook end a pass whose work is done: none of them is stopped
+    /// before it starts.
     pub fn checkpointed(&self) -> bool {
-        !matches!(self, Step::RecordVersion | Step::After { .. })
+        self.changes_host()
     }
 }
 
@@ -334,7 +336,7 @@ fn controller_step(wanted: Option<&(String, String)>, installed: &Installed) -> 
         (Some((rpm, version)), have) => {
             let same = have.is_some_and(|(old, _)| old == rpm);
             let current = have.filter(|_| same).and_then(|(_, v)| v.clone());
-            let checkout = super::software::is_git(Some(version));
+            let checkout = is_git(Some(version));
             if same && !checkout && current.as_deref() == Some(version.as_str()) {
                 return None;
             }
@@ -406,7 +408,7 @@ pub fn plan(inputs: Inputs<'_>) -> Result<Plan, PlanError> {
     for (rpm, version) in &versions {
         let have = installed.versions.get(rpm).cloned().flatten();
         // A checkout is brought up to date every pass: its branch may have moved.
-        let checkout = matches!(version, Wanted::Exact(v) if super::software::is_git(Some(v)));
+        let checkout = matches!(version, Wanted::Exact(v) if is_git(Some(v)));
         if checkout || !satisfies(version, have.as_deref()) {
             steps.push(Step::Install {
                 rpm: rpm.clone(),

@@ -1,6 +1,6 @@
 //! The agent's session state, which outlives passes: the ZooKeeper client, the
 //! configuration, who this host is, its run directory, the version it last deployed and the
-//! process's metrics. A pass borrows it ([`super::pass::Pass`]); the daemon rebuilds its
+//! process's metrics. A pass borrows it (`pass::Pass`); the daemon rebuilds its
 //! client when ZooKeeper fails.
 
 use std::path::PathBuf;
@@ -34,6 +34,8 @@ pub struct Agent {
     pub host_version: Value,
     /// The metrics of this process.
     pub metrics: Metrics,
+    /// Always walk the tree, never use the deployment index (`deploy --walk`).
+    pub walk: bool,
 }
 
 impl Agent {

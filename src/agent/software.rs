@@ -70,11 +70,6 @@ impl Ran {
     }
 }
 
-/// True if `version` is a git checkout version.
-pub fn is_git(version: Option<&str>) -> bool {
-    version.is_some_and(|v| git::parse_version(v).is_some())
-}
-
 fn remove_dir(dir: &Path) -> Result<(), StepError> {
     match std::fs::remove_dir_all(dir) {
         Err(source) if source.kind() != std::io::ErrorKind::NotFound => Err(StepError::File {

@@ -134,6 +134,9 @@ pub struct Report {
     /// The failure or abandonment message, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// How discovery found the deploy nodes (absent if the pass stopped before it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<super::discover::DiscoveryReport>,
 }
 
 /// The run directory.
@@ -145,6 +148,14 @@ pub struct RunDir {
 impl RunDir {
     /// Opens (creating it if missing) the run directory.
     pub fn open(dir: &Path) -> std::io::Result<RunDir> {
+        if let Ok(meta) = std::fs::metadata(dir) {
+            if !meta.is_dir() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!("{}: not a directory (a file is in the way)", dir.display()),
+                ));
+            }
+        }
         std::fs::create_dir_all(dir)
             .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
         Ok(RunDir {

@@ -1,16 +1,18 @@
 //! How each step of a plan runs against the pass ([`Step::run`]): the checkpoint before it,
 //! its status, its work, and its report entry ([`Step::execute`]). Deployments under node
-//! locks are scheduled by [`super::deploy`], which passes over busy nodes.
+//! locks are scheduled by `deploy.rs`, which passes over busy nodes, and run here.
 
+use std::path::Path;
 use std::time::Instant;
 
-use super::deploy::{deploy_script, Instance};
 use super::error::{Interrupt, StepError};
+use super::model::{deployed_name, marker_base};
 use super::observe;
 use super::pass::{run_recorded, Pass};
 use super::plan::Step;
 use super::software::{self, Ran};
 use super::status::StepReport;
+use crate::files::write_atomic;
 use crate::tree::literal::py_str;
 use crate::zk::paths::{host_path, role_path, DEPLOYED_AT};
 use crate::zk::role_lock::enter;
@@ -20,7 +22,7 @@ impl Step {
     /// Runs this step: the checkpoint (a stop request, a halted or paused cluster abandon the
     /// pass first), the role lock entered before `starting-deployments`, the status, the work
     /// with its report entry, and the role lock left after `ending-deployments`. A
-    /// deployment under its node lock runs through [`super::deploy::run_node_locked`]
+    /// deployment under its node lock runs through `deploy::run_node_locked`
     /// instead, which takes the lock and then calls [`Step::execute`].
     pub async fn run(&self, pass: &mut Pass<'_>) -> Result<(), Interrupt> {
         if self.checkpointed() {
@@ -168,4 +170,72 @@ impl Step {
         }
         result.map_err(Interrupt::from)
     }
+}
+
+/// The instance a deploy script runs for.
+pub struct Instance<'s> {
+    /// The package.
+    pub rpm: &'s str,
+    /// The application name.
+    pub app: &'s str,
+    /// The application node path.
+    pub path: &'s str,
+    /// The instance number.
+    pub n: u32,
+    /// The subtype (`-r`).
+    pub subtype: Option<&'s str>,
+}
+
+/// Writes the properties snapshot, runs the deploy script of one instance (recorded in
+/// `record`) and writes its `.script` marker.
+pub async fn deploy_script(
+    pass: &Pass<'_>,
+    d: &Instance<'_>,
+    record: &mut StepReport,
+) -> Result<(), StepError> {
+    let root = &pass.agent.config.root;
+    let etc = observe::etc_dir(root, d.app);
+    let run_dir = pass.agent.run_dir.status_path().with_file_name("");
+    let props_file = properties_file(&run_dir, d.path);
+    let props_dir = props_file.parent().unwrap_or(&run_dir).to_path_buf();
+    let props = pass.properties.get(d.path).cloned().unwrap_or_default();
+    // Each failure names the path that failed (a read-only run directory is not /etc).
+    std::fs::create_dir_all(&etc).map_err(|source| StepError::File {
+        path: etc.clone(),
+        source,
+    })?;
+    std::fs::create_dir_all(&props_dir).map_err(|source| StepError::File {
+        path: props_dir.clone(),
+        source,
+    })?;
+    // write_atomic names the file already.
+    write_atomic(
+        &props_file,
+        &serde_json::to_vec_pretty(&props).unwrap_or_default(),
+    )?;
+    let mut argv = vec![observe::deploy_script(root, d.rpm).display().to_string()];
+    if let Some(s) = d.subtype {
+        argv.extend(["-r".to_string(), s.to_string()]);
+    }
+    argv.extend([d.path.to_string(), d.n.to_string()]);
+    let cmd = pass.script(argv, Some(&props_file));
+    run_recorded(&cmd, record).await?;
+    observe::write_script_marker(root, d.app, d.rpm, d.path, d.n)?;
+    let marker = etc.join(deployed_name(d.path, d.n));
+    if !marker.exists() {
+        tracing::warn!(
+            "the deploy script of {} did not create {}",
+            d.rpm,
+            marker.display()
+        );
+    }
+    Ok(())
+}
+
+/// Path of the properties snapshot of an application node in the run directory
+/// (`ZKDEPLOYMENT_PROPERTIES`).
+pub fn properties_file(run_dir: &Path, path: &str) -> std::path::PathBuf {
+    run_dir
+        .join("properties")
+        .join(format!("{}.json", marker_base(path)))
 }

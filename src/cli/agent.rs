@@ -1,7 +1,8 @@
 //! `zkdeployment agent` (the long-running service, or one pass with `-1`) and
 //! `zkdeployment deploy` (one pass now; `--dry-run [--json]` prints the plan and changes
 //! nothing). Exit codes: 0 done or already converged, 1 the pass failed, 2 configuration,
-//! 3 halted, paused or abandoned; dry-run: 0 nothing to do, 10 changes pending, 1 no plan.
+//! 3 halted, paused or abandoned, 75 a configuration value cannot be fetched now (the agent
+//! waits a minute first); dry-run: 0 nothing to do, 10 changes pending, 1 no plan.
 
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use super::zkarg::ZkArg;
-use super::{runtime, Failure, Outcome};
+use super::{runtime, runtime_own_signals, Failure, Outcome};
 use crate::agent::daemon::{close, run_forever, start, StartError};
 use crate::agent::execute::PassOutcome;
 use crate::agent::session::Agent;
@@ -49,6 +50,9 @@ pub struct DeployArgs {
     /// Run the pass even if the host is already at the cluster version.
     #[arg(long)]
     force: bool,
+    /// Find the deploy nodes by walking the whole tree, not from the deployment index.
+    #[arg(long)]
+    walk: bool,
     #[command(flatten)]
     zk: ZkArg,
 }
@@ -68,7 +72,13 @@ impl DeployArgs {
 }
 
 fn load_config(path: &std::path::Path) -> Result<Config, Failure> {
-    load(path).map_err(|e| Failure::Usage(e.to_string()))
+    load(path).map_err(|e| {
+        if e.is_transient() {
+            Failure::TempFail(e.to_string())
+        } else {
+            Failure::Usage(e.to_string())
+        }
+    })
 }
 
 fn start_error(e: StartError) -> Failure {
@@ -120,24 +130,47 @@ fn assert_address(connection: &str, addr: &str) -> Result<(), Failure> {
     }
 }
 
+/// How long the agent waits before it exits 75 for a configuration value it cannot fetch
+/// now: with the unit's `RestartSec=5s`, a restart cycle then lasts over a minute, so an
+/// outage of the value's server never reaches the unit's start limit (10 starts in 10
+/// minutes), which would stop the agent for good.
+const TEMPFAIL_DELAY: std::time::Duration = std::time::Duration::from_secs(60);
+
 pub fn agent(args: AgentArgs) -> Outcome {
-    let config = load_config(&args.config)?;
+    let config = match load_config(&args.config) {
+        Err(Failure::TempFail(message)) => {
+            eprintln!(
+                "zkdeployment: {message}; trying again: exiting 75 in {} s for systemd to restart the agent",
+                TEMPFAIL_DELAY.as_secs()
+            );
+            // SIGTERM ends the wait at once (exit 143).
+            runtime()?.block_on(async { tokio::time::sleep(TEMPFAIL_DELAY).await });
+            return Err(Failure::TempFail(message));
+        }
+        other => other?,
+    };
     let connection = args.zk.with_config(&config);
     if let Some(addr) = &args.assert_address {
         assert_address(&connection, addr)?;
     }
     let stop = Arc::new(AtomicBool::new(false));
-    runtime()?.block_on(async move {
-        let mut ctx = start(config, connection, stop.clone(), false)
-            .await
-            .map_err(start_error)?;
+    runtime_own_signals()?.block_on(async move {
+        // Until the agent is started, SIGTERM ends it at once (its session closed on the way
+        // out): registration may wait out a dead agent's session.
+        let mut ctx = tokio::select! {
+            started = start(config, connection, stop.clone(), false) => started.map_err(start_error)?,
+            () = signalled() => {
+                tracing::info!("stopped before the agent had started");
+                return Ok(0);
+            }
+        };
+        let wake = Arc::new(Notify::new());
+        spawn_signal_handler(stop.clone(), wake.clone());
         if args.run_once {
             let outcome = ctx.run_pass(false).await;
             close(ctx).await;
             return pass_exit(outcome.map_err(|e| Failure::Failed(e.to_string()))?);
         }
-        let wake = Arc::new(Notify::new());
-        spawn_signal_handler(stop.clone(), wake.clone());
         if let Some(interval) = crate::systemd::watchdog_interval() {
             tokio::spawn(crate::systemd::watchdog(interval));
         }
@@ -148,6 +181,23 @@ pub fn agent(args: AgentArgs) -> Outcome {
         tracing::info!("stopped");
         Ok(0)
     })
+}
+
+/// Resolves on SIGTERM or SIGINT (never, if the handlers cannot be installed).
+async fn signalled() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
 }
 
 fn spawn_signal_handler(stop: Arc<AtomicBool>, wake: Arc<Notify>) {
@@ -175,10 +225,27 @@ pub fn deploy(args: DeployArgs) -> Outcome {
     let config = load_config(&args.config)?;
     let connection = args.zk.with_config(&config);
     let stop = Arc::new(AtomicBool::new(false));
-    runtime()?.block_on(async move {
-        let mut ctx = start(config, connection, stop.clone(), args.dry_run)
-            .await
-            .map_err(start_error)?;
+    // A dry run stops at once on SIGTERM; a real pass finishes the step in progress.
+    let rt = if args.dry_run {
+        runtime()?
+    } else {
+        runtime_own_signals()?
+    };
+    rt.block_on(async move {
+        let starting = start(config, connection, stop.clone(), args.dry_run);
+        let mut ctx = if args.dry_run {
+            starting.await.map_err(start_error)?
+        } else {
+            tokio::select! {
+                started = starting => started.map_err(start_error)?,
+                () = signalled() => {
+                    return Err(Failure::Refused(
+                        "nothing done: stopped by a signal before the pass started".into(),
+                    ))
+                }
+            }
+        };
+        ctx.walk = args.walk;
         if args.dry_run {
             let outcome = dry_run(&ctx, args.force, args.json).await;
             close(ctx).await;
@@ -198,7 +265,10 @@ async fn dry_run(ctx: &Agent, force: bool, as_json: bool) -> Outcome {
         .map_err(|e| Failure::Failed(e.to_string()))?;
     let steps = &plan.plan.steps;
     if as_json {
-        let out = json!({"version": plan.version, "host": ctx.host.id, "steps": steps});
+        let mut out = json!({"version": plan.version, "host": ctx.host.id, "steps": steps});
+        if let Some(d) = &plan.discovery {
+            out["discovery"] = json!(d);
+        }
         println!(
             "{}",
             serde_json::to_string_pretty(&out).expect("serialisable")

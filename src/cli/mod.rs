@@ -5,6 +5,7 @@ mod agent;
 mod docs;
 mod monitor;
 mod plan;
+mod runtime;
 mod status;
 mod sync;
 mod tree;
@@ -23,6 +24,9 @@ pub enum Failure {
     Usage(String),
     /// Exit 3: nothing done (halted, paused, refused).
     Refused(String),
+    /// Exit 75 (`EX_TEMPFAIL`): something needed cannot be reached now (a configuration
+    /// value's server); running again later may work, so systemd restarts the agent.
+    TempFail(String),
 }
 
 impl Failure {
@@ -31,12 +35,15 @@ impl Failure {
             Failure::Failed(_) => 1,
             Failure::Usage(_) => 2,
             Failure::Refused(_) => 3,
+            Failure::TempFail(_) => 75,
         }
     }
 
     fn message(&self) -> &str {
         match self {
-            Failure::Failed(m) | Failure::Usage(m) | Failure::Refused(m) => m,
+            Failure::Failed(m) | Failure::Usage(m) | Failure::Refused(m) | Failure::TempFail(m) => {
+                m
+            }
         }
     }
 }
@@ -92,6 +99,8 @@ pub fn main() -> ExitCode {
         _ => "warn",
     };
     init_logging(level);
+    // Before any thread exists: no git network operation may wait forever.
+    crate::gitauth::bound_network(crate::gitauth::DEFAULT_NETWORK_TIMEOUT);
     let outcome = match cli.command {
         Command::Agent(args) => agent::agent(args),
         Command::Deploy(args) => agent::deploy(args),
@@ -128,9 +137,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
             },
         ),
         _ if std::env::args().nth(1).as_deref() == Some("monitor") => {
-            println!(
-                "ZKDEPLOYMENT UNKNOWN - usage error (see zkdeployment monitor --help) | age=s;;;0"
-            );
+            println!("ZKDEPLOYMENT UNKNOWN - usage error (see zkdeployment monitor --help)");
             ExitCode::from(3)
         }
         _ => ExitCode::from(2),
@@ -152,10 +159,14 @@ fn init_logging(level: &str) {
         .try_init();
 }
 
-/// A single-threaded runtime for a command.
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::Failed(format!("cannot start the runtime: {e}")))
+/// The runtime for a command: SIGTERM and SIGINT end it, and its ZooKeeper sessions are
+/// closed before the process exits, whatever the outcome (see [`runtime`]).
+pub(crate) fn runtime() -> Result<runtime::Runtime, Failure> {
+    runtime::build(runtime::Signals::Cancel)
+}
+
+/// [`runtime()`] for commands that handle SIGTERM and SIGINT themselves (the agent, a deploy
+/// pass); their sessions are closed when they return.
+pub(crate) fn runtime_own_signals() -> Result<runtime::Runtime, Failure> {
+    runtime::build(runtime::Signals::Own)
 }

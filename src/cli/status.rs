@@ -8,7 +8,10 @@ use super::{runtime, Failure, Outcome};
 use crate::overview::Overview;
 use crate::resume::{parse_version, resume, ResumeError};
 use crate::summary::Filter;
+use crate::sync::HOSTS;
 use crate::tree::literal::py_str;
+use crate::zk::connect::connection_string;
+use crate::zk::{call, Client};
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -48,6 +51,7 @@ pub struct ResumeArgs {
 pub fn status(args: StatusArgs) -> Outcome {
     runtime()?.block_on(async {
         let client = args.zk.connect().await?;
+        require_hosts(&client, &args.zk).await?;
         let mut overview = Overview::read(&client)
             .await
             .map_err(|e| Failure::Failed(e.to_string()))?;
@@ -75,6 +79,20 @@ pub fn status(args: StatusArgs) -> Outcome {
         }
         Ok(0)
     })
+}
+
+/// Refuses a cluster without `/hosts`: nothing was ever synced there, or the connection
+/// string names the wrong chroot (a missing `/hosts` is not a halted cluster).
+async fn require_hosts(client: &Client, zk: &ZkArg) -> Result<(), Failure> {
+    match call("stat", HOSTS, client.check_stat(HOSTS)).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(Failure::Failed(format!(
+            "{HOSTS} does not exist at {}: the cluster is not initialised (no sync has run \
+             there) or the connection string names the wrong chroot",
+            connection_string(zk.zookeeper.as_deref(), None)
+        ))),
+        Err(e) => Err(Failure::Failed(e.to_string())),
+    }
 }
 
 pub fn resume_cmd(args: ResumeArgs) -> Outcome {

@@ -1,14 +1,15 @@
 //! `zkdeployment sync`: the cron-driven syncer (see [`crate::sync`]), with its local lock file
-//! and tombstone, and its exit codes (0 done or nothing to do or lock file busy,
-//! 1 failed, 3 refused).
+//! and tombstone, and its exit codes (0 done or nothing to do or lock file busy, 1 failed or
+//! lock file held longer than `--stale-lock`, 3 refused).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 
 use super::zkarg::ZkArg;
 use super::{runtime, Failure, Outcome};
-use crate::sync::local::{lock_file, Tombstone, DEFAULT_LOCK_FILE, DEFAULT_TOMBSTONE};
+use crate::sync::local::{lock_file, lock_holder, Tombstone, DEFAULT_LOCK_FILE, DEFAULT_TOMBSTONE};
 use crate::sync::{self, Options};
 
 #[derive(Debug, Args)]
@@ -35,14 +36,39 @@ pub struct SyncArgs {
     /// Tombstone: present while a sync runs, left with the reason if it did not succeed.
     #[arg(long, value_name = "P", default_value = DEFAULT_TOMBSTONE)]
     tombstone: PathBuf,
+    /// Seconds a git server may take to accept a connection, or stay silent while a request
+    /// waits, before the operation fails (and is retried, then reported).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    git_timeout: u64,
+    /// A busy lock file held for longer than this many seconds is reported as a stuck sync
+    /// (on stderr, exit 1) instead of skipped quietly.
+    #[arg(long, value_name = "SECONDS", default_value_t = STALE_LOCK_SECS)]
+    stale_lock: u64,
     #[command(flatten)]
     zk: ZkArg,
 }
 
+/// The default `--stale-lock`: well above the longest sync (three git attempts bounded by
+/// `--git-timeout`, ZooKeeper requests bounded by 30 s each), well below a day of silence.
+const STALE_LOCK_SECS: u64 = 3600;
+
 pub fn run(args: SyncArgs) -> Outcome {
+    // Before the runtime starts any thread (a libgit2 global).
+    crate::gitauth::bound_network(Duration::from_secs(args.git_timeout.max(1)));
     let Some(_lock) =
         lock_file(&args.lock_file).map_err(|e| Failure::Failed(format!("lock file {e}")))?
     else {
+        let holder = lock_holder(&args.lock_file);
+        if holder.age > Duration::from_secs(args.stale_lock) {
+            return Err(Failure::Failed(format!(
+                "another sync ({}) has held the lock file {} for {} s, over --stale-lock {} s: \
+                 it seems stuck (see that process, and the tombstone)",
+                holder.pid,
+                args.lock_file.display(),
+                holder.age.as_secs(),
+                args.stale_lock
+            )));
+        }
         tracing::info!(
             "another sync holds {}; nothing to do",
             args.lock_file.display()

@@ -93,6 +93,12 @@ pub fn run(cmd: TreeCommand) -> Outcome {
                 let client = zk.connect().await?;
                 let node = node.trim_end_matches('/');
                 let node = if node.is_empty() { "/" } else { node };
+                if !dry_run {
+                    // Agents must not answer the imported tree from an index written before.
+                    crate::zk::index::invalidate(&client, "tree import")
+                        .await
+                        .map_err(|e| Failure::Failed(format!("import failed: {e}")))?;
+                }
                 let done = import_tree(&client, &tree, node, trim, dry_run)
                     .await
                     .map_err(|e| Failure::Failed(format!("import failed: {e}")))?;

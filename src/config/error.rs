@@ -1,5 +1,5 @@
-//! [`ConfigError`], every "exit 2" configuration error, with its accessors, and [`quote`], the
-//! quoting of user text in messages.
+//! [`ConfigError`], every configuration error ("exit 2", but for a value whose server cannot
+//! be reached now), with its accessors, and [`quote`], the quoting of user text in messages.
 
 use std::path::{Path, PathBuf};
 
@@ -53,6 +53,16 @@ pub enum ConfigError {
         key: String,
         detail: Option<String>,
     },
+    /// An `http(s)://` value whose server cannot be reached now (refused, timed out, 5xx):
+    /// the configuration may be right, so this is not an "exit 2" error (see
+    /// [`ConfigError::is_transient`]).
+    #[error("{}:{line}: {key}: cannot fetch the value now: {message}", path.display())]
+    Unreachable {
+        path: PathBuf,
+        line: usize,
+        key: String,
+        message: String,
+    },
     /// A bad value, or a failed `file://`/`http(s)://` fetch.
     #[error("{}:{line}: {key}: {message}", path.display())]
     Invalid {
@@ -76,7 +86,8 @@ impl ConfigError {
             | ConfigError::UnknownKey { path, .. }
             | ConfigError::DuplicateKey { path, .. }
             | ConfigError::NotSpecified { path, .. }
-            | ConfigError::Invalid { path, .. } => path,
+            | ConfigError::Invalid { path, .. }
+            | ConfigError::Unreachable { path, .. } => path,
         }
     }
 
@@ -86,9 +97,16 @@ impl ConfigError {
             ConfigError::UnknownKey { key, .. }
             | ConfigError::DuplicateKey { key, .. }
             | ConfigError::NotSpecified { key, .. }
-            | ConfigError::Invalid { key, .. } => Some(key),
+            | ConfigError::Invalid { key, .. }
+            | ConfigError::Unreachable { key, .. } => Some(key),
             _ => None,
         }
+    }
+
+    /// True if trying again later may succeed: a value's server could not be reached. Every
+    /// other error is a configuration to fix (exit 2).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ConfigError::Unreachable { .. })
     }
 
     /// The line of the file the error is about, if any (1-based).
@@ -100,7 +118,8 @@ impl ConfigError {
             | ConfigError::Syntax { line, .. }
             | ConfigError::UnknownKey { line, .. }
             | ConfigError::DuplicateKey { line, .. }
-            | ConfigError::Invalid { line, .. } => Some(*line),
+            | ConfigError::Invalid { line, .. }
+            | ConfigError::Unreachable { line, .. } => Some(*line),
             ConfigError::NotSpecified { line, .. } => *line,
             ConfigError::Read { .. } | ConfigError::NoSection { .. } => None,
         }
@@ -114,17 +133,25 @@ fn at(path: &Path, line: Option<usize>) -> String {
     }
 }
 
-/// `'text'`, with control characters escaped.
+/// Most characters of user text shown in a message; the rest is cut (with the length shown).
+const QUOTED_CHARS: usize = 200;
+
+/// `'text'`, with control and invisible characters escaped (a byte-order mark shows as
+/// `\u{feff}`, a zero-width space as `\u{200b}`), and cut after [`QUOTED_CHARS`] characters.
 pub(super) fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
+    let mut out = String::with_capacity(s.len().min(4 * QUOTED_CHARS) + 2);
     out.push('\'');
-    for c in s.chars() {
-        if c.is_control() {
+    for c in s.chars().take(QUOTED_CHARS) {
+        if c.is_control() || crate::tree::is_invisible(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
         }
     }
     out.push('\'');
+    let total = s.chars().count();
+    if total > QUOTED_CHARS {
+        out.push_str(&format!("… ({total} characters)"));
+    }
     out
 }

@@ -74,7 +74,7 @@ pub use crate::zk::connect::{resolve_connection, CONNECTION_ENV, DEFAULT_CONNECT
 pub use error::ConfigError;
 pub use host::fqdn;
 pub use parse::parse;
-pub use values::http_get;
+pub use values::{http_get, FetchError};
 
 /// The section the agent reads.
 pub const SECTION: &str = "zkdeployment";

@@ -8,7 +8,7 @@ use super::ini::read_ini;
 use super::validate::{
     check_plain_name, looks_like_address, parse_seconds, parse_smtp, resolve_path,
 };
-use super::values::Values;
+use super::values::{FetchError, Values};
 use super::{
     fqdn, Config, ConfigError, Secret, DEFAULT_SENDMAIL, DEFAULT_SESSION_TIMEOUT, DEFAULT_YUM,
     SECRET_KEY,
@@ -16,12 +16,12 @@ use super::{
 
 /// Parses configuration text read from `path` (used for messages and to resolve relative
 /// paths). Pure except for reading `file://` values, `fetch` (called for `http(s)://` values:
-/// `Ok(Some(body))`, `Ok(None)` for a 404, `Err(message)` otherwise) and, when `host-name` is
+/// `Ok(Some(body))`, `Ok(None)` for a 404, a [`FetchError`] otherwise) and, when `host-name` is
 /// not set, [`fqdn()`].
 pub fn parse(
     path: &Path,
     text: &str,
-    fetch: &dyn Fn(&str) -> Result<Option<String>, String>,
+    fetch: &dyn Fn(&str) -> Result<Option<String>, FetchError>,
 ) -> Result<Config, ConfigError> {
     let entries = read_ini(path, text)?;
     let values = Values {

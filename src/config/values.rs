@@ -16,7 +16,7 @@ const MAX_VALUE_FILE: u64 = 1024 * 1024;
 pub(super) struct Values<'a> {
     pub(super) path: &'a Path,
     pub(super) entries: Vec<(String, Entry)>,
-    pub(super) fetch: &'a dyn Fn(&str) -> Result<Option<String>, String>,
+    pub(super) fetch: &'a dyn Fn(&str) -> Result<Option<String>, FetchError>,
 }
 
 /// The outcome of looking a key up, indirection applied.
@@ -129,7 +129,15 @@ impl Values<'_> {
         match (self.fetch)(url) {
             Ok(Some(body)) => Ok(Ok(body.trim().to_string())),
             Ok(None) => Ok(Err(format!("{}: 404 Not Found", redact_url(url)))),
-            Err(message) => Err(self.invalid(key, format!("{}: {message}", redact_url(url)))),
+            Err(FetchError::Unreachable(message)) => Err(ConfigError::Unreachable {
+                path: self.path.to_path_buf(),
+                line: self.line_of(key),
+                key: key.to_string(),
+                message: format!("{}: {message}", redact_url(url)),
+            }),
+            Err(FetchError::Refused(message)) => {
+                Err(self.invalid(key, format!("{}: {message}", redact_url(url))))
+            }
         }
     }
 
@@ -209,13 +217,35 @@ pub(super) fn redact_url(url: &str) -> String {
     }
 }
 
-/// A file's content, refusing more than [`MAX_VALUE_FILE`] bytes (`file:///dev/zero`).
+/// A file's content, refusing more than [`MAX_VALUE_FILE`] bytes, and anything but a regular
+/// file: a FIFO (opened without blocking, so that no writer is waited for), a device
+/// (`file:///dev/zero`), a directory.
 fn read_limited(file: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(file)?;
+    let kind = opened.metadata()?.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_dir() {
+            "a directory"
+        } else if kind.is_socket() {
+            "a socket"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "a device"
+        } else {
+            "not a regular file"
+        };
+        return Err(std::io::Error::other(format!(
+            "{what}; a file:// value must name a regular file"
+        )));
+    }
     let mut bytes = Vec::new();
-    std::fs::File::open(file)?
-        .take(MAX_VALUE_FILE + 1)
-        .read_to_end(&mut bytes)?;
+    opened.take(MAX_VALUE_FILE + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_VALUE_FILE {
         return Err(std::io::Error::other(format!(
             "larger than {MAX_VALUE_FILE} bytes"
@@ -223,29 +253,57 @@ fn read_limited(file: &Path) -> std::io::Result<Vec<u8>> {
     }
     Ok(bytes)
 }
+/// Why an `http(s)://` value could not be fetched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    /// The server could not be reached or did not answer in time (refused, timed out, name
+    /// not resolved, connection reset, a 5xx answer): trying again later may work.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The server answered, and the answer is not a value (a 403, a body that is not UTF-8
+    /// or is too large): the configuration is wrong.
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// GET `url` (10 s timeout, redirects followed, proxies from the environment): the body,
-/// stripped, for 2xx; `Ok(None)` for 404; `Err("unexpected response code N")` for other
-/// statuses; `Err(message)` for transport errors and bodies that are not UTF-8 (or over 1 MiB).
-pub fn http_get(url: &str) -> Result<Option<String>, String> {
+/// stripped, for 2xx; `Ok(None)` for 404; [`FetchError::Unreachable`] for transport errors
+/// and 5xx answers; [`FetchError::Refused`] for other statuses and bodies that are not UTF-8
+/// (or over 1 MiB).
+pub fn http_get(url: &str) -> Result<Option<String>, FetchError> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(HTTP_TIMEOUT))
         .http_status_as_error(false)
         .build()
         .into();
-    let mut response = agent.get(url).call().map_err(|e| e.to_string())?;
+    let mut response = agent
+        .get(url)
+        .call()
+        .map_err(|e| FetchError::Unreachable(e.to_string()))?;
     let status = response.status().as_u16();
     if status == 404 {
         return Ok(None);
     }
+    if (500..600).contains(&status) {
+        return Err(FetchError::Unreachable(format!(
+            "unexpected response code {status}"
+        )));
+    }
     if !(200..300).contains(&status) {
-        return Err(format!("unexpected response code {status}"));
+        return Err(FetchError::Refused(format!(
+            "unexpected response code {status}"
+        )));
     }
     let body = response
         .body_mut()
         .with_config()
         .limit(MAX_HTTP_BODY)
         .read_to_vec()
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8(body).map_err(|_| "response body is not UTF-8".to_string())?;
+        .map_err(|e| match e {
+            ureq::Error::BodyExceedsLimit(_) => FetchError::Refused(e.to_string()),
+            e => FetchError::Unreachable(e.to_string()),
+        })?;
+    let text = String::from_utf8(body)
+        .map_err(|_| FetchError::Refused("response body is not UTF-8".to_string()))?;
     Ok(Some(text.trim().to_string()))
 }

@@ -2,19 +2,16 @@
 //! (a host id, a host name or a role), the sorted paths of its deploy nodes
 //! (`<app>/deploy/<target>`). Built in one pass over the tree, it answers every host's
 //! discovery without a walk per host, with exactly the deploy nodes the agent's walk finds
-//! (the same skipped top-level subtrees, ephemeral nodes included: discovery skips them).
+//! (the same skipped top-level subtrees, [`SKIPPED_ROOTS`]; ephemeral nodes included:
+//! discovery skips them).
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::agent::model::Host;
 use crate::tree::Node;
+use crate::zk::index::SKIPPED_ROOTS;
 use crate::zk::join;
-use crate::zk::paths::RESERVED_ROOTS as SKIPPED_ROOTS;
 use crate::zk::snapshot::ZNode;
-
-/// Top-level nodes that are never part of the deployment tree, besides [`SKIPPED_ROOTS`]:
-/// the deployment index `sync` writes.
-pub const INDEX_ROOT: &str = "/deployment-index";
 
 /// A tree whose children can be listed (a parsed text tree, or a subtree read from ZooKeeper).
 pub trait Children {
@@ -51,7 +48,7 @@ impl TargetIndex {
             let is_deploy = path.ends_with("/deploy");
             for (name, child) in node.kids() {
                 let child_path = join(&path, name);
-                if SKIPPED_ROOTS.contains(&child_path.as_str()) || child_path == INDEX_ROOT {
+                if SKIPPED_ROOTS.contains(&child_path.as_str()) {
                     continue;
                 }
                 if is_deploy {

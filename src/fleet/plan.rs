@@ -16,9 +16,8 @@ use serde_json::Value;
 use super::index::TargetIndex;
 use crate::agent::discover::{discover_in, resolved_props, Discovered, TreeSource};
 use crate::agent::inventory::{Inventory, UNKNOWN_VERSION};
-use crate::agent::model::{Host, Installed, InstalledDeployment, Wanted};
+use crate::agent::model::{is_git, Host, Installed, InstalledDeployment, Wanted};
 use crate::agent::plan::{plan, Inputs, Step};
-use crate::agent::software::is_git;
 use crate::tree::Props;
 
 /// A registered host, as read from its host node.

@@ -10,17 +10,16 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use serde_json::Value;
 use zookeeper_client::MultiReadResult;
 
-use super::index::INDEX_ROOT;
 use super::plan::{converged, Prefetched, Registered};
 use crate::agent::discover::{discover_in, resolved_props, TreeSource};
 use crate::agent::inventory::{self, Inventory};
 use crate::agent::model::Host;
 use crate::tree::Props;
+use crate::zk::decode;
+use crate::zk::index::{by_target, walk_deploy_nodes};
 use crate::zk::links::NodeSource;
 use crate::zk::multiread::{read_all, Want};
-use crate::zk::paths::RESERVED_ROOTS as SKIPPED_ROOTS;
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
-use crate::zk::{decode, join};
 use crate::zk::{Client, ZkError};
 
 /// `/hosts` and its children (not their descendants); an empty node if `/hosts` is missing.
@@ -136,41 +135,16 @@ impl Partial {
 }
 
 /// The deploy nodes of the current tree named after any of `targets`, by target (one
-/// children-only walk, as the agent's, skipping the reserved roots and the index).
+/// children-only walk: the agent's own, [`walk_deploy_nodes`]).
 pub async fn deploy_nodes_of(
     client: &Client,
     targets: &HashSet<String>,
 ) -> Result<HashMap<String, Vec<String>>, ZkError> {
-    let mut found: HashMap<String, Vec<String>> = HashMap::new();
     if targets.is_empty() {
-        return Ok(found);
+        return Ok(HashMap::new());
     }
-    read_all(
-        client,
-        vec![Want::Children("/".into())],
-        |want, result, queue| {
-            let (Want::Children(path), MultiReadResult::Children { children }) = (want, result)
-            else {
-                return;
-            };
-            let is_deploy = path.ends_with("/deploy");
-            for name in children {
-                let child = join(&path, &name);
-                if SKIPPED_ROOTS.contains(&child.as_str()) || child == INDEX_ROOT {
-                    continue;
-                }
-                if is_deploy && targets.contains(&name) {
-                    found.entry(name).or_default().push(child.clone());
-                }
-                queue.push(Want::Children(child));
-            }
-        },
-    )
-    .await?;
-    for paths in found.values_mut() {
-        paths.sort();
-    }
-    Ok(found)
+    let (paths, _) = walk_deploy_nodes(client, &|name| targets.contains(name)).await?;
+    Ok(by_target(&paths).into_iter().collect())
 }
 
 /// Works out what the fleet plan needs of the current tree, reading only that: the resolved

@@ -16,7 +16,6 @@ use crate::tree::Node;
 use crate::zk::import::Trim;
 use crate::zk::join;
 use crate::zk::links::property;
-use crate::zk::paths::is_reserved_root;
 
 /// One file of the repository.
 #[derive(Debug, Clone)]
@@ -80,6 +79,15 @@ impl Desired {
     }
 }
 
+/// Top-level nodes a repository may never define (they belong to agents and syncers).
+const RESERVED: [&str; 5] = [
+    "zookeeper",
+    "hosts",
+    "hosts-lock",
+    "agent-locks",
+    "deployment-index",
+];
+
 /// True for the files a sync reads: top-level `*.zk` and `*.zkx`.
 pub fn is_tree_file(name: &str) -> bool {
     !name.contains('/') && (name.ends_with(".zk") || name.ends_with(".zkx"))
@@ -106,9 +114,7 @@ pub fn build(files: &[SourceFile]) -> Result<Desired, Vec<TreeError>> {
     for (file, root) in &parsed {
         let overlay = file.ends_with(".zkx");
         for (name, node) in &root.children {
-            // Top-level nodes a repository may never define (they belong to agents and
-            // syncers); operators may create role lock nodes in an overlay.
-            let reserved = is_reserved_root(name) && (name != "role-locks" || !overlay);
+            let reserved = RESERVED.contains(&name.as_str()) || (!overlay && name == "role-locks");
             if reserved {
                 let message = format!("/{name} is reserved for zkdeployment's own use and cannot come from the repository");
                 errors.push(TreeError {

@@ -48,7 +48,9 @@ pub async fn update(url: &str, dir: &Path, branch: &str) -> Result<Checkout, Git
             .unwrap_or_else(|e| Err(("run", e.to_string())));
         match result {
             Ok(checkout) => return Ok(checkout),
-            Err((what, message)) if attempt >= ATTEMPTS || what == "read" => {
+            Err((what, message))
+                if attempt >= ATTEMPTS || what == "read" || what == "repository" =>
+            {
                 return Err(GitError {
                     what,
                     url: url.to_string(),
@@ -72,7 +74,29 @@ fn step<T>(what: &'static str, r: Result<T, git2::Error>) -> Step<T> {
     r.map_err(|e| (what, e.message().to_string()))
 }
 
+/// The local path a repository URL names (a plain path or `file://`), if it names one.
+fn local_path(url: &str) -> Option<&Path> {
+    if let Some(rest) = url.strip_prefix("file://") {
+        return Some(Path::new(rest.strip_prefix("localhost").unwrap_or(rest)));
+    }
+    if url.contains("://") {
+        return None;
+    }
+    // scp-like `host:path` (git's rule: a colon before any slash).
+    match (url.find(':'), url.find('/')) {
+        (Some(colon), Some(slash)) if colon < slash => None,
+        (Some(_), None) => None,
+        _ => Some(Path::new(url)),
+    }
+}
+
 fn update_blocking(url: &str, dir: &Path, branch: &str) -> Step<Checkout> {
+    if let Some(path) = local_path(url) {
+        if !path.exists() {
+            // libgit2 would say "unsupported URL protocol".
+            return Err(("repository", format!("{} does not exist", path.display())));
+        }
+    }
     let refspec = format!("+refs/heads/{branch}:refs/remotes/origin/{branch}");
     let repo = if dir.join(".git").exists() || dir.join("HEAD").exists() {
         let repo = step("open", Repository::open(dir))?;

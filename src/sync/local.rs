@@ -1,10 +1,12 @@
 //! The syncer's local guards: the lock file (an exclusive, non-blocking `flock`, so two cron
-//! runs never overlap) and the tombstone (written when a run starts, removed when it ends in
+//! runs never overlap; [`lock_holder`] tells who holds it since when, so that one held too
+//! long is reported) and the tombstone (written when a run starts, removed when it ends in
 //! success or nothing-to-do, left holding the reason otherwise, for a monitor to alert on).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use nix::fcntl::{Flock, FlockArg};
 
@@ -36,6 +38,31 @@ pub fn lock_file(path: &Path) -> Result<Option<LockFile>, String> {
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
         Err((_, e)) => Err(format!("{}: {e}", path.display())),
     }
+}
+
+/// Who holds a busy lock file, as far as the file tells.
+#[derive(Debug, Clone)]
+pub struct Holder {
+    /// The process id the holder wrote (`unknown` if unreadable).
+    pub pid: String,
+    /// Time since the holder took the lock (the file's modification time: the holder
+    /// truncates it and writes its pid when it takes the lock).
+    pub age: Duration,
+}
+
+/// Reads a busy lock file's holder.
+pub fn lock_holder(path: &Path) -> Holder {
+    let pid = std::fs::read_to_string(path)
+        .ok()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty() && t.len() < 32)
+        .map_or_else(|| "pid unknown".to_string(), |t| format!("pid {t}"));
+    let age = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .unwrap_or_default();
+    Holder { pid, age }
 }
 
 /// The tombstone file.

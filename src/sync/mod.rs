@@ -4,12 +4,15 @@
 //! checkout ([`git`]), build and lint the desired tree offline ([`desired`]), then, in order,
 //! the ZooKeeper guards — `/hosts` created if missing, a halted cluster refused, an unchanged
 //! revision is nothing to do, unconverged hosts refused, `/hosts-lock` taken without blocking —
-//! and finally one diff applied, `/hosts` `version`, `synced` and `synced-roots` set last, in
-//! one write. A sync that dies while applying leaves `version` as it was, so no agent acts on a
-//! half-applied tree, and the next sync completes it.
+//! and finally the new top-level nodes claimed in `synced-roots`, one diff applied, `/hosts`
+//! `version`, `synced` and `synced-roots` set last, in one write. A sync that dies while
+//! applying leaves `version` as it was, so no agent acts on a half-applied tree, and the next
+//! sync completes it. The deployment index ([`index`]) is invalidated before the tree
+//! changes, rewritten after, and made live by the same transaction that sets `version`.
 
 pub mod desired;
 pub mod git;
+pub mod index;
 pub mod local;
 
 use std::path::PathBuf;
@@ -19,16 +22,20 @@ use serde_json::{json, Value};
 use crate::tree::literal::py_str;
 use crate::tree::Props;
 use crate::zk::import::{apply, plan, plan_delete, read_existing, ApplyError, Op};
+use crate::zk::index::INDEX;
 use crate::zk::lock::{try_lock, TryLock};
-use crate::zk::paths::{is_reserved_root, version_set, VERSION_SET};
+use crate::zk::paths::{version_set, VERSION_SET};
 use crate::zk::snapshot::{read_subtree, ReadOptions};
-use crate::zk::update::try_update_props;
 use crate::zk::{
     call, connect, decode, encode, join, open_persistent, Client, ConnectOptions, ZkError,
 };
 use desired::{Desired, TreeError};
+use zookeeper_client::MultiWriteError;
 
-pub use crate::zk::paths::{HOSTS, HOSTS_LOCK};
+/// The cluster node.
+pub const HOSTS: &str = "/hosts";
+/// The syncer's cluster lock.
+pub const HOSTS_LOCK: &str = "/hosts-lock";
 
 /// What to sync.
 #[derive(Debug, Clone)]
@@ -126,6 +133,9 @@ pub enum SyncError {
     /// Applying the diff failed part-way; the cluster version was not changed.
     #[error("applying the tree failed, cluster version unchanged: {0}")]
     Apply(#[from] ApplyError),
+    /// The deployment index could not be written; the cluster version was not changed.
+    #[error(transparent)]
+    Index(#[from] index::IndexError),
     /// The cluster was halted while the tree was applied; the version was left `null`.
     #[error("the cluster was halted while syncing: tree applied, cluster version left None")]
     HaltedDuringSync,
@@ -187,8 +197,14 @@ async fn apply_locked(
 ) -> Result<Outcome, SyncError> {
     let hosts = read_hosts(client, false).await?;
     let (_, ops) = plan_sync(client, desired, &hosts, false).await?;
+    let previous = index::live_generation(client).await?;
+    if !ops.is_empty() {
+        // From here until the new version is set, no agent may trust the old index.
+        index::invalidate(client, &format!("sync of {revision} in progress")).await?;
+    }
+    claim_roots(client, desired).await?;
     let mut writes = apply(client, &ops).await?;
-    writes += set_version(client, desired, revision, force).await?;
+    writes += set_version(client, desired, revision, force, previous).await?;
     Ok(Outcome::Applied {
         revision: revision.to_string(),
         writes,
@@ -276,7 +292,15 @@ async fn plan_sync(
         .cloned()
         .unwrap_or_default();
     for name in owned.iter().filter_map(Value::as_str) {
-        let reserved = is_reserved_root(name);
+        let reserved = [
+            "zookeeper",
+            "hosts",
+            "hosts-lock",
+            "agent-locks",
+            "role-locks",
+            "deployment-index",
+        ]
+        .contains(&name);
         if reserved || roots.iter().any(|r| r == name) || crate::tree::bad_node_name(name).is_some()
         {
             continue;
@@ -291,28 +315,138 @@ async fn plan_sync(
     Ok((plan.lines, plan.ops))
 }
 
+/// Adds the repository's top-level nodes to `synced-roots` before anything is written under
+/// them (a guarded write of `/hosts` that leaves `version` alone): a sync that fails or is
+/// killed part-way leaves no top-level node that the next sync does not own, so reverting
+/// the file and syncing again deletes it. [`set_version`] then sets the exact list.
+async fn claim_roots(client: &Client, desired: &Desired) -> Result<(), SyncError> {
+    for _ in 0..10 {
+        let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
+        let mut props = decode(&data);
+        let mut owned: Vec<Value> = props
+            .get("synced-roots")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let before = owned.len();
+        for root in desired.roots() {
+            if !owned.iter().any(|o| o.as_str() == Some(root.as_str())) {
+                owned.push(json!(root));
+            }
+        }
+        if owned.len() == before {
+            return Ok(());
+        }
+        props.insert("synced-roots".into(), Value::Array(owned));
+        match call(
+            "set",
+            HOSTS,
+            client.set_data(HOSTS, &encode(&props), Some(stat.version)),
+        )
+        .await
+        {
+            Ok(_) => return Ok(()),
+            Err(ZkError::Op {
+                source: zookeeper_client::Error::BadVersion,
+                ..
+            }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(SyncError::Zk(ZkError::Op {
+        op: "set",
+        path: HOSTS.into(),
+        source: zookeeper_client::Error::UnexpectedError("/hosts kept changing".into()),
+    }))
+}
+
 /// Sets `version`, `synced` and `synced-roots` on `/hosts` in one guarded write (retried if
 /// an agent wrote `/hosts` meanwhile; a halt that happened meanwhile is left standing unless
-/// the sync was forced).
+/// the sync was forced), in the same transaction that makes a new generation of the deployment
+/// index live. Nothing is written if `/hosts` already says so and the index is live for it.
 async fn set_version(
     client: &Client,
     desired: &Desired,
     revision: &str,
     force: bool,
+    previous: Option<String>,
 ) -> Result<usize, SyncError> {
-    let roots = json!(desired.roots());
-    let written = try_update_props(client, HOSTS, |props| {
+    let mut generation = None;
+    for _ in 0..10 {
+        let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
+        let mut props = decode(&data);
         if !force && props.get("version").is_none_or(Value::is_null) {
             return Err(SyncError::HaltedDuringSync);
         }
+        let before = props.clone();
         if props.get("version") != Some(&json!(revision)) {
             props.insert(VERSION_SET.into(), version_set(&json!(revision)));
         }
         props.insert("version".into(), json!(revision));
         props.insert("synced".into(), json!(revision));
-        props.insert("synced-roots".into(), roots.clone());
-        Ok(())
-    })
-    .await?;
-    Ok(usize::from(written))
+        props.insert("synced-roots".into(), json!(desired.roots()));
+        if props == before && index::is_live_for(client, revision, stat.mzxid).await? {
+            return Ok(0);
+        }
+        let live = match &generation {
+            Some(g) => g,
+            None => generation.insert(index::write_generation(client).await?),
+        };
+        let index_data = index::live_data(&json!(revision), live);
+        let hosts_data = encode(&props);
+        let mut writer = client.new_multi_writer();
+        let added = writer
+            .add_set_data(HOSTS, &hosts_data, Some(stat.version))
+            .and_then(|_| writer.add_set_data(INDEX, &index_data, None));
+        if let Err(source) = added {
+            return Err(SyncError::Zk(ZkError::Op {
+                op: "set",
+                path: HOSTS.into(),
+                source,
+            }));
+        }
+        let result = match tokio::time::timeout(crate::zk::REQUEST_TIMEOUT, writer.commit()).await {
+            Ok(r) => r,
+            Err(_) => {
+                return Err(SyncError::Zk(ZkError::Timeout {
+                    op: "set",
+                    path: HOSTS.into(),
+                }))
+            }
+        };
+        match result {
+            Ok(_) => {
+                let keep: Vec<&str> = [Some(live.name.as_str()), previous.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                index::prune(client, &keep).await;
+                return Ok(1);
+            }
+            Err(MultiWriteError::OperationFailed {
+                index: 0,
+                source: zookeeper_client::Error::BadVersion,
+            }) => continue,
+            Err(MultiWriteError::OperationFailed { source, index }) => {
+                let path = if index == 0 { HOSTS } else { INDEX };
+                return Err(SyncError::Zk(ZkError::Op {
+                    op: "set",
+                    path: path.into(),
+                    source,
+                }));
+            }
+            Err(MultiWriteError::RequestFailed { source }) => {
+                return Err(SyncError::Zk(ZkError::Op {
+                    op: "set",
+                    path: HOSTS.into(),
+                    source,
+                }));
+            }
+        }
+    }
+    Err(SyncError::Zk(ZkError::Op {
+        op: "set",
+        path: HOSTS.into(),
+        source: zookeeper_client::Error::UnexpectedError("/hosts kept changing".into()),
+    }))
 }

@@ -55,8 +55,10 @@ impl Node {
     }
 }
 
-/// Why a node name cannot be used (`None` if it can): ZooKeeper and the filesystem markers
-/// need plain names.
+/// Why a node name cannot be used (`None` if it can): every name the ZooKeeper server
+/// refuses (its `PathUtils.validatePath`: empty, `.`, `..`, U+0000–U+001F, U+007F–U+009F,
+/// U+D800–U+F8FF, U+FFF0–U+FFFF, and, as it counts UTF-16 units, anything outside the BMP),
+/// so that `tree check` and the syncer's offline lint refuse what a write would fail on.
 pub fn bad_node_name(name: &str) -> Option<&'static str> {
     if name.is_empty() {
         Some("empty node name")
@@ -66,9 +68,22 @@ pub fn bad_node_name(name: &str) -> Option<&'static str> {
         Some("node name is '.' or '..'")
     } else if name.chars().any(is_forbidden_char) {
         Some("node name contains a control or non-character")
+    } else if name.chars().any(|c| c as u32 > 0xffff) {
+        // The server checks UTF-16 code units: outside the BMP, a character is a surrogate
+        // pair, and surrogates are refused (`PathUtils.validatePath`).
+        Some("node name contains a character outside the Basic Multilingual Plane (an emoji, for instance), which ZooKeeper refuses")
     } else {
         None
     }
+}
+
+/// Characters that print as nothing, escaped wherever user text is quoted in a message: the
+/// byte-order mark, the soft hyphen, zero-width and bidirectional format characters.
+pub fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{feff}' | '\u{00ad}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}'
+    )
 }
 
 /// Characters ZooKeeper refuses in path elements (and that we refuse too).

@@ -44,21 +44,38 @@ const QUOTED_CHARS: usize = 200;
 /// The offending text as the original quotes it (Python's `repr`), cut to [`QUOTED_CHARS`]
 /// characters so a huge line cannot make a huge message.
 fn quoted(text: &str) -> String {
-    match text.char_indices().nth(QUOTED_CHARS) {
+    let shown = match text.char_indices().nth(QUOTED_CHARS) {
         None => repr_str(text),
         Some((at, _)) => format!(
             "{}… ({} characters)",
             repr_str(&text[..at]),
             text.chars().count()
         ),
+    };
+    // A byte-order mark or a zero-width space would be invisible in the message.
+    let mut out = String::with_capacity(shown.len());
+    for c in shown.chars() {
+        if super::is_invisible(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
     }
+    out
 }
 
+/// Longest error message: text quoted in a message is cut already, but a message may carry
+/// other user text (a literal's error naming a 1 MB token); it never repeats a whole line.
+const MAX_MESSAGE_CHARS: usize = 1000;
+
 fn err(line: usize, message: impl Into<String>) -> ParseError {
-    ParseError {
-        line,
-        message: message.into(),
+    let mut message = message.into();
+    if let Some((at, _)) = message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        let total = message.chars().count();
+        message.truncate(at);
+        message.push_str(&format!("… (message cut, {total} characters)"));
     }
+    ParseError { line, message }
 }
 
 /// Python 2's `str.strip()` whitespace (ASCII only).

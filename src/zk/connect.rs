@@ -69,11 +69,70 @@ pub async fn connect(opts: &ConnectOptions) -> Result<Client, ZkError> {
         connector = connector.with_auth("digest", digest.as_bytes());
     }
     match tokio::time::timeout(opts.connect_timeout, connector.connect(&opts.connection)).await {
-        Ok(Ok(client)) => Ok(client),
-        Ok(Err(e)) => Err(fail(e.to_string())),
+        Ok(Ok(client)) => {
+            super::session::track(&client);
+            Ok(client)
+        }
+        Ok(Err(e)) => Err(fail(format!("{e}{}", diagnose(&opts.connection).await))),
         Err(_) => Err(fail(format!(
-            "no session within {} s",
-            opts.connect_timeout.as_secs_f64()
+            "no session within {} s{}",
+            opts.connect_timeout.as_secs_f64(),
+            diagnose(&opts.connection).await
         ))),
     }
+}
+
+/// Why each server of a connection string cannot be reached, for the error message: a name
+/// that does not resolve, a refused connection, no answer. `""` if every server accepts a
+/// connection (the failure is then the ZooKeeper handshake's). The servers are probed at
+/// once, each TCP connect bounded by [`PROBE_TIMEOUT`] (name resolution by the resolver's own
+/// timeout).
+async fn diagnose(connection: &str) -> String {
+    let hosts = connection.split('/').next().unwrap_or("");
+    let probes = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(probe);
+    let problems: Vec<String> = futures::future::join_all(probes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    if problems.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", problems.join("; "))
+    }
+}
+
+/// Longest wait for a TCP connection when diagnosing a failed connect.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What is wrong with reaching one `host[:port]` (port 2181 if none), if anything.
+async fn probe(server: &str) -> Option<String> {
+    let has_port = server
+        .rsplit_once(':')
+        .is_some_and(|(h, p)| !h.is_empty() && !h.ends_with(':') && p.parse::<u16>().is_ok());
+    let target = if has_port {
+        server.to_string()
+    } else {
+        format!("{server}:2181")
+    };
+    let addrs: Vec<std::net::SocketAddr> = match tokio::net::lookup_host(&target).await {
+        Ok(addrs) => addrs.collect(),
+        Err(e) => return Some(format!("{server}: cannot resolve the name ({e})")),
+    };
+    let mut last = None;
+    for addr in addrs {
+        match tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(addr)).await {
+            Ok(Ok(_)) => return None,
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                last = Some(format!("{server}: connection refused"));
+            }
+            Ok(Err(e)) => last = Some(format!("{server}: {e}")),
+            Err(_) => last = Some(format!("{server}: no answer to a TCP connect")),
+        }
+    }
+    Some(last.unwrap_or_else(|| format!("{server}: the name resolves to no address")))
 }

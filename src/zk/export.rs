@@ -1,5 +1,6 @@
 //! Export of a ZooKeeper subtree in the text format (zc.zk's `export_tree`): the root export
-//! leaves out `/zookeeper`; ephemeral nodes are left out unless asked for; `name` renames the
+//! leaves out `/zookeeper`; ephemeral nodes and `/deployment-index` are left out unless asked
+//! for; `name` renames the
 //! exported top node (and, at `/`, wraps the whole tree in a node of that name).
 
 use super::snapshot::{read_subtree, ReadOptions};
@@ -24,7 +25,8 @@ pub async fn export_tree(
     ephemeral: bool,
     name: Option<&str>,
 ) -> Result<String, ExportError> {
-    let skip = |p: &str| p == "/zookeeper";
+    // The deployment index is the syncer's cache, not part of the tree: shown with `-e` only.
+    let skip = |p: &str| p == "/zookeeper" || (!ephemeral && p == super::index::INDEX);
     let opts = ReadOptions {
         include_ephemeral: ephemeral,
         skip: &skip,

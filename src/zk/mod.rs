@@ -3,16 +3,19 @@
 //! ([`update`]), reading subtrees with pipelined requests ([`snapshot`], [`multiread`]),
 //! symbolic and property links ([`links`]), importing a parsed tree as a minimal diff
 //! ([`import`]), exporting it back ([`export`]), the kazoo-compatible lock recipe
-//! ([`lock`]) and the persistent role lock ([`role_lock`]).
+//! ([`lock`]), the persistent role lock ([`role_lock`]), and closing sessions on exit
+//! ([`session`]).
 
 pub mod connect;
 pub mod export;
 pub mod import;
+pub mod index;
 pub mod links;
 pub mod lock;
 pub mod multiread;
 pub mod paths;
 pub mod role_lock;
+pub mod session;
 pub mod snapshot;
 pub mod update;
 

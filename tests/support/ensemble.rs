@@ -8,7 +8,6 @@
 //! `Mode: leader`. [`Ensemble::kill`] crashes one server (SIGKILL), [`Ensemble::restart`]
 //! starts it again with its data, [`Ensemble::leader`] finds the current leader, and
 //! [`Ensemble::connect_string`] lists all three client ports.
-#![allow(dead_code)]
 
 use std::fs::OpenOptions;
 use std::path::PathBuf;

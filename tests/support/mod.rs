@@ -1,4 +1,4 @@
-//! Shared helpers for the integration tests. Every test binary includes them with `mod support;`.
+//! Shared helpers for the integration tests. The test binary (`tests/it/main.rs`) includes them as `mod support`.
 //!
 //! ZooKeeper:
 //! - [`zk_address`]: the server the tests use. `ZKD_TEST_ZK` (`host:port`, set by
@@ -9,7 +9,7 @@
 //! - [`connect`]: a `zookeeper_client::Client` for a connection string (10 s session).
 //! - [`ZkServer`]: a server owned by one test, for tests that stop, kill or restart it.
 //!
-//! The binary under test: [`bin`], and [`run`] / [`run_stdin`] / [`run_with`] (blocking) or
+//! The binary under test: [`bin`], and [`run`] / [`run_with`] (blocking) or
 //! their `_async` twins (use those from async tests that hold a ZooKeeper session meanwhile:
 //! a blocking call stalls a current-thread runtime and with it the session's pings).
 //!
@@ -22,7 +22,6 @@
 //!
 //! Needs Java and the Debian package `zookeeper` (`scripts/test.sh` installs them);
 //! `ZK_JAR` and `ZK_JAVA` override the jar and the java command.
-#![allow(dead_code)]
 
 use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
@@ -56,7 +55,7 @@ const START_ATTEMPTS: usize = 5;
 type SpawnReply = mpsc::Sender<std::io::Result<Child>>;
 
 /// Spawns `cmd` from the dedicated spawner thread, with PDEATHSIG = SIGKILL.
-fn spawn_with_pdeathsig(mut cmd: Command) -> std::io::Result<Child> {
+pub fn spawn_with_pdeathsig(mut cmd: Command) -> std::io::Result<Child> {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<(Command, SpawnReply)>>> = OnceLock::new();
     let spawner = SPAWNER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<(Command, SpawnReply)>();
@@ -457,11 +456,6 @@ pub fn run(args: &[&str]) -> Run {
     run_with(args, None, &[])
 }
 
-/// Runs the binary with `args`, feeding `stdin`.
-pub fn run_stdin(args: &[&str], stdin: &str) -> Run {
-    run_with(args, Some(stdin), &[])
-}
-
 /// Runs the binary with `args`, optional `stdin` and extra environment variables.
 /// `ZC_ZK_CONNECTION_STRING` is removed from the inherited environment (pass it in `envs`).
 pub fn run_with(args: &[&str], stdin: Option<&str>, envs: &[(&str, &str)]) -> Run {
@@ -516,7 +510,7 @@ pub async fn run_async(args: &[&str]) -> Run {
     run_with_async(args, None, &[]).await
 }
 
-/// [`run_stdin`] for async tests.
+/// Runs the binary with `args`, feeding `stdin` (async).
 pub async fn run_stdin_async(args: &[&str], stdin: &str) -> Run {
     run_with_async(args, Some(stdin), &[]).await
 }

@@ -13,7 +13,6 @@
 //!
 //! Plain threads (no async runtime), so it works under any test runtime; the threads stop
 //! when the proxy is dropped.
-#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -32,15 +31,12 @@ struct Shared {
     epoch: AtomicU64,
     /// Both ends of every live connection, to shut them down on a cut.
     conns: Mutex<Vec<(u64, TcpStream)>>,
-    accepted: AtomicU64,
 }
 
 /// A TCP proxy from `127.0.0.1:<port>` to a target address.
 pub struct Proxy {
     /// The port it listens on.
     pub port: u16,
-    /// Where it forwards to.
-    pub target: SocketAddr,
     shared: Arc<Shared>,
 }
 
@@ -60,18 +56,13 @@ impl Proxy {
             stopped: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             conns: Mutex::new(Vec::new()),
-            accepted: AtomicU64::new(0),
         });
         let s = shared.clone();
         std::thread::Builder::new()
             .name(format!("proxy-{port}"))
             .spawn(move || accept_loop(listener, target, s))
             .expect("start the proxy thread");
-        Proxy {
-            port,
-            target,
-            shared,
-        }
+        Proxy { port, shared }
     }
 
     /// `127.0.0.1:<port>`.
@@ -95,11 +86,6 @@ impl Proxy {
     pub fn restore(&self) {
         self.drop_all();
         self.shared.mode.store(OPEN, Ordering::SeqCst);
-    }
-
-    /// How many connections were accepted so far.
-    pub fn accepted(&self) -> u64 {
-        self.shared.accepted.load(Ordering::SeqCst)
     }
 
     fn drop_all(&self) {
@@ -131,7 +117,6 @@ fn accept_loop(listener: TcpListener, target: SocketAddr, shared: Arc<Shared>) {
                 continue;
             }
         };
-        shared.accepted.fetch_add(1, Ordering::SeqCst);
         let _ = client.set_nonblocking(false);
         match shared.mode.load(Ordering::SeqCst) {
             CUT => {

@@ -128,7 +128,9 @@ pub fn payload_script(nvr: &str) -> String {
 # environment): ZK_TEST_FAIL=PATH fails deploying PATH with some output; ZK_TEST_SLEEP=S
 # sleeps S seconds; ZK_TEST_TIMES=FILE gets "start|end <rpm> <path> <n> <host> <time>" lines;
 # ZK_TEST_ENV=FILE gets the ZKDEPLOYMENT_* environment and the properties file;
-# ZK_TEST_FAIL_ROLE=starting|ending fails starting-deployments / ending-deployments.
+# ZK_TEST_FAIL_ROLE=starting|ending fails starting-deployments / ending-deployments;
+# ZK_TEST_DAEMON=FILE leaves a daemon (`sleep 100000`, holding the script's stdout and
+# stderr) and appends its pid to FILE.
 me=$(basename "$0")
 log=${{ZK_DEPLOY_LOG:-$(dirname "$0")/../deploy.log}}
 if [ "$me" = zookeeper-deploy ]; then tag='{nvr}'; else tag="{nvr} $me"; fi
@@ -150,6 +152,11 @@ if [ -n "${{ZK_TEST_ENV:-}}" ]; then
   [ -n "${{ZKDEPLOYMENT_PROPERTIES:-}}" ] && cat "$ZKDEPLOYMENT_PROPERTIES" >> "$ZK_TEST_ENV"
 fi
 [ -n "${{ZK_TEST_SLEEP:-}}" ] && sleep "$ZK_TEST_SLEEP"
+if [ -n "${{ZK_TEST_DAEMON:-}}" ]; then
+  sleep 100000 &
+  echo $! >> "$ZK_TEST_DAEMON"
+  echo "started a daemon"
+fi
 if [ "$undeploy" = no ] && [ "${{ZK_TEST_FAIL:-}}" = "$path" ]; then
   echo "deploying $path failed: the test asked for it"
   echo "second line of output" >&2
@@ -396,17 +403,6 @@ impl Sandbox {
         dnf_available().then(Sandbox::create)
     }
 
-    /// A fresh sandbox; panics when dnf & co. are missing.
-    pub fn new() -> Sandbox {
-        let missing = missing_tools();
-        assert!(
-            missing.is_empty(),
-            "the real-dnf sandbox needs {} (apt-get install rpm dnf createrepo-c)",
-            missing.join(", ")
-        );
-        Sandbox::create()
-    }
-
     fn create() -> Sandbox {
         let repo = shared_repo().join("repo");
         let dir = tempfile::Builder::new()
@@ -428,11 +424,6 @@ impl Sandbox {
             String::from_utf8_lossy(&output.stderr)
         );
         Sandbox { dir }
-    }
-
-    /// The sandbox directory (holds `bin/`, `root/`, `calls.log`, ...).
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 
     /// The `yum` wrapper: give it to the agent (`Yum::new(sandbox.yum_path())`).
@@ -556,13 +547,6 @@ impl FakeYum {
         text.split_whitespace().next().map(str::to_string)
     }
 
-    /// Makes `name` `[EPOCH:]VERSION-RELEASE` available, with no payload.
-    pub fn add(&self, name: &str, evr: &str) {
-        let dir = self.state().join("repo").join(name);
-        fs::create_dir_all(&dir).expect("cannot create a fake repo directory");
-        fs::write(dir.join(format!("{evr}.noarch")), "").expect("cannot add a fake package");
-    }
-
     fn set_knob(&self, knob: &str, value: Option<&str>) {
         let path = self.state().join("knobs").join(knob);
         match value {
@@ -582,10 +566,5 @@ impl FakeYum {
     /// Calls whose `COMMAND ARGS` match the (bash) regex fail with exit 1; `None` clears it.
     pub fn set_fail(&self, regex: Option<&str>) {
         self.set_knob("FAKE_YUM_FAIL", regex);
-    }
-
-    /// Every call sleeps this long first (timeouts); `None` clears it.
-    pub fn set_sleep(&self, seconds: Option<f64>) {
-        self.set_knob("FAKE_YUM_SLEEP", seconds.map(|s| s.to_string()).as_deref());
     }
 }

@@ -2,7 +2,6 @@
 //! accepts, and a reader for the received messages (headers unfolded, body decoded from
 //! quoted-printable or base64). Copied from `tests/notify.rs`, made public for other test
 //! binaries.
-#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};

@@ -8,7 +8,7 @@
 //! records `start|end <rpm> <path> <n> <host> <time>` around it, so the tests can check which
 //! deploys ran at the same time.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -9,14 +9,16 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use zkdeployment::config::{
-    fqdn, http_get, load, parse, resolve_connection, Config, ConfigError, Secret, Smtp,
+    fqdn, http_get, load, parse, resolve_connection, Config, ConfigError, FetchError, Secret, Smtp,
 };
 
 const CFG: &str = "/etc/x.cfg";
 const BASE: &str = "[zkdeployment]\nhost-id = h1\nrun-directory = /var/run/zkdeployment\n";
 
-fn no_fetch(url: &str) -> Result<Option<String>, String> {
-    Err(format!("no network in this test ({url})"))
+fn no_fetch(url: &str) -> Result<Option<String>, FetchError> {
+    Err(FetchError::Refused(format!(
+        "no network in this test ({url})"
+    )))
 }
 
 fn try_parse(text: &str) -> Result<Config, ConfigError> {
@@ -185,13 +187,15 @@ fn message_file_io_error() {
     ));
     assert_eq!(
         e.to_string(),
-        format!("/etc/x.cfg:4: host-id: {url}: Is a directory (os error 21)")
+        format!(
+            "/etc/x.cfg:4: host-id: {url}: a directory; a file:// value must name a regular file"
+        )
     );
     // The same for an optional key.
     let msg = with_err(&format!("role = {url}"));
     assert_eq!(
         msg,
-        format!("/etc/x.cfg:5: role: {url}: Is a directory (os error 21)")
+        format!("/etc/x.cfg:5: role: {url}: a directory; a file:// value must name a regular file")
     );
 }
 
@@ -215,7 +219,7 @@ fn message_http_500() {
     .unwrap_err();
     assert_eq!(
         e.to_string(),
-        format!("/etc/x.cfg:4: host-id: {url}: unexpected response code 500")
+        format!("/etc/x.cfg:4: host-id: cannot fetch the value now: {url}: unexpected response code 500")
     );
 }
 
@@ -573,7 +577,7 @@ fn zookeeper_auth_from_file_and_http() {
     let e = parse(
         Path::new(CFG),
         &format!("{BASE}host-name = h\nzookeeper-auth = http://user:pw123@127.0.0.1:1/x\n"),
-        &|_| Err("refused".to_string()),
+        &|_| Err(FetchError::Unreachable("refused".to_string())),
     )
     .unwrap_err();
     let msg = e.to_string();
@@ -916,10 +920,15 @@ fn http_get_directly() {
     assert_eq!(http_get(&format!("{base}/missing")), Ok(None));
     assert_eq!(
         http_get(&format!("{base}/error")),
-        Err("unexpected response code 500".to_string())
+        Err(FetchError::Unreachable(
+            "unexpected response code 500".to_string()
+        ))
     );
     // Nothing listens on port 1.
-    assert!(http_get("http://127.0.0.1:1/").is_err());
+    assert!(matches!(
+        http_get("http://127.0.0.1:1/"),
+        Err(FetchError::Unreachable(_))
+    ));
 }
 
 #[test]
@@ -941,13 +950,15 @@ fn http_values_required() {
     let url = format!("{base}/error");
     assert_eq!(
         http_parse(&text(&url)).unwrap_err().to_string(),
-        format!("/etc/x.cfg:2: host-id: {url}: unexpected response code 500")
+        format!("/etc/x.cfg:2: host-id: cannot fetch the value now: {url}: unexpected response code 500")
     );
     // Unreachable: an error naming the key.
     let e = http_parse(&text("http://127.0.0.1:1/x")).unwrap_err();
     let msg = e.to_string();
     assert!(
-        msg.starts_with("/etc/x.cfg:2: host-id: http://127.0.0.1:1/x: "),
+        msg.starts_with(
+            "/etc/x.cfg:2: host-id: cannot fetch the value now: http://127.0.0.1:1/x: "
+        ),
         "{msg}"
     );
 }
@@ -970,7 +981,9 @@ fn http_values_optional() {
     let url = format!("{base}/error");
     assert_eq!(
         http_parse(&text(&url)).unwrap_err().to_string(),
-        format!("/etc/x.cfg:5: role: {url}: unexpected response code 500")
+        format!(
+            "/etc/x.cfg:5: role: cannot fetch the value now: {url}: unexpected response code 500"
+        )
     );
 }
 

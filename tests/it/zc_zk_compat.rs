@@ -8,7 +8,7 @@
 //! the same data. Our import also writes only what differs (re-importing an identical tree
 //! makes no write), where the original rewrote every listed node.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use zkdeployment::tree::parse::parse;

@@ -12,7 +12,7 @@
 //!   `READY=1`, `STATUS=` per step, `WATCHDOG=1`, `STOPPING=1`;
 //! - logs on stderr with levels.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::net::UnixDatagram;

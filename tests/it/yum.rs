@@ -1,7 +1,7 @@
 //! `zkdeployment::packages::yum`: the `list installed` parser, the install algorithm against
 //! the yum 3 fake (its quirks), and against the real dnf in a sandbox (RHEL 8/9 behaviour).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

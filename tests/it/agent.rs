@@ -8,7 +8,7 @@
 //! `ROOT/opt/<rpm>/deploy.log` and write or remove the `.deployed` markers; their knobs
 //! (`ZK_TEST_FAIL`, `ZK_TEST_ENV`, `ZK_TEST_SLEEP`) come from the agent's environment.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

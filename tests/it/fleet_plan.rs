@@ -5,7 +5,7 @@
 //! each agent then did (its `last-pass.json`). Also: nothing is written, lint errors are the
 //! syncer's, hosts whose discovery would fail, hosts without an inventory, exit codes.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! `deployed-at`), the filters `--host`, `--behind`, `--failed`, the same in `--json`, and the
 //! Prometheus metrics.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

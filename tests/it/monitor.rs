@@ -1,7 +1,7 @@
 //! The Nagios check: a golden test for every check of README "Operations" against a real
 //! ZooKeeper, plus a stopped ZooKeeper, a garbage status file, and usage errors.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::{Run, ZkServer};
@@ -67,7 +67,7 @@ fn expect(run: &Run, code: i32, line: &str) {
         .unwrap_or_else(|| panic!("no perfdata: {got}"));
     assert_eq!(text, line, "{run:?}");
     assert!(
-        regex::Regex::new(r"^age=\d*s;\d+;\d+;0$")
+        regex::Regex::new(r"^age=\d+s;\d+;\d+;0$")
             .unwrap()
             .is_match(perf),
         "{perf}"

@@ -9,7 +9,7 @@
 //! controller scripts and deploy scripts shows); `ZK_TEST_FAIL_ROLE=starting|ending` makes
 //! the controller's scripts fail.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

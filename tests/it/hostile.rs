@@ -9,7 +9,7 @@
 //! grammar errors one by one against the original's messages (`tests/tree_parse.rs`); most
 //! configuration errors through the library (`tests/config.rs`).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -778,7 +778,7 @@ proptest! {
     fn the_config_parser_never_panics_on_mutated_real_configs(edits in mutations()) {
         let bytes = mutate(REAL_CONFIG.as_bytes(), &edits);
         let text = String::from_utf8_lossy(&bytes);
-        let fetch = |_: &str| -> Result<Option<String>, String> { Ok(None) };
+        let fetch = |_: &str| -> Result<Option<String>, zkdeployment::config::FetchError> { Ok(None) };
         let _ = zkdeployment::config::parse(Path::new("/etc/zkdeployment/agent.cfg"), &text, &fetch);
     }
 

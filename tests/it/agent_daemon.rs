@@ -4,7 +4,7 @@
 //! agent. Each test starts the agent as a child process and waits on the status file, the
 //! payload's logs or ZooKeeper (polling, never fixed sleeps for correctness).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

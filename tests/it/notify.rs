@@ -2,7 +2,7 @@
 //! SMTP server on 127.0.0.1 and through a stand-in sendmail script, dedup through the state
 //! file, output capping, and mail failures that never break the caller.
 
-mod support;
+use crate::support;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Proves the test harness (tests/support) against a real ZooKeeper: chroots, isolation,
 //! and a test-owned server that keeps its data across a restart.
 
-mod support;
+use crate::support;
 
 use support::{chroot, connect, split_chroot, zk_address, ZkServer};
 use zookeeper_client as zk;

@@ -5,7 +5,7 @@
 //! passes interrupted by a lost connection are run again, the fleet converges, and the deploys
 //! of one application node never overlap across hosts (the node locks held throughout).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

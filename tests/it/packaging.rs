@@ -3,7 +3,7 @@
 //! sandbox and runs the installed binary. Also: every command answers `-h` and `-V`, and the
 //! systemd unit passes `systemd-analyze verify` where that is available.
 
-mod support;
+use crate::support;
 
 use support::rpm::Sandbox;
 

@@ -6,7 +6,7 @@
 //! A failed pass records the plan's steps up to the failing one. The dry run lists the role
 //! controller's scripts, the version recording and the after hook where the pass runs them.
 
-mod support;
+use crate::support;
 
 use git2::{Repository, Signature};
 use serde_json::{json, Value};

@@ -3,7 +3,7 @@
 //! version directly), removal when the application leaves the tree, and a missing package
 //! (dnf exits 1). Skipped, with a message, when dnf & co. are missing and `CI` is not set.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::agent::{v, Pm, TestHost};

@@ -9,7 +9,7 @@
 //! `foo-git-<label>: ARGS` to `ZK_DEPLOY_LOG` and writes the `.deployed` marker) and
 //! `stage-build` appends `<label> <cwd>` to a build log outside the checkout.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,338 @@
+//! The deployment index (`/deployment-index`): its layout, the walk that finds deploy nodes,
+//! the reader agents use, and the invalidation other writers use.
+//!
+//! Layout (format 1):
+//!
+//! ```text
+//! /deployment-index                  {"format": 1, "version": V, "generation": "g7", …}
+//! /deployment-index/g7               {"format": 1, "targets": T, "paths": P}
+//! /deployment-index/g7/t-<target>    {"target": "<target>", "chunks": K, "paths": [...]}
+//! /deployment-index/g7/t-<target>/c1 {"paths": [...]}        (chunks 1..K, only if K > 1)
+//! ```
+//!
+//! A generation is written once and never changed; the root names the live one. No node is
+//! called `deploy`, so the original agent's walk (which looks for `deploy` nodes) finds
+//! nothing here. A target's paths are sorted; they are split into chunks of at most
+//! [`CHUNK_BYTES`] of data each.
+//!
+//! Trust rule: the root's `version` and `generation` are written by the same multi-op
+//! transaction that sets `/hosts` `version` (see [`crate::sync`]), so the two nodes then share
+//! their `mzxid`. An agent uses the index only if `/hosts` `mzxid` equals the root's `mzxid`
+//! (nothing wrote `/hosts` since: no resume, halt, foreign syncer or hand-made version bump),
+//! the root's `version` equals the `/hosts` version and the version the pass acts on, and the
+//! generation and all chunks it names exist. Anything else: walk.
+
+use super::paths::RESERVED_ROOTS;
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+use zookeeper_client::MultiReadResult;
+
+use super::multiread::{read_all, Want};
+use super::{call, decode, encode, join, Client, ZkError};
+use crate::tree::Props;
+
+/// The index's root node.
+pub const INDEX: &str = "/deployment-index";
+/// The layout this code writes and reads.
+pub const FORMAT: u64 = 1;
+/// Most bytes of paths in one index node (well under ZooKeeper's 1 MiB node limit).
+pub const CHUNK_BYTES: usize = 256 * 1024;
+
+/// Top-level subtrees discovery (and the index's walk) never walks.
+pub const SKIPPED_ROOTS: [&str; 6] = [
+    RESERVED_ROOTS[0],
+    RESERVED_ROOTS[1],
+    RESERVED_ROOTS[2],
+    RESERVED_ROOTS[3],
+    RESERVED_ROOTS[4],
+    INDEX,
+];
+
+/// The node of a target in a generation.
+pub fn target_node(generation: &str, target: &str) -> String {
+    format!("{INDEX}/{generation}/t-{target}")
+}
+
+/// Walks the tree (children lists only, pipelined) for deploy nodes `<app>/deploy/<target>`
+/// whose target satisfies `keep`, skipping [`SKIPPED_ROOTS`]. Returns the sorted paths and the
+/// number of children lists read.
+pub async fn walk_deploy_nodes(
+    client: &Client,
+    keep: &(dyn Fn(&str) -> bool + Sync),
+) -> Result<(Vec<String>, usize), ZkError> {
+    let mut found = Vec::new();
+    let mut walked = 0usize;
+    read_all(
+        client,
+        vec![Want::Children("/".into())],
+        |want, result, queue| {
+            let (Want::Children(path), MultiReadResult::Children { children }) = (want, result)
+            else {
+                return;
+            };
+            walked += 1;
+            let is_deploy = path.ends_with("/deploy");
+            for name in children {
+                let child = join(&path, &name);
+                if SKIPPED_ROOTS.contains(&child.as_str()) {
+                    continue;
+                }
+                if is_deploy && keep(&name) {
+                    found.push(child.clone());
+                }
+                queue.push(Want::Children(child));
+            }
+        },
+    )
+    .await?;
+    found.sort();
+    Ok((found, walked))
+}
+
+/// Groups deploy-node paths by target (their last name), each list sorted.
+pub fn by_target(paths: &[String]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in paths {
+        let target = p.rsplit_once('/').map(|(_, t)| t).unwrap_or(p);
+        out.entry(target.to_string()).or_default().push(p.clone());
+    }
+    for list in out.values_mut() {
+        list.sort();
+    }
+    out
+}
+
+/// Splits sorted paths into chunks of at most [`CHUNK_BYTES`] bytes of path text (at least
+/// one path per chunk, and at least one chunk).
+pub fn chunks(paths: &[String]) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> = vec![Vec::new()];
+    let mut bytes = 0;
+    for p in paths {
+        let size = p.len() + 4;
+        let last = out.last_mut().expect("one chunk");
+        if !last.is_empty() && bytes + size > CHUNK_BYTES {
+            out.push(Vec::new());
+            bytes = 0;
+        }
+        out.last_mut().expect("one chunk").push(p.clone());
+        bytes += size;
+    }
+    out
+}
+
+/// The nodes of one generation, parents first: `(path, data)`.
+pub fn generation_nodes(generation: &str, paths: &[String]) -> Vec<(String, Vec<u8>)> {
+    let grouped = by_target(paths);
+    let mut nodes = vec![(
+        format!("{INDEX}/{generation}"),
+        encode(&props(json!({
+            "format": FORMAT,
+            "targets": grouped.len(),
+            "paths": paths.len(),
+        }))),
+    )];
+    for (target, list) in &grouped {
+        let parts = chunks(list);
+        let node = target_node(generation, target);
+        nodes.push((
+            node.clone(),
+            encode(&props(json!({
+                "target": target,
+                "chunks": parts.len(),
+                "paths": parts[0],
+            }))),
+        ));
+        for (i, part) in parts.iter().enumerate().skip(1) {
+            nodes.push((
+                format!("{node}/c{i}"),
+                encode(&props(json!({ "paths": part }))),
+            ));
+        }
+    }
+    nodes
+}
+
+fn props(v: Value) -> Props {
+    match v {
+        Value::Object(m) => m.into_iter().collect(),
+        _ => Props::new(),
+    }
+}
+
+/// The root's data naming a live generation.
+pub fn root_props(version: &Value, generation: &str, paths: usize) -> Props {
+    props(json!({
+        "format": FORMAT,
+        "version": version,
+        "generation": generation,
+        "paths": paths,
+    }))
+}
+
+/// The generation number of a generation node name (`g7` → 7).
+pub fn generation_number(name: &str) -> Option<u64> {
+    name.strip_prefix('g')?.parse().ok()
+}
+
+/// Marks the index as describing nothing (its `mzxid` changes, so agents walk until the next
+/// sync writes a new one). Does nothing if there is no index.
+pub async fn invalidate(client: &Client, why: &str) -> Result<(), ZkError> {
+    let data = encode(&props(json!({"format": FORMAT, "invalidated": why})));
+    match call("set", INDEX, client.set_data(INDEX, &data, None)).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_no_node() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// What the index said for a host.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IndexAnswer {
+    /// The deploy-node paths of the targets asked for, sorted.
+    Paths(Vec<String>),
+    /// The index cannot be trusted (the reason, for the log).
+    Unusable(String),
+}
+
+/// Reads the index entries of `targets`, if the index certainly describes the tree at the
+/// cluster version `acting_on` (see the module doc for the rule). Returns the answer and the
+/// number of nodes read.
+pub async fn read_index(
+    client: &Client,
+    targets: &[&str],
+    acting_on: Option<&Value>,
+) -> Result<(IndexAnswer, usize), ZkError> {
+    let mut reads = 0usize;
+    // One multi-read: /hosts and the root are seen at the same point.
+    let mut got = read_data(client, &["/hosts".to_string(), INDEX.to_string()]).await?;
+    reads += 2;
+    let unusable = |why: String, reads| Ok((IndexAnswer::Unusable(why), reads));
+    let (Some((hosts, hosts_mzxid)), Some((root, root_mzxid))) = (got.remove(0), got.remove(0))
+    else {
+        return unusable("no /hosts or no index".into(), reads);
+    };
+    if root.get("format").and_then(Value::as_u64) != Some(FORMAT) {
+        return unusable("unknown index format".into(), reads);
+    }
+    let (Some(version), Some(generation)) = (
+        root.get("version"),
+        root.get("generation").and_then(Value::as_str),
+    ) else {
+        return unusable("the index describes no version".into(), reads);
+    };
+    if hosts_mzxid != root_mzxid {
+        return unusable(
+            "/hosts was written after the index (resume, halt or another writer)".into(),
+            reads,
+        );
+    }
+    if hosts.get("version") != Some(version) || acting_on.is_some_and(|v| v != version) {
+        return unusable("the index describes another version".into(), reads);
+    }
+    if generation_number(generation).is_none() {
+        return unusable(format!("bad generation name {generation:?}"), reads);
+    }
+    let mut wanted = vec![format!("{INDEX}/{generation}")];
+    let mut seen: Vec<&str> = Vec::new();
+    for t in targets {
+        if !seen.contains(t) {
+            seen.push(t);
+            wanted.push(target_node(generation, t));
+        }
+    }
+    let mut got = read_data(client, &wanted).await?;
+    reads += wanted.len();
+    if got[0].is_none() {
+        return unusable(format!("generation {generation} is gone"), reads);
+    }
+    let mut paths = Vec::new();
+    let mut more = Vec::new();
+    for (node, entry) in wanted.iter().zip(got.drain(..)).skip(1) {
+        let Some((props, _)) = entry else { continue };
+        let Some(list) = path_list(&props) else {
+            return unusable(format!("malformed index node {node}"), reads);
+        };
+        paths.extend(list);
+        let count = props.get("chunks").and_then(Value::as_u64).unwrap_or(0);
+        if count == 0 || count > 100_000 {
+            return unusable(format!("malformed index node {node}"), reads);
+        }
+        more.extend((1..count).map(|i| format!("{node}/c{i}")));
+    }
+    if !more.is_empty() {
+        let got = read_data(client, &more).await?;
+        reads += more.len();
+        for (node, entry) in more.iter().zip(got) {
+            match entry.as_ref().and_then(|(p, _)| path_list(p)) {
+                Some(list) => paths.extend(list),
+                None => return unusable(format!("index chunk {node} missing or malformed"), reads),
+            }
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    Ok((IndexAnswer::Paths(paths), reads))
+}
+
+fn path_list(props: &Props) -> Option<Vec<String>> {
+    props
+        .get("paths")?
+        .as_array()?
+        .iter()
+        .map(|p| p.as_str().filter(|s| s.starts_with('/')).map(String::from))
+        .collect()
+}
+
+/// Reads the data of `paths` in pipelined multi-reads: per path, its properties and `mzxid`,
+/// or `None` if it does not exist. Results in the order asked.
+async fn read_data(
+    client: &Client,
+    paths: &[String],
+) -> Result<Vec<Option<(Props, i64)>>, ZkError> {
+    let mut found: BTreeMap<String, (Props, i64)> = BTreeMap::new();
+    read_all(
+        client,
+        paths.iter().cloned().map(Want::Data).collect(),
+        |want, result, _| {
+            if let (Want::Data(p), MultiReadResult::Data { data, stat }) = (want, result) {
+                found.insert(p, (decode(&data), stat.mzxid));
+            }
+        },
+    )
+    .await?;
+    Ok(paths.iter().map(|p| found.get(p).cloned()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_bound_size_and_keep_order() {
+        let paths: Vec<String> = (0..20_000)
+            .map(|i| format!("/c/app{i:06}/deploy/h"))
+            .collect();
+        let parts = chunks(&paths);
+        assert!(parts.len() > 1);
+        for p in &parts {
+            assert!(p.iter().map(|s| s.len() + 4).sum::<usize>() <= CHUNK_BYTES);
+        }
+        assert_eq!(parts.concat(), paths);
+        assert_eq!(chunks(&[]), vec![Vec::<String>::new()]);
+    }
+
+    #[test]
+    fn no_index_node_is_called_deploy() {
+        let paths = vec![
+            "/a/deploy/deploy".to_string(),
+            "/b/deploy/h1".to_string(),
+            "/deploy/deploy".to_string(),
+        ];
+        for (node, data) in generation_nodes("g1", &paths) {
+            assert!(node.split('/').all(|n| n != "deploy"), "{node}");
+            assert!(data.len() < super::super::MAX_NODE_DATA);
+        }
+        assert_eq!(by_target(&paths)["deploy"].len(), 2);
+    }
+}

@@ -1,0 +1,472 @@
+//! The deployment index (CONTRACT section 10) on a real ZooKeeper, with the real syncer (from
+//! real git repositories) and real agent processes: what `sync` writes, that agents read it
+//! instead of walking, that `--walk` gives the same steps, and that a stale index is never
+//! acted on — `tree import`, a foreign writer (the original's syncer, any ZooKeeper client)
+//! followed by a version bump, `resume`, a halt and resume, and a sync that failed half-way.
+//! Also: the layout shows the original agent's walk no deploy node, big targets are chunked,
+//! the node is reserved (tree files may not define it, export leaves it out unless `-e`).
+
+use crate::support;
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+use support::agent::{Pm, TestHost};
+use support::git::TestRepo;
+use support::rpm::FakeYum;
+use support::Run;
+use zkdeployment::zk::snapshot::{read_subtree, ReadOptions, ZNode};
+use zkdeployment::zk::{decode, encode};
+use zookeeper_client::{Acls, CreateMode};
+
+const INDEX: &str = "/deployment-index";
+
+/// One host (h1, fake yum) and a git repository synced into its chroot.
+struct Cluster {
+    h: TestHost,
+    repo: TestRepo,
+    work: tempfile::TempDir,
+}
+
+/// Applications for other hosts, so that a walk reads many more nodes than the index.
+fn filler(count: usize) -> String {
+    let mut text = String::from("/filler\n");
+    for i in 0..count {
+        text.push_str(&format!(
+            "  /app{i} : webapp\n    version = '1.0'\n    /deploy\n      /other{}\n",
+            i % 7
+        ));
+    }
+    text
+}
+
+const ACME: &str = "/acme
+  /config
+    threads = 4
+  /web : foo
+    version => ../config foo_version
+    /deploy
+      /h1
+        n = 2
+  /db : webapp
+    version = '1.0'
+    /deploy
+      /h1.example.com
+  /jobs : worker
+    version = '1.1'
+    /deploy
+      /someone-else
+";
+
+/// The acme tree with foo at `foo_version`.
+fn acme(foo_version: &str) -> String {
+    ACME.replace(
+        "    threads = 4\n",
+        &format!("    threads = 4\n    foo_version = '{foo_version}'\n"),
+    )
+}
+
+impl Cluster {
+    async fn new(label: &str) -> Cluster {
+        let conn = support::chroot(label).await;
+        let h = TestHost::on(&conn, "h1", Pm::Fake(FakeYum::new())).await;
+        Cluster {
+            h,
+            repo: TestRepo::new(),
+            work: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.work.path().join(name)
+    }
+
+    async fn sync(&self, extra: &[&str]) -> Run {
+        let (checkout, tombstone, lock) = (
+            self.path("checkout"),
+            self.path("tombstone"),
+            self.path("lock"),
+        );
+        let url = self.repo.url();
+        let mut args = vec![
+            "sync",
+            "-u",
+            &url,
+            "-t",
+            checkout.to_str().unwrap(),
+            "--tombstone",
+            tombstone.to_str().unwrap(),
+            "--lock-file",
+            lock.to_str().unwrap(),
+            "-z",
+            &self.h.conn,
+        ];
+        args.extend_from_slice(extra);
+        support::run_async(&args).await
+    }
+
+    /// Commits the acme tree (foo at `foo_version`) and the filler, and syncs.
+    async fn commit_and_sync(&self, foo_version: &str) -> String {
+        let acme = acme(foo_version);
+        let rev = self
+            .repo
+            .commit(&[("acme.zk", &acme), ("filler.zk", &filler(60))]);
+        self.sync(&[]).await.assert_ok();
+        rev
+    }
+
+    /// `deploy --dry-run --json --force [extra]`: the plan as JSON.
+    async fn plan(&self, extra: &[&str]) -> Value {
+        let mut args = vec!["--dry-run", "--json", "--force"];
+        args.extend_from_slice(extra);
+        let run = self.h.deploy(&args).await;
+        assert!(run.code == 0 || run.code == 10, "{run}");
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}\n{run}"))
+    }
+
+    /// The discovery source of a dry run, checking that the walk gives the same steps.
+    async fn source(&self) -> String {
+        let indexed = self.plan(&[]).await;
+        let walked = self.plan(&["--walk"]).await;
+        assert_eq!(walked["discovery"]["source"], json!("walk"));
+        assert_eq!(
+            indexed["steps"], walked["steps"],
+            "the same steps either way"
+        );
+        indexed["discovery"]["source"].as_str().unwrap().to_string()
+    }
+
+    async fn root(&self) -> (serde_json::Map<String, Value>, i64) {
+        let (data, stat) = self.h.client.get_data(INDEX).await.unwrap();
+        (decode(&data), stat.mzxid)
+    }
+
+    async fn whole(&self) -> ZNode {
+        read_subtree(&self.h.client, "/", &ReadOptions::default())
+            .await
+            .unwrap()
+            .unwrap()
+    }
+}
+
+fn deploy_paths(plan: &Value) -> Vec<String> {
+    plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["action"] == json!("deploy"))
+        .map(|s| format!("{} {}", s["path"].as_str().unwrap(), s["n"]))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_sync_writes_the_index_and_the_agent_reads_it_instead_of_walking() {
+    let c = Cluster::new("index-basic").await;
+    let rev = c.commit_and_sync("1.0").await;
+    let (root, root_mzxid) = c.root().await;
+    assert_eq!(root["version"], json!(rev));
+    assert_eq!(root["format"], json!(1));
+    let (_, hosts) = c.h.client.get_data("/hosts").await.unwrap();
+    assert_eq!(
+        hosts.mzxid, root_mzxid,
+        "the root and /hosts are written by one transaction"
+    );
+    let generation = root["generation"].as_str().unwrap().to_string();
+    let (entry, _) =
+        c.h.client
+            .get_data(&format!("{INDEX}/{generation}/t-h1"))
+            .await
+            .unwrap();
+    assert_eq!(decode(&entry)["paths"], json!(["/acme/web/deploy/h1"]));
+
+    let indexed = c.plan(&[]).await;
+    let walked = c.plan(&["--walk"]).await;
+    assert_eq!(indexed["discovery"]["source"], json!("index"), "{indexed}");
+    assert_eq!(walked["discovery"]["source"], json!("walk"));
+    assert_eq!(indexed["steps"], walked["steps"]);
+    assert_eq!(
+        deploy_paths(&indexed),
+        ["/acme/db 0", "/acme/web 0", "/acme/web 1"]
+    );
+    let (ir, wr) = (
+        indexed["discovery"]["reads"].as_u64().unwrap(),
+        walked["discovery"]["reads"].as_u64().unwrap(),
+    );
+    // 2 deploy nodes: at most 2 × 2 + 10 reads; the walk lists every children list.
+    assert!(ir <= 2 * 2 + 10, "index reads {ir}");
+    assert!(wr > 180, "walk reads {wr}");
+
+    // A real pass reports it too.
+    c.h.deploy(&[]).await.assert_ok();
+    assert_eq!(c.h.report()["discovery"]["source"], json!("index"));
+    assert_eq!(c.h.deploy_log("foo").len(), 2);
+
+    // Export leaves the index out unless -e; a resync keeps it (never trimmed) and keeps at
+    // most two generations.
+    let plain = support::run_async(&["tree", "export", "-z", &c.h.conn]).await;
+    plain.assert_ok();
+    assert!(
+        !plain.stdout.contains("deployment-index"),
+        "{}",
+        plain.stdout
+    );
+    assert!(plain.stdout.contains("/acme"));
+    let all = support::run_async(&["tree", "export", "-e", "-z", &c.h.conn]).await;
+    assert!(all.stdout.contains("/deployment-index"), "{}", all.stdout);
+    for v in ["1.4", "2.0", "1.0"] {
+        c.commit_and_sync(v).await;
+    }
+    let (gens, _) = c.h.client.get_children(INDEX).await.unwrap();
+    assert_eq!(gens.len(), 2, "{gens:?}");
+    assert_eq!(c.source().await, "index");
+}
+
+#[tokio::test]
+async fn a_tree_file_may_not_define_the_index() {
+    let c = Cluster::new("index-reserved").await;
+    c.repo
+        .commit(&[("acme.zk", ACME), ("bad.zk", "/deployment-index\n  /x\n")]);
+    let run = c.sync(&[]).await;
+    run.assert_code(1);
+    assert!(
+        run.stderr.contains("/deployment-index is reserved"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn tree_import_then_a_version_bump_is_walked() {
+    let c = Cluster::new("index-import").await;
+    c.commit_and_sync("1.0").await;
+    assert_eq!(c.source().await, "index");
+    // zkdeployment tree import of a new deployment for h1 (top-level nodes are not trimmed).
+    let file = c.path("more.zk");
+    std::fs::write(
+        &file,
+        "/more\n  /app : worker\n    version = '1.1'\n    /deploy\n      /h1\n",
+    )
+    .unwrap();
+    support::run_async(&["tree", "import", file.to_str().unwrap(), "-z", &c.h.conn])
+        .await
+        .assert_ok();
+    assert!(
+        c.root().await.0.get("version").is_none(),
+        "tree import invalidates the index"
+    );
+    c.h.set_version(json!("by-hand")).await;
+    assert_eq!(c.source().await, "walk");
+    assert!(deploy_paths(&c.plan(&[]).await).contains(&"/more/app 0".to_string()));
+}
+
+#[tokio::test]
+async fn a_foreign_writer_then_a_version_bump_is_walked() {
+    let c = Cluster::new("index-foreign").await;
+    let rev = c.commit_and_sync("1.0").await;
+    // What the original's syncer (or any ZooKeeper client) does: write the tree, bump.
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let cl = &c.h.client;
+    cl.create(
+        "/acme/extra",
+        &encode(
+            json!({"type": "webapp", "version": "1.0"})
+                .as_object()
+                .unwrap(),
+        ),
+        &open,
+    )
+    .await
+    .unwrap();
+    cl.create("/acme/extra/deploy", b"", &open).await.unwrap();
+    cl.create("/acme/extra/deploy/h1", b"", &open)
+        .await
+        .unwrap();
+    c.h.set_version(json!("foreign")).await;
+    assert_eq!(c.source().await, "walk");
+    assert!(deploy_paths(&c.plan(&[]).await).contains(&"/acme/extra 0".to_string()));
+    // Even a write of /hosts that puts back the very version the index claims is walked.
+    c.h.set_version(json!(rev)).await;
+    assert_eq!(c.root().await.0["version"], json!(rev));
+    assert_eq!(c.source().await, "walk");
+    // The next sync trims the foreign node (it is under a .zk node) and writes a fresh index.
+    c.commit_and_sync("1.4").await;
+    assert_eq!(c.source().await, "index");
+    assert!(!deploy_paths(&c.plan(&[]).await).contains(&"/acme/extra 0".to_string()));
+}
+
+#[tokio::test]
+async fn resume_and_halt_then_resume_are_walked() {
+    let c = Cluster::new("index-resume").await;
+    let rev = c.commit_and_sync("1.0").await;
+    // resume of a running cluster at its synced version changes nothing, not even /hosts:
+    // the index stays good.
+    support::run_async(&["resume", "-z", &c.h.conn])
+        .await
+        .assert_ok();
+    assert_eq!(c.h.hosts().await["version"], json!(rev));
+    assert_eq!(c.source().await, "index");
+    // resume --version writes /hosts: walked from then on, even back at the index's version.
+    support::run_async(&["resume", "--version", "\"elsewhere\"", "-z", &c.h.conn])
+        .await
+        .assert_ok();
+    assert_eq!(c.source().await, "walk");
+    support::run_async(&[
+        "resume",
+        "--version",
+        &json!(rev).to_string(),
+        "-z",
+        &c.h.conn,
+    ])
+    .await
+    .assert_ok();
+    assert_eq!(c.source().await, "walk");
+
+    // A real halt: the agent fails to install, halts the cluster; someone fixes the tree by
+    // hand (no tree import, no sync) and resumes the same version.
+    c.commit_and_sync("1.4").await;
+    assert_eq!(c.source().await, "index");
+    if let Pm::Fake(yum) = &c.h.pm {
+        yum.set_fail(Some("install foo"));
+    }
+    c.h.deploy(&[]).await.assert_code(1);
+    assert_eq!(c.h.hosts().await["version"], Value::Null, "halted");
+    if let Pm::Fake(yum) = &c.h.pm {
+        yum.set_fail(None);
+    }
+    let (data, _) = c.h.client.get_data("/acme/config").await.unwrap();
+    let mut config = decode(&data);
+    config.insert("foo_version".into(), json!("2.0"));
+    c.h.client
+        .set_data("/acme/config", &encode(&config), None)
+        .await
+        .unwrap();
+    support::run_async(&["resume", "-z", &c.h.conn])
+        .await
+        .assert_ok();
+    assert_eq!(c.source().await, "walk");
+    let plan = c.plan(&[]).await;
+    let install = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["action"] == json!("install"))
+        .unwrap()
+        .clone();
+    assert_eq!(
+        install["version"],
+        json!("2.0"),
+        "the fixed tree, not the index's"
+    );
+    c.h.deploy(&[]).await.assert_ok();
+    assert_eq!(c.h.report()["discovery"]["source"], json!("walk"));
+}
+
+#[tokio::test]
+async fn a_sync_that_failed_half_way_leaves_no_index_to_trust() {
+    let c = Cluster::new("index-half").await;
+    let old = c.commit_and_sync("1.0").await;
+    assert_eq!(c.source().await, "index");
+    // An ephemeral node where the new tree needs a parent makes the apply fail part-way.
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let eph = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    c.h.client.create("/zzz", b"", &open).await.unwrap();
+    c.h.client.create("/zzz/blocker", b"", &eph).await.unwrap();
+    let acme = acme("1.0").replace("/someone-else", "/someone-else\n      /h1");
+    let new = c.repo.commit(&[
+        ("acme.zk", &format!("{acme}/zzz\n  /blocker\n    /child\n")),
+        ("filler.zk", &filler(60)),
+    ]);
+    let run = c.sync(&[]).await;
+    run.assert_code(1);
+    assert_eq!(c.h.hosts().await["version"], json!(old));
+    assert!(c.root().await.0.get("version").is_none(), "invalidated");
+    // The agent (re-running its pass at the old version) walks the half-written tree.
+    assert_eq!(c.source().await, "walk");
+    // The obstacle goes away; the next sync completes the tree and the index.
+    c.h.client.delete("/zzz/blocker", None).await.unwrap();
+    c.sync(&[]).await.assert_ok();
+    assert_eq!(c.h.hosts().await["version"], json!(new));
+    assert_eq!(c.source().await, "index");
+}
+
+/// The original agent walks the whole tree and takes every path ending in
+/// `/deploy/<host id, name or role>` as a deploy node: nothing under the index may match,
+/// whatever the targets are called.
+#[tokio::test]
+async fn the_original_agents_walk_finds_no_deploy_node_in_the_index() {
+    let c = Cluster::new("index-original").await;
+    let tree = "/odd
+  /a : foo
+    version = '1.0'
+    /deploy
+      /deploy
+      /h1
+      /t-h1
+  /deploy : foo
+    version = '1.0'
+    /deploy
+      /deploy
+";
+    c.repo.commit(&[("odd.zk", tree)]);
+    c.sync(&[]).await.assert_ok();
+    let whole = c.whole().await;
+    let index = whole.get(INDEX).expect("the index");
+    let mut paths = Vec::new();
+    fn walk(path: &str, node: &ZNode, out: &mut Vec<String>) {
+        out.push(path.to_string());
+        for (name, child) in &node.children {
+            walk(&format!("{path}/{name}"), child, out);
+        }
+    }
+    walk(INDEX, index, &mut paths);
+    assert!(paths.len() > 3, "{paths:?}");
+    for p in &paths {
+        let parent = p.rsplit_once('/').unwrap().0;
+        assert!(
+            !parent.ends_with("/deploy") && !p.contains("/deploy/"),
+            "{p} looks like a deploy node to the original agent"
+        );
+    }
+    // The target named `deploy` is indexed all the same.
+    let generation = c.root().await.0["generation"].as_str().unwrap().to_string();
+    let entry = index
+        .get(&format!("{generation}/t-deploy"))
+        .expect("an entry for the target `deploy`");
+    assert_eq!(
+        entry.props["paths"],
+        json!([
+            "/odd/a/deploy/deploy",
+            "/odd/deploy/deploy",
+            "/odd/deploy/deploy/deploy"
+        ])
+    );
+}
+
+#[tokio::test]
+async fn a_target_with_many_deploy_nodes_is_chunked_and_read_whole() {
+    let c = Cluster::new("index-chunks").await;
+    let long = "x".repeat(90);
+    let mut text = String::from("/many\n");
+    for i in 0..3000 {
+        text.push_str(&format!(
+            "  /{long}{i:05} : webapp\n    version = '1.0'\n    /deploy\n      /h1\n"
+        ));
+    }
+    c.repo.commit(&[("many.zk", &text)]);
+    c.sync(&[]).await.assert_ok();
+    let generation = c.root().await.0["generation"].as_str().unwrap().to_string();
+    let (entry, _) =
+        c.h.client
+            .get_data(&format!("{INDEX}/{generation}/t-h1"))
+            .await
+            .unwrap();
+    let entry = decode(&entry);
+    let chunks = entry["chunks"].as_u64().unwrap();
+    assert!(chunks >= 2, "{chunks} chunks");
+    assert!(entry.len() < 1024 * 1024);
+    let indexed = c.plan(&[]).await;
+    let walked = c.plan(&["--walk"]).await;
+    assert_eq!(indexed["discovery"]["source"], json!("index"));
+    assert_eq!(deploy_paths(&indexed).len(), 3000);
+    assert_eq!(indexed["steps"], walked["steps"]);
+}

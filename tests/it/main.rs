@@ -1,0 +1,38 @@
+//! The integration tests, one binary (linked once) with a module per concern. They run
+//! against a real ZooKeeper, real agent processes, real git repositories, a yum 3 fake and a
+//! real dnf sandbox; the shared helpers are in `tests/support/` (see its documentation).
+//!
+//! Run one concern with a filter: `cargo nextest run --locked --test it 'agent::'`. A new
+//! concern is a new file here, declared below (a file directly under `tests/` would be a
+//! binary of its own, linking the whole crate again).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod agent;
+mod agent_daemon;
+mod agent_dnf;
+mod agent_git;
+mod agent_observe;
+mod config;
+mod defects;
+mod ensemble;
+mod faults;
+mod fleet;
+mod fleet_plan;
+mod fleet_status;
+mod git_checkout;
+mod harness_selftest;
+mod hostile;
+mod index;
+mod index_differential;
+mod monitor;
+mod notify;
+mod operations;
+mod packaging;
+mod plan_report;
+mod roles;
+mod sync;
+mod tree_parse;
+mod yum;
+mod zc_zk_compat;
