@@ -12,10 +12,11 @@ use zookeeper_client::MultiReadResult;
 use crate::summary::{summarize, Filter, HostFacts, Summary};
 
 use crate::tree::literal::py_str;
+use crate::zk::index::SKIPPED_ROOTS;
 use crate::zk::lock::sequence_of;
 use crate::zk::multiread::{read_all, Want};
 use crate::zk::paths::{
-    AGENT_LOCKS, DEPLOYED_AT, HOSTS, HOSTS_LOCK, RESERVED_ROOTS, ROLES, ROLE_LOCKS, VERSION_SET,
+    AGENT_LOCKS, DEPLOYED_AT, HOSTS, HOSTS_LOCK, ROLES, ROLE_LOCKS, VERSION_SET,
 };
 use crate::zk::role_lock::{request_sequence, requester};
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
@@ -129,8 +130,10 @@ async fn list(client: &Client, path: &str) -> Result<BTreeSet<String>, ZkError> 
     }
 }
 
-/// The names under every `deploy` node of the tree (children-only pipelined walk, as the
-/// agent's discovery walks, skipping the reserved roots and the deployment index).
+/// The names under every `deploy` node of the tree (children-only pipelined walk, skipping
+/// what the agent's discovery skips, [`SKIPPED_ROOTS`]). Unlike
+/// [`crate::zk::index::walk_deploy_nodes`] it does not list the children of the targets
+/// themselves (on the benches' tree two thirds of the nodes): only their names are wanted.
 async fn deploy_targets(client: &Client) -> Result<BTreeSet<String>, ZkError> {
     let mut targets = BTreeSet::new();
     read_all(
@@ -144,7 +147,7 @@ async fn deploy_targets(client: &Client) -> Result<BTreeSet<String>, ZkError> {
             let is_deploy = path.ends_with("/deploy");
             for name in children {
                 let child = join(&path, &name);
-                if RESERVED_ROOTS.contains(&child.as_str()) || child == "/deployment-index" {
+                if SKIPPED_ROOTS.contains(&child.as_str()) {
                     continue;
                 }
                 if is_deploy {
