@@ -19,6 +19,15 @@ pub fn now() -> f64 {
 /// written and `fsync`ed, renamed over `path`, then the directory `fsync`ed. An error names
 /// `path`; the temporary file is removed on failure.
 pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    write_replacing(path, data, true)
+}
+
+/// Replaces `path` with `data` through a rename (readers see the old or the new content,
+/// never a mix); with `sync`, the data and the rename reach the disk ([`write_atomic`]).
+/// Files rewritten at every step (the status file, the properties snapshot) skip the sync:
+/// after a crash they are rewritten anyway, and an fsync costs milliseconds between two
+/// hosts' deploy scripts (see the README's rolling-deploy figures).
+pub fn write_replacing(path: &Path, data: &[u8], sync: bool) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -28,12 +37,16 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(data)?;
-        f.sync_data()?;
+        if sync {
+            f.sync_data()?;
+        }
         std::fs::rename(&tmp, path)?;
         // The rename itself is durable once the directory is synced (best effort: some file
         // systems refuse to open a directory for syncing).
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
+        if sync {
+            if let Ok(d) = std::fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
         }
         Ok(())
     })();

@@ -26,11 +26,13 @@
 //! - [`config`]: the agent's configuration file.
 //! - [`zk`]: ZooKeeper: connection, where things live (`/hosts`, host nodes, lock paths,
 //!   reserved roots), the guarded property update, pipelined reads, links, import/export,
-//!   the kazoo lock recipe and the persistent role lock.
-//! - [`tree`]: the zc.zk text format (literals, parse, export, merge) and node size limit.
+//!   the kazoo lock and semaphore recipes and the persistent role lock.
+//! - [`tree`]: the zc.zk text format (literals, parse, export, merge), node size limit and
+//!   the rollout properties (`max-parallel`, `canary`, `health-deadline`).
 //!   Pure, no I/O.
 //! - [`command`]: running external commands (argv, environment, streamed output, tail).
-//! - [`files`]: the time now and the one atomic, durable file writer.
+//! - [`files`]: the time now and the one atomic file writer (durable, or not synced for the
+//!   files rewritten at every step).
 //! - [`gitauth`]: credentials for git over the network.
 
 pub mod agent;

@@ -16,7 +16,7 @@ use crate::zk::index::SKIPPED_ROOTS;
 use crate::zk::lock::sequence_of;
 use crate::zk::multiread::{read_all, Want};
 use crate::zk::paths::{
-    AGENT_LOCKS, DEPLOYED_AT, HOSTS, HOSTS_LOCK, ROLES, ROLE_LOCKS, VERSION_SET,
+    AGENT_LOCKS, AGENT_PROPERTY, DEPLOYED_AT, HOSTS, HOSTS_LOCK, ROLES, ROLE_LOCKS, VERSION_SET,
 };
 use crate::zk::role_lock::{request_sequence, requester};
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
@@ -71,6 +71,10 @@ pub struct Overview {
     pub hosts: Vec<HostRow>,
     /// Locks that have a holder or waiters.
     pub locks: Vec<LockRow>,
+    /// Why every node uses the node lock with max-parallel 1 (a registered host without
+    /// the `agent` property: the original's agent), if so.
+    #[serde(rename = "mixed-fleet", skip_serializing_if = "Option::is_none")]
+    pub mixed_fleet: Option<String>,
     /// The fleet summary of the hosts shown.
     pub summary: Summary,
     /// What the summary is made from besides the hosts (not shown).
@@ -197,6 +201,14 @@ impl Overview {
                 }
             })
             .collect();
+        let mixed_fleet = hosts
+            .children
+            .iter()
+            .find(|(_, node)| !node.props.contains_key(AGENT_PROPERTY))
+            .map(|(id, node)| {
+                let name = node.props.get("name").map(py_str).unwrap_or_default();
+                format!("host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1")
+            });
         let now_ms = (crate::files::now() * 1000.0) as i64;
         let mut locks = Vec::new();
         for base in [AGENT_LOCKS, ROLE_LOCKS] {
@@ -229,6 +241,7 @@ impl Overview {
             halt: hosts.props.get("halt").cloned().unwrap_or(Value::Null),
             hosts: rows,
             locks,
+            mixed_fleet,
             summary: summarize(
                 &Value::Null,
                 &Value::Null,
@@ -311,6 +324,10 @@ impl Overview {
             out.push('\n');
         } else if self.version.is_null() {
             out.push_str("halted (no halt record)\n");
+        }
+        if let Some(why) = &self.mixed_fleet {
+            out.push_str(&fit(&format!("mixed fleet: {why}")));
+            out.push('\n');
         }
         if self.version.is_null() {
             out.push_str(&self.resume_hint(halt.and_then(|h| h.get("version"))));
@@ -530,6 +547,7 @@ mod tests {
                 waiters: vec!["app03.some-long-domain-name.example.com (app03)".into(); 3],
                 age: Some(12.0),
             }],
+            mixed_fleet: None,
             summary: summarize(
                 &Value::Null,
                 &Value::Null,

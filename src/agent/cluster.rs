@@ -8,10 +8,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use zookeeper_client::{Acl, Acls, CreateMode, Permission};
 
-use super::model::Host;
+use super::model::{agent_id, Host};
 use crate::files::now;
 use crate::tree::Props;
-use crate::zk::paths::{host_path, HOSTS};
+use crate::zk::paths::{host_path, AGENT_PROPERTY, HOSTS};
 use crate::zk::update::update_props;
 use crate::zk::{call, call_retrying, decode, encode, Client, ZkError};
 
@@ -135,6 +135,8 @@ pub async fn register(
         props.insert("role".into(), json!(role));
     }
     props.insert("pid".into(), json!(std::process::id()));
+    // Says "not the original's agent" (the mixed-fleet rule, README "Rolling deploys").
+    props.insert(AGENT_PROPERTY.into(), json!(agent_id()));
     // With digest auth, the host node is readable by all and writable only by this identity.
     static SECURED: [Acl; 2] = [
         Acl::new_const(Permission::READ, "world", "anyone"),

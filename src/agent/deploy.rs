@@ -4,9 +4,13 @@
 //! pending node is busy. After taking a lock and before the script runs, an in-flight record
 //! goes into the lock node's data; it is cleared when the step has ended, so a record found by
 //! the next holder means its writer died mid-step, and that host halts the cluster naming it.
-//! With a role controller, the role lock covers the whole pass and node locks are not used
-//! (those deployments run as any other step, [`super::plan::Step::run`]). The deploy script
-//! itself is the step's work ([`super::steps`]).
+//! A node whose `max-parallel` K is above 1 is entered with a lease of its semaphore instead
+//! (and its canaries under the node lock): see [`super::rollout`]. After a successful deploy
+//! script, the package's health check runs while the lock or lease is still held
+//! ([`super::steps`], [`super::health`]). With a role controller, the role lock covers the
+//! whole pass and node locks are not used (those deployments run as any other step,
+//! [`super::plan::Step::run`]). The deploy script itself is the step's work
+//! ([`super::steps`]).
 
 use std::time::{Duration, Instant};
 
@@ -15,18 +19,35 @@ use serde_json::{json, Value};
 use super::cluster::halt;
 use super::error::{Failure, Interrupt, StepError};
 use super::pass::Pass;
-use super::plan::{Lock, Step};
+use super::plan::{Lock, Rollout, Step};
+use super::rollout::{canary_key, deploy_leased, halted, in_canary_phase, record_canary};
 use crate::files::now;
 use crate::tree::literal::py_str;
-use crate::zk::lock::{try_lock, wait_for_any, TryLock};
-use crate::zk::update::update_props;
+use crate::zk::lock::{try_lock, wait_for_any, Held, TryLock};
+use crate::zk::paths::semaphore_path;
+use crate::zk::semaphore::{self, Lease, TryLease};
+use crate::zk::update::{update_props, update_props_known};
 use crate::zk::{call_retrying, decode, Client, ZkError};
 
 /// Longest wait on busy locks before looking again.
 const LOCK_RECHECK: Duration = Duration::from_secs(10);
 
-/// Runs a run of deployments under their node locks, in plan order except that a busy node is
-/// passed over and taken later.
+/// How a host entered an application node, or why it could not.
+enum Entry {
+    /// Its node lock (K = 1, or a canary: then the canary version key).
+    Lock { held: Held, canary: Option<String> },
+    /// A lease of its semaphore (K > 1).
+    Lease { lease: Lease },
+    /// Every place is taken: the lock or semaphore, the nodes to watch, and who holds them.
+    Busy {
+        place: String,
+        nodes: Vec<String>,
+        who: String,
+    },
+}
+
+/// Runs a run of deployments under their node locks (or semaphore leases), in plan order
+/// except that a busy node is passed over and taken later.
 pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), Interrupt> {
     let agent = pass.agent;
     let identifier = format!("{} ({})", agent.host.name, agent.host.id);
@@ -37,12 +58,14 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                 lock: Lock::Node(lock),
                 path,
                 n,
+                rollout,
                 ..
             } => Some(NodeLocked {
                 step,
                 lock,
                 path,
                 n: *n,
+                rollout,
             }),
             _ => None,
         })
@@ -55,27 +78,34 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
         let mut busy = Vec::new();
         let mut holders = Vec::new();
         let mut ran = None;
+        // Once per round (entering a node checks again before its script runs).
+        pass.checkpoint().await?;
         for (i, node) in pending.iter().enumerate() {
-            pass.checkpoint().await?;
-            let lock = node.lock;
-            match try_lock(&agent.client, lock, &identifier).await? {
-                TryLock::Busy { holder } => {
-                    tracing::info!(
-                        "{lock} is held by {}; trying another node",
-                        holder.identifier
-                    );
-                    busy.push(format!("{lock}/{}", holder.name));
-                    holders.push(format!("{} held by {}", node.path, holder.identifier));
+            match enter(pass, node, &identifier).await? {
+                Entry::Busy { place, nodes, who } => {
+                    tracing::info!("{place} is held by {who}; trying another node");
+                    busy.extend(nodes);
+                    holders.push(format!("{} held by {who}", node.path));
                 }
-                TryLock::Acquired(held) => {
+                entry => {
                     if let Some(since) = waited_since.take() {
                         let waited = since.elapsed().as_secs_f64();
                         tracing::info!("waited {waited:.1} s for node locks");
                         pass.metrics.lock_wait += waited;
                     }
-                    let result = deploy_locked(pass, node).await;
+                    let (result, released) = match entry {
+                        Entry::Lock { held, canary } => {
+                            let result = deploy_locked(pass, node, canary).await;
+                            (result, held.release(&agent.client).await)
+                        }
+                        Entry::Lease { lease } => {
+                            let sem = semaphore_path(node.path);
+                            let result = deploy_leased(pass, node.step, &sem, &lease).await;
+                            (result, lease.release(&agent.client).await)
+                        }
+                        Entry::Busy { .. } => (Ok(()), Ok(())),
+                    };
                     // The step's own outcome first: a failed release only hides it.
-                    let released = held.release(&agent.client).await;
                     result?;
                     released?;
                     ran = Some(i);
@@ -105,24 +135,102 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
     Ok(())
 }
 
-/// A deployment step under its node lock.
+/// A deployment step under its node lock (or a lease of its semaphore).
 struct NodeLocked<'p> {
     step: &'p Step,
     lock: &'p str,
     path: &'p str,
     n: u32,
+    rollout: &'p Rollout,
 }
 
-/// One deployment with its node lock held: the in-flight record around the step. A failure
-/// halts the cluster before the caller releases the lock.
-async fn deploy_locked(pass: &mut Pass<'_>, node: &NodeLocked<'_>) -> Result<(), Interrupt> {
+/// Tries to enter a node: its node lock when K = 1 or while its canaries are not done,
+/// else a lease of its semaphore (K > 1). Never waits for another host.
+async fn enter(
+    pass: &Pass<'_>,
+    node: &NodeLocked<'_>,
+    identifier: &str,
+) -> Result<Entry, Interrupt> {
+    let client = &pass.agent.client;
+    let lock = node.lock;
+    let canary = in_canary_phase(client, node.step, node.rollout).await?;
+    if node.rollout.parallel <= 1 || canary {
+        return Ok(match try_lock(client, lock, identifier).await? {
+            TryLock::Busy { holder } => Entry::Busy {
+                nodes: vec![format!("{lock}/{}", holder.name)],
+                place: lock.to_string(),
+                who: holder.identifier,
+            },
+            TryLock::Acquired(held) if canary => {
+                // The canaries may have finished while we took the lock: then the others
+                // hold leases, and so must we.
+                if in_canary_phase(client, node.step, node.rollout).await? {
+                    Entry::Lock {
+                        held,
+                        canary: Some(canary_key(node.step)),
+                    }
+                } else {
+                    held.release(client).await?;
+                    enter_semaphore(pass, node, identifier).await?
+                }
+            }
+            TryLock::Acquired(held) => Entry::Lock { held, canary: None },
+        });
+    }
+    enter_semaphore(pass, node, identifier).await
+}
+
+/// Tries to take a lease of the node's semaphore (K = its `parallel`).
+async fn enter_semaphore(
+    pass: &Pass<'_>,
+    node: &NodeLocked<'_>,
+    identifier: &str,
+) -> Result<Entry, Interrupt> {
+    let sem = semaphore_path(node.path);
+    let client = &pass.agent.client;
+    Ok(
+        match semaphore::try_acquire(client, &sem, identifier, node.rollout.parallel).await? {
+            TryLease::Acquired(lease) => Entry::Lease { lease },
+            TryLease::Full { holders } => {
+                let named: Vec<&str> = holders
+                    .iter()
+                    .map(|h| h.identifier.as_str())
+                    .filter(|i| !i.is_empty())
+                    .collect();
+                Entry::Busy {
+                    place: sem.clone(),
+                    who: if named.is_empty() {
+                        format!("{} lease holders", holders.len())
+                    } else {
+                        named.join(", ")
+                    },
+                    nodes: holders.into_iter().map(|h| h.node).collect(),
+                }
+            }
+        },
+    )
+}
+
+/// One deployment with its node lock held: the in-flight record around the step (and, for
+/// a canary, its count in the same write that clears the record). A failure halts the
+/// cluster before the caller releases the lock.
+async fn deploy_locked(
+    pass: &mut Pass<'_>,
+    node: &NodeLocked<'_>,
+    canary: Option<String>,
+) -> Result<(), Interrupt> {
     let agent = pass.agent;
     let (step, lock) = (node.step, node.lock);
-    pass.checkpoint().await?;
-    if let Some(text) = step.status_text() {
-        pass.status(&text).await;
-    }
-    let (data, _) = call_retrying("get", lock, || agent.client.get_data(lock)).await?;
+    // Three independent round trips at once: the checkpoint, the status on the host node,
+    // and the lock node's data (the hand-off between hosts is made of these).
+    let label = step.status_text().unwrap_or_default();
+    let (checked, (), got) = tokio::join!(
+        pass.checkpoint(),
+        pass.status(&label),
+        call_retrying("get", lock, || agent.client.get_data(lock)),
+    );
+    checked?;
+    let (data, stat) = got?;
     let lock_props = decode(&data);
     if let Some(Value::Object(rec)) = lock_props.get("in-flight") {
         let ours = rec.get("host").and_then(Value::as_str) == Some(agent.host.id.as_str())
@@ -150,8 +258,9 @@ async fn deploy_locked(pass: &mut Pass<'_>, node: &NodeLocked<'_>) -> Result<(),
         "host": agent.host.id, "name": agent.host.name, "path": node.path, "n": node.n,
         "version": pass.version, "pid": std::process::id(), "since": now(),
     });
-    // Version-guarded, and read again after a connection loss: written exactly once.
-    update_props(&agent.client, lock, |p| {
+    // Version-guarded from the data just read (one round trip), and read again after a
+    // connection loss or a concurrent write: written exactly once.
+    let written = update_props_known(&agent.client, lock, &lock_props, stat.version, |p| {
         p.insert("in-flight".into(), record.clone());
     })
     .await?;
@@ -165,14 +274,19 @@ async fn deploy_locked(pass: &mut Pass<'_>, node: &NodeLocked<'_>) -> Result<(),
         )
         .await?;
     }
-    clear_in_flight(&agent.client, lock).await?;
-    result.map_err(|i| match i {
-        Interrupt::Fail(Failure { error, .. }) => Interrupt::Fail(Failure {
-            error,
-            halted: true,
-        }),
-        other => other,
-    })
+    let clear = |p: &mut crate::tree::Props| {
+        p.remove("in-flight");
+    };
+    match (&canary, &result, &written) {
+        // A canary counts once its step (health check included) went well.
+        (Some(key), Ok(()), _) => record_canary(&agent.client, lock, key, &agent.host.id).await?,
+        // Only the holder writes the lock node: the version of our own write is current.
+        (_, _, Some((props, v))) => {
+            update_props_known(&agent.client, lock, props, *v, clear).await?;
+        }
+        _ => clear_in_flight(&agent.client, lock).await?,
+    }
+    result.map_err(halted)
 }
 
 /// The status of a host waiting for node locks: the first few nodes and their holders.

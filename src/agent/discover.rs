@@ -223,8 +223,10 @@ pub fn discover_in<S: TreeSource>(
         let app = app_name(&rpm).to_string();
         check_plain_name("application", &app)
             .map_err(|e| tree_err(format!("{e} at {app_path}")))?;
-        out.properties
-            .insert(app_path.to_string(), resolved_props(src, app_path)?);
+        let props = resolved_props(src, app_path)?;
+        crate::tree::rollout::parse(app_path, |k| props.get(k).cloned())
+            .map_err(|e| tree_err(e.to_string()))?;
+        out.properties.insert(app_path.to_string(), props);
         for n in 0..count {
             out.deployments.push(Deployment {
                 path: app_path.to_string(),

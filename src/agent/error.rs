@@ -48,6 +48,10 @@ pub enum StepError {
     /// A host died in the middle of a deployment: its in-flight record was found.
     #[error("{0}")]
     DiedInFlight(String),
+    /// The health check did not pass within the node's `health-deadline`
+    /// (`Health check failed for PATH N: ...`).
+    #[error("{0}")]
+    Unhealthy(String),
 }
 
 /// A failed pass: its error, and whether the cluster was already halted for it.

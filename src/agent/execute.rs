@@ -16,6 +16,7 @@ use super::observe;
 use super::pass::Pass;
 use super::plan::{plan, Inputs, Plan, Step};
 use super::role::installed_controllers;
+use super::rollout::rollout_plan;
 use super::session::Agent;
 use super::software;
 use super::status::{Report, ReportOutcome};
@@ -103,7 +104,7 @@ impl Agent {
             let v = software::installed_version(&yum, root, &rpm).await?;
             installed.versions.insert(rpm, v);
         }
-        let plan = plan(Inputs {
+        let mut plan = plan(Inputs {
             wanted: &discovered.deployments,
             controller: discovered.controller.as_ref(),
             role: self.host.role.as_deref(),
@@ -111,6 +112,13 @@ impl Agent {
             after: self.config.after.as_deref(),
         })
         .map_err(StepError::from)?;
+        // How each deployment rolls out depends on the fleet (mixed or not, how many hosts
+        // a percentage counts), read now.
+        let rollout = rollout_plan(&self.client, root, &discovered, &plan.steps).await?;
+        if let Some(why) = &rollout.mixed {
+            tracing::warn!("mixed fleet: {why}");
+        }
+        plan.apply_rollout(&rollout.nodes, rollout.mixed);
         Ok((discovered, installed, plan, discovery))
     }
 

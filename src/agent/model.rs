@@ -96,6 +96,12 @@ pub struct Installed {
     pub controller: Option<(String, Option<String>)>,
 }
 
+/// The value of the host node property `agent` ([`crate::zk::paths::AGENT_PROPERTY`]) on
+/// host nodes this agent registers.
+pub fn agent_id() -> String {
+    format!("zkdeployment {}", env!("CARGO_PKG_VERSION"))
+}
+
 /// True if `version` is a git checkout version (`git:…`, see [`crate::packages::git`]).
 pub fn is_git(version: Option<&str>) -> bool {
     version.is_some_and(|v| crate::packages::git::parse_version(v).is_some())

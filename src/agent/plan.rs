@@ -82,6 +82,10 @@ pub enum Step {
         subtype: Option<String>,
         /// The lock the deployment runs under.
         lock: Lock,
+        /// How the node rolls out across the fleet (`parallel`, `canary`, `health`), known
+        /// once the fleet is read ([`Plan::apply_rollout`]).
+        #[serde(flatten)]
+        rollout: Rollout,
     },
     /// Run the controller's `ending-deployments /roles/<role>`, then leave the role lock.
     EndingDeployments {
@@ -119,6 +123,56 @@ pub enum Lock {
     /// The role lock (`/role-locks/<role>`), held from `starting-deployments` to
     /// `ending-deployments`.
     Role(String),
+}
+
+/// How a deployment rolls out across the fleet (see `agent::rollout`): with `parallel` K > 1
+/// and a node lock, the deployment takes a lease of the node's semaphore
+/// (`/agent-semaphores/<name>`) instead of the node lock, except while fewer than `canary`
+/// hosts have deployed the node's version (those go one at a time under the node lock); with
+/// `health`, the package's health check runs after the deploy script, the lock or lease still
+/// held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rollout {
+    /// The effective K: how many hosts may deploy the node at once.
+    pub parallel: u32,
+    /// How many hosts deploy a new version one at a time before the others start.
+    pub canary: u32,
+    /// Whether the package has a health check (as installed when the plan was made; the
+    /// executor looks again after installing).
+    pub health: bool,
+    /// `health-deadline`, milliseconds.
+    #[serde(skip)]
+    pub health_deadline_ms: u64,
+}
+
+impl Default for Rollout {
+    fn default() -> Rollout {
+        Rollout {
+            parallel: 1,
+            canary: 0,
+            health: false,
+            health_deadline_ms: (crate::tree::rollout::DEFAULT_HEALTH_DEADLINE * 1000.0) as u64,
+        }
+    }
+}
+
+impl Rollout {
+    /// `[max-parallel K, canary C, health check]`, as `deploy --dry-run` prints it.
+    pub fn describe(&self) -> String {
+        let mut how = format!("max-parallel {}", self.parallel);
+        if self.canary > 0 {
+            how.push_str(&format!(", canary {}", self.canary));
+        }
+        if self.health {
+            how.push_str(", health check");
+        }
+        how
+    }
+
+    /// The health check's deadline.
+    pub fn health_deadline(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.health_deadline_ms)
+    }
 }
 
 impl Step {
@@ -187,9 +241,25 @@ impl Step {
 pub struct Plan {
     /// The steps.
     pub steps: Vec<Step>,
+    /// Why every node falls back to the node lock with K = 1 (a mixed fleet), if it does.
+    #[serde(skip)]
+    pub mixed: Option<String>,
 }
 
 impl Plan {
+    /// Sets each deployment's rollout from what the fleet says now (`nodes` by application
+    /// node path; a node not in it keeps the defaults), and the mixed-fleet note.
+    pub fn apply_rollout(&mut self, nodes: &BTreeMap<String, Rollout>, mixed: Option<String>) {
+        for step in &mut self.steps {
+            if let Step::Deploy { path, rollout, .. } = step {
+                if let Some(r) = nodes.get(path.as_str()) {
+                    *rollout = r.clone();
+                }
+            }
+        }
+        self.mixed = mixed;
+    }
+
     /// The role lock the pass takes, if it has a role controller (a pass run by a role
     /// controller is not abandoned on a halt).
     pub fn role_lock(&self) -> Option<(&str, &str)> {
@@ -431,6 +501,7 @@ pub fn plan(inputs: Inputs<'_>) -> Result<Plan, PlanError> {
                 Some((_, role)) => Lock::Role(role_lock_path(role)),
                 None => Lock::Node(node_lock_path(&d.path)),
             },
+            rollout: Rollout::default(),
         });
     }
     if let Some((rpm, role)) = role_run {
@@ -453,5 +524,5 @@ pub fn plan(inputs: Inputs<'_>) -> Result<Plan, PlanError> {
             command: command.to_vec(),
         });
     }
-    Ok(Plan { steps })
+    Ok(Plan { steps, mixed: None })
 }

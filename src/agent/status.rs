@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::plan::Step;
-use crate::files::{now, write_atomic};
+use crate::files::{now, write_atomic, write_replacing};
 use crate::tree::literal::py_str;
 
 /// The version as written in the status file: Python's `str()` (`None`, `False`, strings
@@ -204,7 +204,7 @@ impl RunDir {
     /// Rewrites the status file.
     pub fn set_status(&self, version: &Value, status: &str) -> std::io::Result<()> {
         let line = format_status(now(), std::process::id(), version, status);
-        write_atomic(&self.status_path(), line.as_bytes())
+        write_replacing(&self.status_path(), line.as_bytes(), false)
     }
 
     /// True if the status file exists.

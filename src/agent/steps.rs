@@ -6,13 +6,14 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::error::{Interrupt, StepError};
+use super::health::{health_script, wait_healthy};
 use super::model::{deployed_name, marker_base};
 use super::observe;
 use super::pass::{run_recorded, Pass};
 use super::plan::Step;
 use super::software::{self, Ran};
 use super::status::StepReport;
-use crate::files::write_atomic;
+use crate::files::write_replacing;
 use crate::tree::literal::py_str;
 use crate::zk::paths::{host_path, role_path, DEPLOYED_AT};
 use crate::zk::role_lock::enter;
@@ -46,13 +47,56 @@ impl Step {
     }
 
     /// The work of the step, timed and recorded as one report entry.
+    /// A successful deployment of a package with a health check is followed by the check,
+    /// recorded as its own `health` entry (the lock or lease still held by the caller).
     pub async fn execute(&self, pass: &mut Pass<'_>) -> Result<(), Interrupt> {
         let clock = Instant::now();
         let mut record = StepReport::of(self);
         let result = self.work(pass, &mut record).await;
         record.duration = clock.elapsed().as_secs_f64();
         pass.record(self, record);
-        result
+        result?;
+        if let Step::Deploy {
+            rpm,
+            path,
+            n,
+            subtype,
+            rollout,
+            ..
+        } = self
+        {
+            let root = &pass.agent.config.root;
+            let script = health_script(root, rpm);
+            if script.is_file() {
+                let instance = Instance {
+                    rpm,
+                    app: "",
+                    path,
+                    n: *n,
+                    subtype: subtype.as_deref(),
+                };
+                let run_dir = pass.agent.run_dir.status_path().with_file_name("");
+                let argv = script_argv(&script, &instance);
+                let cmd = pass.script(argv, Some(&properties_file(&run_dir, path)));
+                let label = format!("health check {path} {n}");
+                pass.status(&label).await;
+                let mut check = StepReport {
+                    action: "health".into(),
+                    step: label,
+                    command: Vec::new(),
+                    exit: None,
+                    duration: 0.0,
+                    output: String::new(),
+                };
+                let clock = Instant::now();
+                let healthy =
+                    wait_healthy(&cmd, path, *n, rollout.health_deadline(), &mut check).await;
+                check.duration = clock.elapsed().as_secs_f64();
+                pass.steps.push(check);
+                healthy.map_err(StepError::Unhealthy)?;
+            }
+        }
+        Ok(())
     }
 
     /// The work of a step, recorded in `record`.
@@ -208,16 +252,14 @@ pub async fn deploy_script(
         path: props_dir.clone(),
         source,
     })?;
-    // write_atomic names the file already.
-    write_atomic(
+    // Names the file already. Not synced: rewritten before every deploy script anyway, and
+    // an fsync costs milliseconds between two hosts' deploy scripts.
+    write_replacing(
         &props_file,
         &serde_json::to_vec_pretty(&props).unwrap_or_default(),
+        false,
     )?;
-    let mut argv = vec![observe::deploy_script(root, d.rpm).display().to_string()];
-    if let Some(s) = d.subtype {
-        argv.extend(["-r".to_string(), s.to_string()]);
-    }
-    argv.extend([d.path.to_string(), d.n.to_string()]);
+    let argv = script_argv(&observe::deploy_script(root, d.rpm), d);
     let cmd = pass.script(argv, Some(&props_file));
     run_recorded(&cmd, record).await?;
     observe::write_script_marker(root, d.app, d.rpm, d.path, d.n)?;
@@ -230,6 +272,17 @@ pub async fn deploy_script(
         );
     }
     Ok(())
+}
+
+/// `SCRIPT [-r SUBTYPE] PATH N`: the deploy script's arguments (the health check takes the
+/// same).
+fn script_argv(script: &Path, d: &Instance<'_>) -> Vec<String> {
+    let mut argv = vec![script.display().to_string()];
+    if let Some(s) = d.subtype {
+        argv.extend(["-r".to_string(), s.to_string()]);
+    }
+    argv.extend([d.path.to_string(), d.n.to_string()]);
+    argv
 }
 
 /// Path of the properties snapshot of an application node in the run directory

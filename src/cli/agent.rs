@@ -266,6 +266,9 @@ async fn dry_run(ctx: &Agent, force: bool, as_json: bool) -> Outcome {
     let steps = &plan.plan.steps;
     if as_json {
         let mut out = json!({"version": plan.version, "host": ctx.host.id, "steps": steps});
+        if let Some(why) = &plan.plan.mixed {
+            out["mixed-fleet"] = json!(why);
+        }
         if let Some(d) = &plan.discovery {
             out["discovery"] = json!(d);
         }
@@ -284,7 +287,15 @@ async fn dry_run(ctx: &Agent, force: bool, as_json: bool) -> Outcome {
                     println!("nothing to do: version {version}; the pass would run:");
                 }
                 for step in steps {
-                    println!("  {step}");
+                    match step {
+                        crate::agent::plan::Step::Deploy { rollout, .. } => {
+                            println!("  {step} [{}]", rollout.describe())
+                        }
+                        _ => println!("  {step}"),
+                    }
+                }
+                if let Some(why) = &plan.plan.mixed {
+                    println!("mixed fleet: {why}");
                 }
             }
         }

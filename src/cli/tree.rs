@@ -142,12 +142,18 @@ fn check(paths: &[PathBuf]) -> Outcome {
                 println!("{shown}: {e}");
                 failed = true;
             }
-            Ok(bytes) => {
-                if let Err(e) = parse_bytes(&bytes) {
+            Ok(bytes) => match parse_bytes(&bytes) {
+                Err(e) => {
                     println!("{shown}:{}: {}", e.line, e.message);
                     failed = true;
                 }
-            }
+                Ok(tree) => {
+                    for (_, line, message) in crate::sync::desired::rollout_errors(&tree) {
+                        println!("{shown}:{line}: {message}");
+                        failed = true;
+                    }
+                }
+            },
         }
     }
     Ok(u8::from(failed))

@@ -3,8 +3,9 @@
 //! overlaid on top (a node they name takes their properties, as the original's second import
 //! did; nodes they add are kept but not trimmed), then linted. Pure: no I/O.
 //!
-//! Lints beyond parsing: reserved top-level nodes, and, per deploy target, two application
-//! nodes needing different versions of one package (or a version that is not a string).
+//! Lints beyond parsing: reserved top-level nodes; per deploy target, two application nodes
+//! needing different versions of one package (or a version that is not a string); and bad
+//! rollout properties ([`rollout_errors`], shared with `tree check`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -12,6 +13,7 @@ use serde_json::Value;
 
 use crate::tree::literal::repr;
 use crate::tree::parse::parse_bytes;
+use crate::tree::rollout;
 use crate::tree::Node;
 use crate::zk::import::Trim;
 use crate::zk::join;
@@ -80,11 +82,12 @@ impl Desired {
 }
 
 /// Top-level nodes a repository may never define (they belong to agents and syncers).
-const RESERVED: [&str; 5] = [
+const RESERVED: [&str; 6] = [
     "zookeeper",
     "hosts",
     "hosts-lock",
     "agent-locks",
+    "agent-semaphores",
     "deployment-index",
 ];
 
@@ -146,7 +149,10 @@ pub fn build(files: &[SourceFile]) -> Result<Desired, Vec<TreeError>> {
         let authoritative = !file.ends_with(".zkx");
         merge(&mut desired, root, "/", file, authoritative);
     }
-    let lint = lint_versions(&desired);
+    let mut lint = lint_versions(&desired);
+    for (path, _, message) in rollout_errors(&desired.tree) {
+        lint.push(desired.error_at(&path, message));
+    }
     if lint.is_empty() {
         Ok(desired)
     } else {
@@ -194,6 +200,49 @@ fn node_mut<'a>(root: &'a mut Node, path: &str) -> &'a mut Node {
             .expect("merge visits parents first");
     }
     node
+}
+
+/// Rollout properties (`max-parallel`, `canary`, `health-deadline`) that cannot be, as
+/// (path, line, message): checked on every application node (one with deploy targets),
+/// following links as the agent does, and on any other node that sets one itself.
+pub fn rollout_errors(tree: &Node) -> Vec<(String, usize, String)> {
+    let mut errors = Vec::new();
+    let mut stack = vec![("/".to_string(), tree)];
+    while let Some((path, node)) = stack.pop() {
+        for (name, child) in node.children.iter().rev() {
+            stack.push((join(&path, name), child));
+        }
+        // A value comes from the node itself or through its property link: nodes with
+        // neither cost nothing (no link resolution on big trees).
+        let sets = |k: &str| {
+            node.props.contains_key(k)
+                || node
+                    .props
+                    .contains_key(&format!("{k}{}", crate::tree::PLINK_SUFFIX))
+        };
+        if !rollout::PROPERTIES.iter().any(|k| sets(k)) {
+            continue;
+        }
+        let is_app = path != "/"
+            && node
+                .children
+                .get("deploy")
+                .is_some_and(|d| !d.children.is_empty());
+        let checked = if is_app {
+            rollout::parse(&path, |k| property(tree, &path, k).ok().flatten())
+        } else if rollout::PROPERTIES
+            .iter()
+            .any(|k| node.props.contains_key(*k))
+        {
+            rollout::parse(&path, |k| node.props.get(k).cloned())
+        } else {
+            continue;
+        };
+        if let Err(e) = checked {
+            errors.push((path.clone(), node.line, e.to_string()));
+        }
+    }
+    errors
 }
 
 /// Per deploy target, one version per package; versions must be strings.

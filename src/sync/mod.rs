@@ -297,6 +297,7 @@ async fn plan_sync(
             "hosts",
             "hosts-lock",
             "agent-locks",
+            "agent-semaphores",
             "role-locks",
             "deployment-index",
         ]

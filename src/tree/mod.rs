@@ -9,6 +9,7 @@ pub mod encoding;
 pub mod export;
 pub mod literal;
 pub mod parse;
+pub mod rollout;
 
 use std::collections::BTreeMap;
 

@@ -40,12 +40,13 @@ pub const FORMAT: u64 = 1;
 pub const CHUNK_BYTES: usize = 256 * 1024;
 
 /// Top-level subtrees discovery (and the index's walk) never walks.
-pub const SKIPPED_ROOTS: [&str; 6] = [
+pub const SKIPPED_ROOTS: [&str; 7] = [
     RESERVED_ROOTS[0],
     RESERVED_ROOTS[1],
     RESERVED_ROOTS[2],
     RESERVED_ROOTS[3],
     RESERVED_ROOTS[4],
+    RESERVED_ROOTS[5],
     INDEX,
 ];
 
@@ -205,7 +206,11 @@ pub async fn read_index(
 ) -> Result<(IndexAnswer, usize), ZkError> {
     let mut reads = 0usize;
     // One multi-read: /hosts and the root are seen at the same point.
-    let mut got = read_data(client, &["/hosts".to_string(), INDEX.to_string()]).await?;
+    let mut got = read_data(
+        client,
+        &[super::paths::HOSTS.to_string(), INDEX.to_string()],
+    )
+    .await?;
     reads += 2;
     let unusable = |why: String, reads| Ok((IndexAnswer::Unusable(why), reads));
     let (Some((hosts, hosts_mzxid)), Some((root, root_mzxid))) = (got.remove(0), got.remove(0))

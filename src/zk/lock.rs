@@ -119,8 +119,14 @@ pub async fn contenders(client: &Client, path: &str) -> Result<Vec<Contender>, Z
 /// session lives. On any error after the create, our contender is removed again (best
 /// effort).
 pub async fn try_lock(client: &Client, path: &str, identifier: &str) -> Result<TryLock, ZkError> {
-    ensure_node(client, path).await?;
-    let node = create_contender(client, path, identifier).await?;
+    // The lock node usually exists: create first, and make it only when missing.
+    let node = match create_contender(client, path, identifier).await {
+        Err(e) if e.is_no_node() => {
+            ensure_node(client, path).await?;
+            create_contender(client, path, identifier).await?
+        }
+        other => other?,
+    };
     let decided = decide(client, path, &node).await;
     if !matches!(decided, Ok(TryLock::Acquired(_))) {
         // Busy, or failed: leave the queue (an error here is the session's, reported by
@@ -166,9 +172,71 @@ async fn create_contender(
     }
 }
 
+/// Takes the lock at `path` (created if missing), waiting in its queue as kazoo's blocking
+/// `acquire` does: each contender watches the one just before it, so a release wakes one
+/// waiter, not all of them. Gives up (removing our contender) after `limit`.
+pub async fn acquire_queued(
+    client: &Client,
+    path: &str,
+    identifier: &str,
+    limit: std::time::Duration,
+) -> Result<Held, ZkError> {
+    let deadline = tokio::time::Instant::now() + limit;
+    let node = match create_contender(client, path, identifier).await {
+        Err(e) if e.is_no_node() => {
+            ensure_node(client, path).await?;
+            create_contender(client, path, identifier).await?
+        }
+        other => other?,
+    };
+    let name = node.rsplit('/').next().unwrap_or_default().to_string();
+    let ours = sequence_of(&name).unwrap_or(i64::MAX);
+    let waited = async {
+        loop {
+            let names = call_retrying("list", path, || client.list_children(path)).await?;
+            let before = names
+                .iter()
+                .filter_map(|n| sequence_of(n).map(|s| (s, n)))
+                .filter(|(s, _)| *s < ours)
+                .max();
+            let Some((_, predecessor)) = before else {
+                return Ok(());
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(ZkError::Timeout {
+                    op: "lock",
+                    path: path.to_string(),
+                });
+            }
+            wait_for_any(client, &[join(path, predecessor)], left).await?;
+        }
+    }
+    .await;
+    match waited {
+        Ok(()) => Ok(Held { node }),
+        Err(e) => {
+            let _ = delete_own(client, &node).await;
+            Err(e)
+        }
+    }
+}
+
 /// Whether our contender `node` holds the lock; drops leftovers of our own session first.
 async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkError> {
     let name = node.rsplit('/').next().unwrap_or_default();
+    // Fast path: the children alone say whether we are first (a leftover of an earlier
+    // attempt of ours would have a lower sequence, so there is none then).
+    let names = call_retrying("list", path, || client.list_children(path)).await?;
+    let first = names
+        .iter()
+        .filter_map(|n| sequence_of(n).map(|s| (s, n)))
+        .min();
+    if first.is_some_and(|(_, n)| n == name) {
+        return Ok(TryLock::Acquired(Held {
+            node: node.to_string(),
+        }));
+    }
     let session = client.session_id().0;
     let mut all = contenders(client, path).await?;
     let (leftovers, others): (Vec<Contender>, Vec<Contender>) = all

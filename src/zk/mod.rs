@@ -2,9 +2,9 @@
 //! [`crate::tree::encoding`]), where things live ([`paths`]), the guarded property update
 //! ([`update`]), reading subtrees with pipelined requests ([`snapshot`], [`multiread`]),
 //! symbolic and property links ([`links`]), importing a parsed tree as a minimal diff
-//! ([`import`]), exporting it back ([`export`]), the kazoo-compatible lock recipe
-//! ([`lock`]), the persistent role lock ([`role_lock`]), and closing sessions on exit
-//! ([`session`]).
+//! ([`import`]), exporting it back ([`export`]), the kazoo-compatible lock and semaphore
+//! recipes ([`lock`], [`semaphore`]), the persistent role lock ([`role_lock`]), and closing
+//! sessions on exit ([`session`]).
 
 pub mod connect;
 pub mod export;
@@ -15,6 +15,7 @@ pub mod lock;
 pub mod multiread;
 pub mod paths;
 pub mod role_lock;
+pub mod semaphore;
 pub mod session;
 pub mod snapshot;
 pub mod update;

@@ -1,16 +1,21 @@
 //! Where things live in ZooKeeper: the cluster node `/hosts` and the host nodes under it, the
 //! syncer's `/hosts-lock`, the node locks `/agent-locks/<name>` (kazoo's lock recipe, shared
-//! with the original's agents), role declarations `/roles/<role>` and the persistent role
+//! with the original's agents), the semaphores `/agent-semaphores/<name>`, role declarations `/roles/<role>` and the persistent role
 //! locks `/role-locks/<role>`, and the top-level roots that belong to the agents and syncers
 //! rather than to a repository. One place, so the agent, the syncer, `status` and `resume`
 //! agree.
 
 /// The cluster node: `version`, `synced`, `halt`; host nodes are its children.
 pub const HOSTS: &str = "/hosts";
+/// The host node property naming the agent that registered it (`zkdeployment <version>`);
+/// a host node without it was registered by the original's agent (a mixed fleet).
+pub const AGENT_PROPERTY: &str = "agent";
 /// The syncer's lock.
 pub const HOSTS_LOCK: &str = "/hosts-lock";
 /// Where the node locks live.
 pub const AGENT_LOCKS: &str = "/agent-locks";
+/// Where the semaphores of rolling deploys live (`max-parallel` K > 1; kazoo's recipe).
+pub const AGENT_SEMAPHORES: &str = "/agent-semaphores";
 /// Where role controllers are declared.
 pub const ROLES: &str = "/roles";
 /// Where the persistent role locks live (created by operators).
@@ -19,7 +24,14 @@ pub const ROLE_LOCKS: &str = "/role-locks";
 /// Top-level nodes that belong to ZooKeeper, the agents and the syncers: discovery never
 /// walks them, and a repository may not define them (`/role-locks` excepted in `.zkx`
 /// overlays, where operators may create role lock nodes).
-pub const RESERVED_ROOTS: [&str; 5] = ["/zookeeper", HOSTS, HOSTS_LOCK, AGENT_LOCKS, ROLE_LOCKS];
+pub const RESERVED_ROOTS: [&str; 6] = [
+    "/zookeeper",
+    HOSTS,
+    HOSTS_LOCK,
+    AGENT_LOCKS,
+    AGENT_SEMAPHORES,
+    ROLE_LOCKS,
+];
 
 /// True if `name` (a top-level node name, without `/`) is one of [`RESERVED_ROOTS`].
 pub fn is_reserved_root(name: &str) -> bool {
@@ -57,6 +69,11 @@ pub fn lock_name(path: &str) -> String {
 /// The node lock of an application node.
 pub fn node_lock_path(path: &str) -> String {
     format!("{AGENT_LOCKS}/{}", lock_name(path))
+}
+
+/// The semaphore of an application node (rolling deploys with `max-parallel` K > 1).
+pub fn semaphore_path(path: &str) -> String {
+    format!("{AGENT_SEMAPHORES}/{}", lock_name(path))
 }
 
 /// The role lock node of a role.

@@ -77,3 +77,38 @@ pub async fn try_update_props<E: From<ZkError>>(
         }
     }
 }
+
+/// [`update_props`] from properties already read (`props`, at data version `version`): one
+/// round trip when nobody wrote in between, else (a `BadVersion`, or a connection loss) the
+/// read-modify-write of [`update_props`]. Returns what was written and its new data version
+/// when known, for the next write.
+pub async fn update_props_known(
+    client: &Client,
+    path: &str,
+    props: &Props,
+    version: i32,
+    change: impl Fn(&mut Props),
+) -> Result<Option<(Props, i32)>, ZkError> {
+    let mut new = props.clone();
+    change(&mut new);
+    if new == *props {
+        return Ok(Some((new, version)));
+    }
+    match call(
+        "set",
+        path,
+        client.set_data(path, &encode(&new), Some(version)),
+    )
+    .await
+    {
+        Ok(stat) => Ok(Some((new, stat.version))),
+        Err(e)
+            if e.is_connection_loss()
+                || matches!(e.source_error(), Some(zookeeper_client::Error::BadVersion)) =>
+        {
+            update_props(client, path, change).await?;
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}

@@ -32,6 +32,7 @@ mod operations;
 mod packaging;
 mod plan_report;
 mod roles;
+mod rollout;
 mod sync;
 mod tree_parse;
 mod yum;

@@ -28,21 +28,28 @@ async fn dry_run(h: &TestHost, env: &[(&str, &str)]) -> Shown {
     let plan: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}\n{run}"));
     let json = plan["steps"].as_array().unwrap().clone();
     let run = h.deploy_env(&["--dry-run"], env).await;
+    // A deploy line ends with how the node rolls out (`[max-parallel 1]`), which is not part
+    // of the step's name in the report.
     let text = run
         .stdout
         .lines()
         .filter_map(|l| l.strip_prefix("  "))
-        .map(str::to_string)
+        .map(|l| match l.rsplit_once(" [max-parallel ") {
+            Some((step, _)) if l.starts_with("deploy ") => step.to_string(),
+            _ => l.to_string(),
+        })
         .collect();
     Shown { json, text }
 }
 
-/// The report's (action, step) pairs.
+/// The report's (action, step) pairs. A `health` entry (the health check that follows a
+/// deploy script when the package has one) belongs to its deploy step and is left out.
 fn reported(h: &TestHost) -> Vec<(String, String)> {
     h.report()["steps"]
         .as_array()
         .unwrap()
         .iter()
+        .filter(|s| s["action"] != "health")
         .map(|s| {
             (
                 s["action"].as_str().unwrap().to_string(),

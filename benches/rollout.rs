@@ -1,0 +1,363 @@
+//! Rollout benchmark (issue 13): long-running agent processes on one ZooKeeper, every package
+//! already installed (a stand-in `yum` answers `list installed` at once), deploy scripts that
+//! log their start and end times (bash's `$EPOCHREALTIME`, no extra process) and sleep. A
+//! version bump starts each scenario; the numbers are printed, never asserted.
+//!
+//! - `10 × 5`: 10 agents, 5 application nodes deployed to all of them, scripts sleeping
+//!   0.2 s: bump → every host done against the 2.0 s lower bound, and the hand-off between
+//!   hosts (one host's script end → the next host's script start on the same node).
+//! - `100 × 1`: 100 agents, one node, scripts sleeping 0.5 s, for `max-parallel` 1, 10 and
+//!   25 %: bump → every host done against hosts / K × 0.5 s.
+//! - one host, 3 nodes, trivial scripts: bump → first script, bump → `done`, and the time
+//!   between one script's end and the next one's start.
+//!
+//! Run with `cargo bench --bench rollout` (`BENCH_ROLLOUT=small` skips the 100-agent runs).
+
+#[allow(dead_code)] // a bench uses a few of the test helpers
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use zkdeployment::tree::parse::parse;
+use zkdeployment::zk::import::{import_tree, Trim};
+use zkdeployment::zk::Client;
+
+fn write_exe(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// One agent process and its files.
+struct Agent {
+    dir: tempfile::TempDir,
+    _child: tokio::process::Child,
+}
+
+impl Agent {
+    fn status(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("run/status")).unwrap_or_default()
+    }
+
+    /// The time the status file says `version` was done, if it does.
+    fn done_at(&self, version: &str) -> Option<f64> {
+        let s = self.status();
+        let f: Vec<&str> = s.trim_end().splitn(4, ' ').collect();
+        (f.len() == 4 && f[2] == version && f[3] == "done").then(|| f[0].parse().unwrap())
+    }
+}
+
+/// Starts an agent `id` whose deploy script sleeps `sleep` seconds and logs to `times`.
+fn start_agent(conn: &str, id: &str, times: &Path, sleep: f64) -> Agent {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    write_exe(
+        &root.join("opt/benchpkg/bin/zookeeper-deploy"),
+        &format!(
+            "#!/bin/bash\n[ \"$1\" = -u ] && exit 0\n\
+             echo \"start $1 $ZKDEPLOYMENT_HOST_ID $EPOCHREALTIME\" >> {t}\n\
+             {sleep}\
+             m=\"$ZKDEPLOYMENT_ROOT/etc/benchpkg\"; mkdir -p \"$m\"; p=\"${{1#/}}\"; : > \"$m/${{p//\\//,}}.$2.deployed\"\n\
+             echo \"end $1 $ZKDEPLOYMENT_HOST_ID $EPOCHREALTIME\" >> {t}\n",
+            t = times.display(),
+            sleep = if sleep > 0.0 {
+                format!("sleep {sleep}\n")
+            } else {
+                String::new()
+            },
+        ),
+    );
+    let yum = dir.path().join("yum");
+    write_exe(
+        &yum,
+        "#!/bin/sh\necho 'Installed Packages'\necho 'benchpkg.noarch   1.0-1   @local'\n",
+    );
+    let cfg = dir.path().join("agent.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[zkdeployment]\nhost-id = {id}\nhost-name = {id}.example.com\nrun-directory = {}\nroot = {}\nyum = {}\nzookeeper = {conn}\n",
+            dir.path().join("run").display(),
+            root.display(),
+            yum.display()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
+    let child = tokio::process::Command::new(support::bin())
+        .args(["agent", cfg.to_str().unwrap()])
+        .env("ZKDEPLOYMENT_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    Agent { dir, _child: child }
+}
+
+/// The tree: nodes `/bench/a1..aN` (package benchpkg 1.0) deployed to every host.
+fn tree(nodes: usize, hosts: &[String], props: &str) -> String {
+    let mut text = String::from("/bench\n");
+    for i in 1..=nodes {
+        text.push_str(&format!("  /a{i} : benchpkg\n    version = '1.0'\n"));
+        if !props.is_empty() {
+            text.push_str(&format!("    {props}\n"));
+        }
+        text.push_str("    /deploy\n");
+        for h in hosts {
+            text.push_str(&format!("      /{h}\n"));
+        }
+    }
+    text
+}
+
+async fn import(client: &Client, text: &str) {
+    import_tree(client, &parse(text).unwrap(), "/", Trim::Yes, false)
+        .await
+        .unwrap();
+}
+
+async fn bump(client: &Client, version: &str) -> f64 {
+    let at = zkdeployment::files::now();
+    client
+        .set_data(
+            "/hosts",
+            json!({ "version": version }).to_string().as_bytes(),
+            None,
+        )
+        .await
+        .unwrap();
+    at
+}
+
+/// Waits until every agent is done at `version`; returns the last done time.
+async fn all_done(agents: &[Agent], version: &str, limit: Duration) -> f64 {
+    let deadline = Instant::now() + limit;
+    loop {
+        let done: Vec<Option<f64>> = agents.iter().map(|a| a.done_at(version)).collect();
+        if done.iter().all(Option::is_some) {
+            return done.into_iter().flatten().fold(0.0, f64::max);
+        }
+        if Instant::now() >= deadline {
+            for a in agents.iter().filter(|a| a.done_at(version).is_none()) {
+                let log =
+                    std::fs::read_to_string(a.dir.path().join("agent.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                eprintln!(
+                    "status: {}\nlog tail (newest first):\n{}",
+                    a.status(),
+                    tail.join("\n")
+                );
+            }
+            panic!("not every agent reached {version}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One script run: node, host, start, end.
+#[derive(Debug, Clone)]
+struct Run {
+    node: String,
+    host: String,
+    start: f64,
+    end: f64,
+}
+
+fn runs(times: &Path, after: f64) -> Vec<Run> {
+    let text = std::fs::read_to_string(times).unwrap_or_default();
+    let mut open: Vec<(String, String, f64)> = Vec::new();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let t: f64 = f[3].parse().unwrap();
+        if t < after {
+            continue;
+        }
+        match f[0] {
+            "start" => open.push((f[1].into(), f[2].into(), t)),
+            _ => {
+                if let Some(i) = open.iter().position(|(n, h, _)| n == f[1] && h == f[2]) {
+                    let (node, host, start) = open.remove(i);
+                    out.push(Run {
+                        node,
+                        host,
+                        start,
+                        end: t,
+                    });
+                }
+            }
+        }
+    }
+    out.sort_by(|a, b| a.start.total_cmp(&b.start));
+    out
+}
+
+/// Gaps (ms) between consecutive runs grouped by `key`, each run after the previous ended.
+fn gaps(runs: &[Run], key: impl Fn(&Run) -> &str) -> Vec<f64> {
+    let mut by: std::collections::BTreeMap<&str, Vec<&Run>> = Default::default();
+    for r in runs {
+        by.entry(key(r)).or_default().push(r);
+    }
+    let mut out = Vec::new();
+    for list in by.values() {
+        for w in list.windows(2) {
+            out.push((w[1].start - w[0].end) * 1000.0);
+        }
+    }
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+fn summary(ms: &[f64]) -> String {
+    if ms.is_empty() {
+        return "n/a".into();
+    }
+    let mean = ms.iter().sum::<f64>() / ms.len() as f64;
+    format!(
+        "median {:.1} ms, mean {mean:.1} ms, max {:.1} ms ({} gaps)",
+        ms[ms.len() / 2],
+        ms[ms.len() - 1],
+        ms.len()
+    )
+}
+
+/// `n` agents on a fresh chroot whose tree (`nodes` nodes, `props`) is at version `v1`.
+async fn fleet(
+    label: &str,
+    n: usize,
+    sleep: f64,
+    nodes: usize,
+    props: &str,
+) -> (Client, Vec<Agent>, Vec<String>, PathBuf, tempfile::TempDir) {
+    let conn = support::chroot(label).await;
+    let client = support::connect(&conn).await;
+    let open =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    client
+        .create("/hosts", br#"{"version": "v1"}"#, &open)
+        .await
+        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let times = scratch.path().join("times");
+    let ids: Vec<String> = (1..=n).map(|i| format!("h{i:03}")).collect();
+    import(&client, &tree(nodes, &ids, props)).await;
+    let agents = ids
+        .iter()
+        .map(|id| start_agent(&conn, id, &times, sleep))
+        .collect();
+    (client, agents, ids, times, scratch)
+}
+
+/// 10 agents × 5 nodes, scripts sleeping 0.2 s.
+async fn ten_by_five() {
+    let (client, agents, _ids, times, _keep) = fleet("bench-rollout-10x5", 10, 0.2, 5, "").await;
+    all_done(&agents, "v1", Duration::from_secs(120)).await;
+    let mut totals = Vec::new();
+    let mut handoffs = Vec::new();
+    for round in 2..=4 {
+        let v = format!("v{round}");
+        let at = bump(&client, &v).await;
+        let done = all_done(&agents, &v, Duration::from_secs(120)).await;
+        totals.push(done - at);
+        let rs = runs(&times, at);
+        assert_eq!(rs.len(), 50, "{rs:?}");
+        handoffs.extend(gaps(&rs, |r| r.node.as_str()));
+    }
+    handoffs.sort_by(f64::total_cmp);
+    totals.sort_by(f64::total_cmp);
+    let t = totals[totals.len() / 2];
+    println!(
+        "10 agents x 5 nodes, 0.2 s scripts: bump -> all done {t:.2} s (median of {}), {:.2}x the 2.0 s bound",
+        totals.len(),
+        t / 2.0
+    );
+    println!("  lock hand-off between hosts: {}", summary(&handoffs));
+}
+
+/// 100 agents × 1 node, scripts sleeping 0.5 s, for each K.
+async fn hundred_by_one() {
+    let (client, agents, ids, times, _keep) = fleet("bench-rollout-100", 100, 0.5, 1, "").await;
+    all_done(&agents, "v1", Duration::from_secs(300)).await;
+    println!("100 agents x 1 node, 0.5 s scripts:");
+    println!("  | max-parallel | K | rollout | bound | ratio | hand-off median |");
+    println!("  |---|---|---|---|---|---|");
+    for (round, (prop, k)) in [
+        ("", 1usize),
+        ("max-parallel = 10", 10),
+        ("max-parallel = '25%'", 25),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let v = format!("v{}", round + 2);
+        import(&client, &tree(1, &ids, prop)).await;
+        let at = bump(&client, &v).await;
+        let done = all_done(&agents, &v, Duration::from_secs(300)).await;
+        let total = done - at;
+        let bound = 100.0 / k as f64 * 0.5;
+        let rs = runs(&times, at);
+        // Hand-off: for K = 1 the gap between consecutive runs of the node.
+        let handoff = if k == 1 {
+            let g = gaps(&rs, |r| r.node.as_str());
+            format!("{:.1} ms", g.get(g.len() / 2).copied().unwrap_or(f64::NAN))
+        } else {
+            "-".into()
+        };
+        let label = if prop.is_empty() {
+            "1 (default)"
+        } else {
+            prop.trim_start_matches("max-parallel = ")
+        };
+        println!(
+            "  | {label} | {k} | {total:.2} s | {bound:.1} s | {:.2}x | {handoff} |",
+            total / bound
+        );
+    }
+}
+
+/// One host, 3 nodes, trivial scripts.
+async fn one_host() {
+    let (client, agents, _ids, times, _keep) = fleet("bench-rollout-one", 1, 0.0, 3, "").await;
+    all_done(&agents, "v1", Duration::from_secs(60)).await;
+    let (mut first, mut done, mut between) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 2..=11 {
+        let v = format!("v{round}");
+        let at = bump(&client, &v).await;
+        let end = all_done(&agents, &v, Duration::from_secs(60)).await;
+        let rs = runs(&times, at);
+        assert_eq!(rs.len(), 3, "{rs:?}");
+        first.push((rs[0].start - at) * 1000.0);
+        done.push((end - at) * 1000.0);
+        between.extend(gaps(&rs, |r| r.host.as_str()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for v in [&mut first, &mut done, &mut between] {
+        v.sort_by(f64::total_cmp);
+    }
+    println!("one host, 3 nodes, trivial scripts, fast yum (10 bumps):");
+    println!("  bump -> first deploy script: {}", summary(&first));
+    println!("  bump -> done: {}", summary(&done));
+    println!(
+        "  between consecutive deploy scripts: {}",
+        summary(&between)
+    );
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        one_host().await;
+        ten_by_five().await;
+        if std::env::var("BENCH_ROLLOUT").as_deref() != Ok("small") {
+            hundred_by_one().await;
+        }
+    });
+}

@@ -1,0 +1,94 @@
+//! The health check after a deployment (README, "Rolling deploys"): when the package has
+//! `/opt/<rpm>/bin/zookeeper-health`, it runs with the deploy script's arguments and
+//! environment every [`HEALTH_INTERVAL`] until it exits 0, while the caller still holds its
+//! node lock or lease. Not passing within the node's `health-deadline` fails the step with
+//! `Health check failed for PATH N: <last output line>`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::observe;
+use super::status::StepReport;
+use crate::command::{run, Cmd};
+
+/// The health check script's name in `/opt/<rpm>/bin`.
+pub const HEALTH_SCRIPT: &str = "zookeeper-health";
+/// Time between two runs of a failing health check.
+pub const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
+
+/// The health check script of a package (it may not exist).
+pub fn health_script(root: &Path, rpm: &str) -> PathBuf {
+    observe::opt_dir(root, rpm).join("bin").join(HEALTH_SCRIPT)
+}
+
+/// True if the package has a health check.
+pub fn has_health_check(root: &Path, rpm: &str) -> bool {
+    health_script(root, rpm).is_file()
+}
+
+/// Runs the health check `cmd` until it passes or `deadline` has passed, recording the
+/// last run in `record`. Each run may take at most what is left of the deadline (at least
+/// one interval).
+pub async fn wait_healthy(
+    cmd: &Cmd,
+    path: &str,
+    n: u32,
+    deadline: Duration,
+    record: &mut StepReport,
+) -> Result<u32, String> {
+    let started = Instant::now();
+    let end = started + deadline;
+    let mut tries = 0u32;
+    record.command = cmd.argv.clone();
+    loop {
+        tries += 1;
+        let left = end
+            .saturating_duration_since(Instant::now())
+            .max(HEALTH_INTERVAL);
+        let last = match tokio::time::timeout(left, run(cmd)).await {
+            Ok(Ok(out)) => {
+                record.exit = Some(out.code);
+                record.output = out.tail.clone();
+                if out.success() {
+                    tracing::info!("{path} {n} is healthy after {tries} tries");
+                    return Ok(tries);
+                }
+                last_line(&out.tail).unwrap_or_else(|| format!("exited with status {}", out.code))
+            }
+            Ok(Err(e)) => {
+                record.exit = None;
+                e.to_string()
+            }
+            Err(_) => {
+                record.exit = None;
+                format!("still running after {:.0} s", left.as_secs_f64())
+            }
+        };
+        let now = Instant::now();
+        if now >= end {
+            return Err(format!("Health check failed for {path} {n}: {last}"));
+        }
+        tracing::info!("{path} {n} not healthy yet: {last}");
+        tokio::time::sleep(HEALTH_INTERVAL.min(end - now)).await;
+    }
+}
+
+/// The last non-empty line of a command's output.
+fn last_line(tail: &str) -> Option<String> {
+    tail.lines()
+        .rev()
+        .map(str::trim_end)
+        .find(|l| !l.trim().is_empty())
+        .map(String::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_line;
+
+    #[test]
+    fn last_lines() {
+        assert_eq!(last_line("a\nb\n\n  \n"), Some("b".into()));
+        assert_eq!(last_line(""), None);
+    }
+}

@@ -1,0 +1,232 @@
+//! The rollout properties of an application node (README, "Rolling deploys"): `max-parallel` (how
+//! many hosts may deploy the node at once: a count, or a share `'P%'` of the hosts it is
+//! deployed to), `canary` (how many hosts deploy a new version first, one at a time) and
+//! `health-deadline` (how long the health check may take). Pure: the agent, `tree check` and
+//! `sync` all judge the values here, so they agree on what is an error.
+
+use serde_json::Value;
+
+use super::literal::repr;
+
+/// The property naming how many hosts may deploy a node at once.
+pub const MAX_PARALLEL: &str = "max-parallel";
+/// The property naming how many canary hosts deploy a new version first.
+pub const CANARY: &str = "canary";
+/// The property naming how long (seconds) the health check may take to pass.
+pub const HEALTH_DEADLINE: &str = "health-deadline";
+/// The three rollout properties.
+pub const PROPERTIES: [&str; 3] = [MAX_PARALLEL, CANARY, HEALTH_DEADLINE];
+
+/// `health-deadline` when the node does not set it, seconds.
+pub const DEFAULT_HEALTH_DEADLINE: f64 = 300.0;
+/// The largest count `max-parallel` and `canary` accept (more hosts than any fleet has).
+pub const MAX_COUNT: u64 = 1_000_000;
+/// The longest `health-deadline` accepted: a day.
+pub const MAX_HEALTH_DEADLINE: f64 = 86_400.0;
+
+/// How many hosts may deploy a node at once, as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parallel {
+    /// That many hosts.
+    Count(u32),
+    /// That share (1–100) of the hosts the node is deployed to, rounded up, at least 1.
+    Percent(u32),
+}
+
+impl Parallel {
+    /// The number of hosts (K) for a node deployed to `hosts` hosts.
+    pub fn effective(self, hosts: usize) -> u32 {
+        match self {
+            Parallel::Count(n) => n.max(1),
+            Parallel::Percent(p) => {
+                let k = (hosts as u64 * u64::from(p)).div_ceil(100);
+                k.clamp(1, u64::from(u32::MAX)) as u32
+            }
+        }
+    }
+
+    /// True when the value depends on the number of hosts.
+    pub fn is_percent(self) -> bool {
+        matches!(self, Parallel::Percent(_))
+    }
+}
+
+/// The rollout settings of one application node.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rollout {
+    /// `max-parallel` (default 1).
+    pub max_parallel: Parallel,
+    /// `canary` (default 0).
+    pub canary: u32,
+    /// `health-deadline`, seconds (default 300).
+    pub health_deadline: f64,
+}
+
+impl Default for Rollout {
+    fn default() -> Rollout {
+        Rollout {
+            max_parallel: Parallel::Count(1),
+            canary: 0,
+            health_deadline: DEFAULT_HEALTH_DEADLINE,
+        }
+    }
+}
+
+/// A rollout property with a value it cannot have.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("Invalid {property} for {path}: {value} ({expected})")]
+pub struct RolloutError {
+    /// The property.
+    pub property: &'static str,
+    /// The application node.
+    pub path: String,
+    /// The value, as a Python literal.
+    pub value: String,
+    /// What is accepted.
+    pub expected: &'static str,
+}
+
+/// Reads the rollout settings of the application node at `path`; `lookup` gives a property's
+/// value with links already followed (`None`: not set).
+pub fn parse(
+    path: &str,
+    mut lookup: impl FnMut(&'static str) -> Option<Value>,
+) -> Result<Rollout, RolloutError> {
+    let mut out = Rollout::default();
+    if let Some(v) = lookup(MAX_PARALLEL) {
+        out.max_parallel = max_parallel(&v).ok_or_else(|| RolloutError {
+            property: MAX_PARALLEL,
+            path: path.to_string(),
+            value: repr(&v),
+            expected: "an integer >= 1, or a string 'P%' with P from 1 to 100",
+        })?;
+    }
+    if let Some(v) = lookup(CANARY) {
+        out.canary = count(&v, 0).ok_or_else(|| RolloutError {
+            property: CANARY,
+            path: path.to_string(),
+            value: repr(&v),
+            expected: "an integer >= 0",
+        })?;
+    }
+    if let Some(v) = lookup(HEALTH_DEADLINE) {
+        out.health_deadline = seconds(&v).ok_or_else(|| RolloutError {
+            property: HEALTH_DEADLINE,
+            path: path.to_string(),
+            value: repr(&v),
+            expected: "a number of seconds > 0, at most 86400",
+        })?;
+    }
+    Ok(out)
+}
+
+/// An integer from `min` to [`MAX_COUNT`] (booleans and floats are not integers).
+fn count(v: &Value, min: u64) -> Option<u32> {
+    let n = v.as_u64()?;
+    (min..=MAX_COUNT).contains(&n).then_some(n as u32)
+}
+
+fn max_parallel(v: &Value) -> Option<Parallel> {
+    match v {
+        Value::String(s) => {
+            let digits = s.strip_suffix('%')?;
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let p: u32 = digits.parse().ok()?;
+            (1..=100).contains(&p).then_some(Parallel::Percent(p))
+        }
+        other => count(other, 1).map(Parallel::Count),
+    }
+}
+
+fn seconds(v: &Value) -> Option<f64> {
+    if !v.is_number() {
+        return None;
+    }
+    let s = v.as_f64()?;
+    (s.is_finite() && s > 0.0 && s <= MAX_HEALTH_DEADLINE).then_some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn with(key: &'static str, v: Value) -> Result<Rollout, RolloutError> {
+        parse("/a", |k| (k == key).then(|| v.clone()))
+    }
+
+    #[test]
+    fn defaults() {
+        assert_eq!(parse("/a", |_| None).unwrap(), Rollout::default());
+    }
+
+    #[test]
+    fn good_values() {
+        assert_eq!(
+            with(MAX_PARALLEL, json!(3)).unwrap().max_parallel,
+            Parallel::Count(3)
+        );
+        assert_eq!(
+            with(MAX_PARALLEL, json!("30%")).unwrap().max_parallel,
+            Parallel::Percent(30)
+        );
+        assert_eq!(
+            with(MAX_PARALLEL, json!("100%")).unwrap().max_parallel,
+            Parallel::Percent(100)
+        );
+        assert_eq!(with(CANARY, json!(0)).unwrap().canary, 0);
+        assert_eq!(with(CANARY, json!(2)).unwrap().canary, 2);
+        assert_eq!(
+            with(HEALTH_DEADLINE, json!(0.5)).unwrap().health_deadline,
+            0.5
+        );
+        assert_eq!(
+            with(HEALTH_DEADLINE, json!(60)).unwrap().health_deadline,
+            60.0
+        );
+    }
+
+    #[test]
+    fn bad_values() {
+        for v in [
+            json!(0),
+            json!(-1),
+            json!("abc"),
+            json!("150%"),
+            json!("0%"),
+            json!("%"),
+            json!("-5%"),
+            json!(" 5%"),
+            json!("5"),
+            json!(2.0),
+            json!(true),
+            json!(null),
+            json!([1]),
+        ] {
+            let e = with(MAX_PARALLEL, v.clone()).unwrap_err();
+            assert_eq!(e.property, MAX_PARALLEL, "{v}");
+        }
+        for v in [json!(-1), json!(1.5), json!("2"), json!(false)] {
+            assert!(with(CANARY, v.clone()).is_err(), "{v}");
+        }
+        for v in [json!(0), json!(-3), json!("10"), json!(1e9), json!(true)] {
+            assert!(with(HEALTH_DEADLINE, v.clone()).is_err(), "{v}");
+        }
+        assert_eq!(
+            with(MAX_PARALLEL, json!("150%")).unwrap_err().to_string(),
+            "Invalid max-parallel for /a: '150%' (an integer >= 1, or a string 'P%' with P from 1 to 100)"
+        );
+    }
+
+    #[test]
+    fn percentages_round_up_to_at_least_one() {
+        assert_eq!(Parallel::Percent(30).effective(10), 3);
+        assert_eq!(Parallel::Percent(30).effective(11), 4);
+        assert_eq!(Parallel::Percent(25).effective(100), 25);
+        assert_eq!(Parallel::Percent(1).effective(3), 1);
+        assert_eq!(Parallel::Percent(50).effective(0), 1);
+        assert_eq!(Parallel::Count(7).effective(2), 7);
+    }
+}

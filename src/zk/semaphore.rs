@@ -1,0 +1,236 @@
+//! The kazoo-compatible semaphore recipe (`kazoo.recipe.lock.Semaphore`), so Python and Rust
+//! processes share one count of leases.
+//!
+//! kazoo's layout: the semaphore node `PATH` holds `max_leases` as decimal text; each lease is
+//! an ephemeral child `PATH/<uuid4 hex>` holding its holder's identifier; a taker counts the
+//! leases and creates its own only while it holds the kazoo lock `PATH-__lock__` (a sibling of
+//! `PATH`), so takers racing each other never exceed `max_leases` together. A lease is given
+//! back by deleting it (or by its session ending).
+//!
+//! Two departures, both invisible to kazoo: [`try_acquire`] never waits for a lease (it
+//! reports the holders when none is free, and the caller waits on their nodes, as with the
+//! node locks), and a stored `max_leases` that differs from the taker's own is rewritten
+//! (under the lock) instead of refused, so a change of `max-parallel` between two versions
+//! needs no operator. kazoo refuses such a semaphore (`ValueError`) until the values agree.
+//!
+//! The lock node's data is free for the agent's use (kazoo never reads or writes it): the
+//! agent keeps its leases' in-flight records there ([`crate::agent`]).
+
+use zookeeper_client::{Acls, CreateMode};
+
+use super::lock::{acquire_queued, ensure_node};
+use super::{call, call_retrying, join, open_persistent, Client, ZkError, LOSS_RETRIES};
+
+/// The suffix kazoo gives the lock that guards a semaphore (`PATH-__lock__`).
+pub const LOCK_SUFFIX: &str = "-__lock__";
+
+/// Longest time spent waiting for the guard lock (held by another taker for a few round
+/// trips at a time) before giving up.
+const GUARD_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The guard lock of the semaphore at `path`.
+pub fn lock_path(path: &str) -> String {
+    format!("{path}{LOCK_SUFFIX}")
+}
+
+/// A lease this process holds; given back by [`Lease::release`] (or by the session ending).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Full path of our lease node.
+    pub node: String,
+}
+
+impl Lease {
+    /// The lease node's name (`<uuid4 hex>`).
+    pub fn name(&self) -> &str {
+        self.node.rsplit('/').next().unwrap_or_default()
+    }
+
+    /// Deletes our lease node (already gone is fine).
+    pub async fn release(self, client: &Client) -> Result<(), ZkError> {
+        match call_retrying("delete", &self.node, || client.delete(&self.node, None)).await {
+            Err(e) if e.is_no_node() => Ok(()),
+            other => other,
+        }
+    }
+}
+
+/// A lease held by someone, as found in ZooKeeper.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHolder {
+    /// Full path of the lease node.
+    pub node: String,
+    /// Its data: the holder's identifier.
+    pub identifier: String,
+}
+
+/// Outcome of [`try_acquire`].
+#[derive(Debug)]
+pub enum TryLease {
+    /// We hold a lease.
+    Acquired(Lease),
+    /// Every lease is taken.
+    Full {
+        /// The holders.
+        holders: Vec<LeaseHolder>,
+    },
+}
+
+/// The names of the leases of the semaphore at `path` (none if it does not exist).
+pub async fn leases(client: &Client, path: &str) -> Result<Vec<String>, ZkError> {
+    match call_retrying("list", path, || client.list_children(path)).await {
+        Ok(names) => Ok(names),
+        Err(e) if e.is_no_node() => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The holders of the leases of the semaphore at `path`, with their identifiers.
+pub async fn holders(client: &Client, path: &str) -> Result<Vec<LeaseHolder>, ZkError> {
+    let names = leases(client, path).await?;
+    let reads: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let node = join(path, n);
+            async move {
+                let got = call_retrying("get", &node, || client.get_data(&node)).await;
+                (node, got)
+            }
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (node, got) in futures::future::join_all(reads).await {
+        match got {
+            Ok((data, _)) => out.push(LeaseHolder {
+                node,
+                identifier: String::from_utf8_lossy(&data).into_owned(),
+            }),
+            Err(e) if e.is_no_node() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    out.sort_by(|a, b| a.node.cmp(&b.node));
+    Ok(out)
+}
+
+/// Tries once to take a lease of the semaphore at `path` (created if missing, with
+/// `max_leases` as its data) with `identifier` as the lease's data. Waits only for the guard
+/// lock, never for a lease.
+pub async fn try_acquire(
+    client: &Client,
+    path: &str,
+    identifier: &str,
+    max_leases: u32,
+) -> Result<TryLease, ZkError> {
+    // Full already: no need to queue for the guard (the count is checked again under it).
+    let names = leases(client, path).await?;
+    if names.len() >= max_leases as usize {
+        return Ok(TryLease::Full {
+            holders: names
+                .into_iter()
+                .map(|n| LeaseHolder {
+                    node: join(path, &n),
+                    identifier: String::new(),
+                })
+                .collect(),
+        });
+    }
+    let guard = acquire_queued(client, &lock_path(path), identifier, GUARD_LIMIT).await?;
+    let result = take_lease(client, path, identifier, max_leases).await;
+    let released = guard.release(client).await;
+    match (result, released) {
+        (Ok(outcome), Ok(())) => Ok(outcome),
+        (Ok(TryLease::Acquired(lease)), Err(e)) => {
+            // Our lease must not outlive an error we report (best effort: the session may
+            // be gone, and then the lease with it).
+            let _ = lease.release(client).await;
+            Err(e)
+        }
+        (Ok(_), Err(e)) | (Err(e), _) => Err(e),
+    }
+}
+
+/// With the guard held: makes sure the semaphore node holds `max_leases`, counts the leases,
+/// and creates ours if one is free.
+async fn take_lease(
+    client: &Client,
+    path: &str,
+    identifier: &str,
+    max_leases: u32,
+) -> Result<TryLease, ZkError> {
+    let wanted = max_leases.to_string();
+    match call_retrying("get", path, || client.get_data(path)).await {
+        Ok((data, _)) if data == wanted.as_bytes() => {}
+        Ok((data, _)) => {
+            tracing::info!(
+                "{path}: max_leases {:?} -> {wanted}",
+                String::from_utf8_lossy(&data)
+            );
+            call_retrying("set", path, || {
+                client.set_data(path, wanted.as_bytes(), None)
+            })
+            .await?;
+        }
+        Err(e) if e.is_no_node() => {
+            if let Some((parent, _)) = path.rsplit_once('/') {
+                if !parent.is_empty() {
+                    ensure_node(client, parent).await?;
+                }
+            }
+            match call(
+                "create",
+                path,
+                client.create(path, wanted.as_bytes(), &open_persistent()),
+            )
+            .await
+            {
+                Ok(_) => {}
+                Err(e)
+                    if e.is_connection_loss()
+                        || matches!(
+                            e.source_error(),
+                            Some(zookeeper_client::Error::NodeExists)
+                        ) =>
+                {
+                    call_retrying("set", path, || {
+                        client.set_data(path, wanted.as_bytes(), None)
+                    })
+                    .await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    let names = leases(client, path).await?;
+    if names.len() >= max_leases as usize {
+        return Ok(TryLease::Full {
+            holders: holders(client, path).await?,
+        });
+    }
+    let node = join(path, &uuid::Uuid::new_v4().simple().to_string());
+    let mode = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    let mut lost = 0;
+    loop {
+        match call(
+            "create",
+            &node,
+            client.create(&node, identifier.as_bytes(), &mode),
+        )
+        .await
+        {
+            Ok(_) => return Ok(TryLease::Acquired(Lease { node })),
+            Err(e) if e.is_connection_loss() && lost < LOSS_RETRIES => {
+                lost += 1;
+                tracing::info!("{e}; looking for our lease once reconnected");
+                if call_retrying("stat", &node, || client.check_stat(&node))
+                    .await?
+                    .is_some()
+                {
+                    return Ok(TryLease::Acquired(Lease { node }));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

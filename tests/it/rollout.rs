@@ -1,0 +1,764 @@
+//! Rolling deploys (README, "Rolling deploys"): `max-parallel` leases of the kazoo-compatible
+//! semaphore `/agent-semaphores/<name>`, canaries, health checks, the mixed-fleet rule, and
+//! bad values. Several real agent processes (distinct host ids, roots, run directories and
+//! fake yums) share one ZooKeeper chroot; deploy scripts log `start|end <rpm> <path> <n>
+//! <host> <time>` to `ZK_TEST_TIMES` (tests/support/rpm.rs), so the tests check which runs
+//! overlapped — by order, never by how long anything took.
+
+use crate::support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::agent::{lines, v, wait_for, wait_for_async, Pm, TestHost};
+use support::git::TestRepo;
+use support::rpm::FakeYum;
+use support::Run;
+use zookeeper_client::{Acls, CreateMode};
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+/// A tree deploying `/acme/a` (package foo 1.0, with `props` as extra property lines) to
+/// every host.
+fn tree(props: &str, hosts: &[&str]) -> String {
+    tree_version(props, hosts, "1.0")
+}
+
+fn tree_version(props: &str, hosts: &[&str], version: &str) -> String {
+    let mut text = format!("/acme\n  /a : foo\n    version = '{version}'\n");
+    for line in props.lines().filter(|l| !l.trim().is_empty()) {
+        text.push_str(&format!("    {}\n", line.trim()));
+    }
+    text.push_str("    /deploy\n");
+    for host in hosts {
+        text.push_str(&format!("      /{host}\n"));
+    }
+    text
+}
+
+/// `n` hosts `h1`..`hN` on one fresh chroot, each with its own fake yum and root.
+async fn fleet(label: &str, n: usize) -> Vec<TestHost> {
+    let conn = support::chroot(label).await;
+    let mut hosts = Vec::new();
+    for i in 1..=n {
+        hosts.push(TestHost::on(&conn, &format!("h{i}"), Pm::Fake(FakeYum::new())).await);
+    }
+    hosts
+}
+
+fn ids(hosts: &[TestHost]) -> Vec<&str> {
+    hosts.iter().map(|h| h.id.as_str()).collect()
+}
+
+async fn deploy_all(hosts: &[TestHost], env: &[(&str, &str)]) -> Vec<Run> {
+    futures::future::join_all(hosts.iter().map(|h| h.deploy_env(&[], env))).await
+}
+
+/// The health check of package foo in a host's fake repository (installed with it): it
+/// logs `try <host> <time>` / `healthy <host> <time>` to `ZK_TEST_HEALTH_LOG`, and passes on
+/// its `ZK_TEST_HEALTH_PASS`-th run on that host (0: never; default 1).
+fn add_health_check(h: &TestHost) {
+    let Pm::Fake(fake) = &h.pm else {
+        panic!("fake yum only")
+    };
+    let script = r#"#!/bin/sh
+count="$ZKDEPLOYMENT_ROOT/health-tries"
+n=$(cat "$count" 2>/dev/null || echo 0); n=$((n + 1)); echo "$n" > "$count"
+need="${ZK_TEST_HEALTH_PASS:-1}"
+log="${ZK_TEST_HEALTH_LOG:-/dev/null}"
+echo "try $ZKDEPLOYMENT_HOST_ID $(date +%s.%N) $*" >> "$log"
+if [ "$need" != 0 ] && [ "$n" -ge "$need" ]; then
+  echo "healthy $ZKDEPLOYMENT_HOST_ID $(date +%s.%N)" >> "$log"
+  echo ok
+  exit 0
+fi
+echo "checking port 8080"
+echo "not ready yet (try $n)"
+exit 1
+"#;
+    let repo = fake.state().join("repo/foo");
+    let mut found = 0;
+    for payload in std::fs::read_dir(&repo).unwrap() {
+        let bin = payload.unwrap().path().join("opt/foo/bin");
+        if bin.is_dir() {
+            let file = bin.join("zookeeper-health");
+            std::fs::write(&file, script).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+            found += 1;
+        }
+    }
+    assert!(found > 0, "no payload of foo in {}", repo.display());
+}
+
+/// One run of a deploy script.
+#[derive(Debug, Clone)]
+struct Interval {
+    host: String,
+    path: String,
+    start: f64,
+    end: f64,
+}
+
+/// The runs in a `ZK_TEST_TIMES` file, in start order.
+fn intervals(file: &Path) -> Vec<Interval> {
+    let mut open: Vec<(String, String, f64)> = Vec::new();
+    let mut out = Vec::new();
+    for line in lines(file) {
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f.len(), 6, "bad times line {line:?}");
+        let time: f64 = f[5].parse().unwrap();
+        match f[0] {
+            "start" => open.push((f[4].to_string(), f[2].to_string(), time)),
+            "end" => {
+                let at = open
+                    .iter()
+                    .position(|(h, p, _)| h == f[4] && p == f[2])
+                    .unwrap_or_else(|| panic!("an end without a start: {line:?}"));
+                let (host, path, start) = open.remove(at);
+                out.push(Interval {
+                    host,
+                    path,
+                    start,
+                    end: time,
+                });
+            }
+            other => panic!("bad times line {other:?}"),
+        }
+    }
+    assert!(open.is_empty(), "runs that never ended: {open:?}");
+    out.sort_by(|a, b| a.start.total_cmp(&b.start));
+    out
+}
+
+/// The most runs going on at one instant.
+fn max_concurrent(runs: &[Interval]) -> usize {
+    runs.iter()
+        .map(|at| {
+            runs.iter()
+                .filter(|r| r.start <= at.start && at.start < r.end)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+async fn data(h: &TestHost, path: &str) -> Option<Vec<u8>> {
+    match h.client.get_data(path).await {
+        Ok((d, _)) => Some(d),
+        Err(zookeeper_client::Error::NoNode) => None,
+        Err(e) => panic!("{path}: {e}"),
+    }
+}
+
+async fn children(h: &TestHost, path: &str) -> Vec<String> {
+    match h.client.list_children(path).await {
+        Ok(c) => c,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("{path}: {e}"),
+    }
+}
+
+/// Runs every host at once with K from `props`; returns the runs.
+async fn roll(label: &str, n: usize, props: &str) -> (Vec<TestHost>, Vec<Interval>) {
+    let hosts = fleet(label, n).await;
+    hosts[0].tree(&tree(props, &ids(&hosts)), v("r1")).await;
+    let times = hosts[0].scratch("times.txt");
+    let times_path = times.display().to_string();
+    let runs = deploy_all(
+        &hosts,
+        &[("ZK_TEST_SLEEP", "0.6"), ("ZK_TEST_TIMES", &times_path)],
+    )
+    .await;
+    for run in &runs {
+        run.assert_ok();
+    }
+    let runs = intervals(&times);
+    assert_eq!(runs.len(), n, "{runs:#?}");
+    assert!(runs.iter().all(|r| r.path == "/acme/a"), "{runs:#?}");
+    (hosts, runs)
+}
+
+#[tokio::test]
+async fn at_most_k_hosts_deploy_a_node_at_once() {
+    // K = 3 on 6 hosts: leases of the semaphore, whose node holds max_leases.
+    let (hosts, runs) = roll("rollout-k3", 6, "max-parallel = 3").await;
+    assert!(max_concurrent(&runs) <= 3, "{runs:#?}");
+    let h = &hosts[0];
+    assert_eq!(
+        data(h, "/agent-semaphores/acme,a").await.as_deref(),
+        Some(&b"3"[..])
+    );
+    assert_eq!(children(h, "/agent-semaphores/acme,a").await.len(), 0);
+    let guard = data(h, "/agent-semaphores/acme,a-__lock__").await.unwrap();
+    assert!(
+        !String::from_utf8_lossy(&guard).contains("in-flight"),
+        "records left: {}",
+        String::from_utf8_lossy(&guard)
+    );
+    // K = 1 (the default): the node lock, no semaphore.
+    let (hosts, runs) = roll("rollout-k1", 3, "").await;
+    assert_eq!(max_concurrent(&runs), 1, "{runs:#?}");
+    assert_eq!(data(&hosts[0], "/agent-semaphores/acme,a").await, None);
+    // 30% of 7 hosts, rounded up: 3.
+    let (hosts, runs) = roll("rollout-pct", 7, "max-parallel = '30%'").await;
+    assert!(max_concurrent(&runs) <= 3, "{runs:#?}");
+    assert_eq!(
+        data(&hosts[0], "/agent-semaphores/acme,a").await.as_deref(),
+        Some(&b"3"[..])
+    );
+    let dry = hosts[0].deploy(&["--dry-run", "--json", "--force"]).await;
+    let plan: Value = serde_json::from_str(&dry.stdout).expect("json");
+    let deploy = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["action"] == "deploy")
+        .unwrap()
+        .clone();
+    assert_eq!(deploy["parallel"], json!(3), "{plan}");
+    assert_eq!(deploy["canary"], json!(0), "{plan}");
+    assert_eq!(deploy["health"], json!(false), "{plan}");
+}
+
+/// kazoo's side: `hold PATH K` takes a lease of `kazoo.recipe.lock.Semaphore(PATH,
+/// "holder (kazoo)", max_leases=K)`, prints `held` and keeps it until its stdin closes.
+const KAZOO: &str = r#"
+import sys
+from kazoo.client import KazooClient
+zk = KazooClient(hosts=sys.argv[1])
+zk.start(timeout=20)
+path, k = sys.argv[2], int(sys.argv[3])
+sem = zk.Semaphore(path, "holder (kazoo)", max_leases=k)
+assert sem.acquire(timeout=20)
+print("held", repr(sorted(sem.lease_holders())), flush=True)
+sys.stdin.read()
+sem.release()
+zk.stop()
+"#;
+
+/// True if python3 has kazoo; in CI (`CI` set) its absence fails the test instead.
+fn kazoo_available() -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import kazoo"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3 with kazoo is required in CI (scripts/lib.sh zkd_ensure_kazoo)"
+        );
+        eprintln!("SKIPPED: python3 with kazoo is not available (pip install kazoo)");
+    }
+    ok
+}
+
+#[tokio::test]
+async fn a_kazoo_semaphore_lease_counts_against_k() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    if !kazoo_available() {
+        return;
+    }
+    let hosts = fleet("rollout-kazoo", 3).await;
+    let h = &hosts[0];
+    h.tree(&tree("max-parallel = 2", &ids(&hosts)), v("r1"))
+        .await;
+    let mut holder = tokio::process::Command::new("python3")
+        .args(["-c", KAZOO, &h.conn, "/agent-semaphores/acme,a", "2"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("cannot run python3");
+    let mut out = BufReader::new(holder.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(LIMIT, out.next_line()).await;
+    assert_eq!(
+        line.unwrap().unwrap().as_deref(),
+        Some("held ['holder (kazoo)']")
+    );
+    let times = h.scratch("times.txt");
+    let times_path = times.display().to_string();
+    let agents: Vec<_> = hosts
+        .iter()
+        .map(|h| {
+            h.spawn(
+                "deploy",
+                &[],
+                &[("ZK_TEST_SLEEP", "0.5"), ("ZK_TEST_TIMES", &times_path)],
+            )
+        })
+        .collect();
+    let mut agents = agents;
+    for agent in agents.iter_mut() {
+        assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
+    }
+    // kazoo's lease left one of the two: our hosts went one at a time.
+    let runs = intervals(&times);
+    assert_eq!(runs.len(), 3, "{runs:#?}");
+    assert_eq!(max_concurrent(&runs), 1, "{runs:#?}");
+    drop(holder.stdin.take());
+    assert!(holder.wait().await.unwrap().success());
+    assert_eq!(children(h, "/agent-semaphores/acme,a").await.len(), 0);
+}
+
+#[tokio::test]
+async fn canaries_go_first_one_at_a_time_then_the_rest_in_parallel() {
+    let hosts = fleet("rollout-canary", 5).await;
+    for h in &hosts {
+        add_health_check(h);
+    }
+    let h = &hosts[0];
+    h.tree(&tree("max-parallel = 3\ncanary = 2", &ids(&hosts)), v("r1"))
+        .await;
+    let times = h.scratch("times.txt");
+    let health = h.scratch("health.txt");
+    let (tp, hp) = (times.display().to_string(), health.display().to_string());
+    let env = [
+        ("ZK_TEST_SLEEP", "0.3"),
+        ("ZK_TEST_TIMES", tp.as_str()),
+        ("ZK_TEST_HEALTH_LOG", hp.as_str()),
+        ("ZK_TEST_HEALTH_PASS", "2"),
+    ];
+    for run in deploy_all(&hosts, &env).await {
+        run.assert_ok();
+    }
+    let runs = intervals(&times);
+    assert_eq!(runs.len(), 5, "{runs:#?}");
+    let healthy: Vec<(String, f64)> = lines(&health)
+        .iter()
+        .filter(|l| l.starts_with("healthy "))
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[1].to_string(), f[2].parse().unwrap())
+        })
+        .collect();
+    let healthy_at = |host: &str| {
+        healthy
+            .iter()
+            .find(|(h, _)| h == host)
+            .unwrap_or_else(|| panic!("{host} never healthy: {healthy:?}"))
+            .1
+    };
+    // The first two hosts are the canaries: each starts after the previous one is healthy,
+    // and every other host starts after both are.
+    let c1 = healthy_at(&runs[0].host);
+    assert!(runs[1].start >= c1, "{runs:#?} {healthy:?}");
+    let c2 = healthy_at(&runs[1].host);
+    for r in &runs[2..] {
+        assert!(
+            r.start >= c2,
+            "{} started before the canaries were healthy: {runs:#?} {healthy:?}",
+            r.host
+        );
+    }
+    // The count is in the node lock's data.
+    let lock: Value =
+        serde_json::from_slice(&data(h, "/agent-locks/acme,a").await.unwrap()).unwrap();
+    assert_eq!(lock["canary"]["version"], json!("foo 1.0"), "{lock}");
+    assert_eq!(
+        lock["canary"]["hosts"],
+        json!([runs[0].host, runs[1].host]),
+        "{lock}"
+    );
+    let dry = h.deploy(&["--dry-run", "--json", "--force"]).await;
+    let plan: Value = serde_json::from_str(&dry.stdout).expect("json");
+    let deploy = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["action"] == "deploy")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (&deploy["parallel"], &deploy["canary"], &deploy["health"]),
+        (&json!(3), &json!(2), &json!(true)),
+        "{plan}"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_canary_halts_and_no_other_host_starts_that_version() {
+    let hosts = fleet("rollout-canary-fail", 4).await;
+    let h = &hosts[0];
+    h.tree(&tree("max-parallel = 3\ncanary = 2", &ids(&hosts)), v("r1"))
+        .await;
+    let times = h.scratch("times.txt");
+    let tp = times.display().to_string();
+    let env = [
+        ("ZK_TEST_SLEEP", "0.3"),
+        ("ZK_TEST_TIMES", tp.as_str()),
+        ("ZK_TEST_FAIL", "/acme/a"),
+    ];
+    let runs = deploy_all(&hosts, &env).await;
+    let codes: Vec<i32> = runs.iter().map(|r| r.code).collect();
+    assert_eq!(codes.iter().filter(|c| **c == 1).count(), 1, "{codes:?}");
+    assert!(codes.iter().all(|c| *c == 1 || *c == 3), "{codes:?}");
+    // One start and no end: the first canary failed, and nobody else started.
+    let started: Vec<String> = lines(&times)
+        .into_iter()
+        .filter(|l| l.starts_with("start "))
+        .collect();
+    assert_eq!(started.len(), 1, "{started:#?}");
+    let host = started[0].split(' ').nth(4).unwrap().to_string();
+    let cluster = h.hosts().await;
+    assert_eq!(cluster["version"], Value::Null);
+    assert_eq!(cluster["halt"]["host"], json!(host));
+}
+
+#[tokio::test]
+async fn the_lease_is_held_until_the_health_check_passes() {
+    let hosts = fleet("rollout-health", 2).await;
+    for h in &hosts {
+        add_health_check(h);
+    }
+    let h = &hosts[0];
+    h.tree(&tree("", &ids(&hosts)), v("r1")).await;
+    let times = h.scratch("times.txt");
+    let health = h.scratch("health.txt");
+    let (tp, hp) = (times.display().to_string(), health.display().to_string());
+    let env = [
+        ("ZK_TEST_TIMES", tp.as_str()),
+        ("ZK_TEST_HEALTH_LOG", hp.as_str()),
+        ("ZK_TEST_HEALTH_PASS", "3"),
+    ];
+    for run in deploy_all(&hosts, &env).await {
+        run.assert_ok();
+    }
+    let runs = intervals(&times);
+    assert_eq!(runs.len(), 2);
+    let log = lines(&health);
+    let first_healthy: f64 = log
+        .iter()
+        .find(|l| l.starts_with(&format!("healthy {} ", runs[0].host)))
+        .unwrap_or_else(|| panic!("{log:#?}"))
+        .split(' ')
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(runs[1].start >= first_healthy, "{runs:#?}\n{log:#?}");
+    // Three tries on each host, with the deploy script's arguments.
+    for host in ids(&hosts) {
+        let tries: Vec<&String> = log
+            .iter()
+            .filter(|l| l.starts_with(&format!("try {host} ")))
+            .collect();
+        assert_eq!(tries.len(), 3, "{log:#?}");
+        assert!(tries[0].ends_with(" /acme/a 0"), "{log:#?}");
+    }
+    let report = hosts[1].report();
+    let actions: Vec<&str> = report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        ["install", "deploy", "health", "record-version"],
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn a_health_check_that_never_passes_halts_after_the_deadline() {
+    let hosts = fleet("rollout-unhealthy", 1).await;
+    let h = &hosts[0];
+    add_health_check(h);
+    h.tree(&tree("health-deadline = 3", &["h1"]), v("r1")).await;
+    let health = h.scratch("health.txt");
+    let hp = health.display().to_string();
+    let run = h
+        .deploy_env(
+            &[],
+            &[("ZK_TEST_HEALTH_LOG", &hp), ("ZK_TEST_HEALTH_PASS", "0")],
+        )
+        .await;
+    run.assert_code(1);
+    let message = "Health check failed for /acme/a 0: not ready yet (try ";
+    assert!(run.stderr.contains(message), "{run}");
+    let cluster = h.hosts().await;
+    assert_eq!(cluster["version"], Value::Null);
+    let error = cluster["halt"]["error"].as_str().unwrap();
+    assert!(error.starts_with(message), "{error}");
+    // Tried more than once (every 2 s), and stopped at the deadline.
+    let tries = lines(&health).len();
+    assert!((2..=4).contains(&tries), "{tries} tries");
+    assert_eq!(h.host_version(), None);
+}
+
+#[tokio::test]
+async fn without_a_health_check_nothing_waits() {
+    let hosts = fleet("rollout-nohealth", 1).await;
+    let h = &hosts[0];
+    h.tree(&tree("health-deadline = 1", &["h1"]), v("r1")).await;
+    h.deploy(&[]).await.assert_ok();
+    let report = h.report();
+    assert!(
+        report["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["action"] != "health"),
+        "{report}"
+    );
+    let dry = h.deploy(&["--dry-run", "--json", "--force"]).await;
+    assert!(dry.stdout.contains("\"health\": false"), "{dry}");
+}
+
+#[tokio::test]
+async fn a_change_of_max_parallel_between_versions_needs_no_operator() {
+    let hosts = fleet("rollout-change", 3).await;
+    let h = &hosts[0];
+    let times = h.scratch("times.txt");
+    let tp = times.display().to_string();
+    let env = [("ZK_TEST_SLEEP", "0.2"), ("ZK_TEST_TIMES", tp.as_str())];
+    h.tree(&tree("max-parallel = 2", &ids(&hosts)), v("r1"))
+        .await;
+    for run in deploy_all(&hosts, &env).await {
+        run.assert_ok();
+    }
+    assert_eq!(
+        data(h, "/agent-semaphores/acme,a").await.as_deref(),
+        Some(&b"2"[..])
+    );
+    h.tree(&tree("max-parallel = 3", &ids(&hosts)), v("r2"))
+        .await;
+    for run in deploy_all(&hosts, &env).await {
+        run.assert_ok();
+    }
+    assert_eq!(
+        data(h, "/agent-semaphores/acme,a").await.as_deref(),
+        Some(&b"3"[..])
+    );
+    // And back to the node lock.
+    h.tree(&tree("", &ids(&hosts)), v("r3")).await;
+    for run in deploy_all(&hosts, &env).await {
+        run.assert_ok();
+    }
+    assert_eq!(intervals(&times).len(), 9);
+    for h in &hosts {
+        assert_eq!(h.host_version().as_deref(), Some("\"r3\""));
+    }
+}
+
+#[tokio::test]
+async fn a_lease_holder_killed_mid_step_makes_the_next_holder_halt_naming_it() {
+    let hosts = fleet("rollout-killed", 2).await;
+    let (h1, h2) = (&hosts[0], &hosts[1]);
+    h1.tree(&tree("max-parallel = 2", &["h1", "h2"]), v("r1"))
+        .await;
+    let times = h1.scratch("times.txt");
+    let tp = times.display().to_string();
+    let mut agent = h1.spawn(
+        "deploy",
+        &[],
+        &[("ZK_TEST_SLEEP", "60"), ("ZK_TEST_TIMES", &tp)],
+    );
+    wait_for("h1 deploying /acme/a", LIMIT, || {
+        (!lines(&times).is_empty()).then_some(())
+    })
+    .await;
+    agent.kill_tree().await;
+    // Its lease goes with its session.
+    wait_for_async("h1's lease to expire", LIMIT, || async {
+        children(h1, "/agent-semaphores/acme,a")
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    let run = h2.deploy_env(&[], &[("ZK_TEST_TIMES", &tp)]).await;
+    run.assert_code(1);
+    let cluster = h1.hosts().await;
+    assert_eq!(cluster["version"], Value::Null);
+    assert_eq!(cluster["halt"]["host"], json!("h2"));
+    let error = cluster["halt"]["error"].as_str().unwrap();
+    for part in [
+        "h1.example.com (h1)",
+        "/acme/a 0",
+        "version r1",
+        "in-flight",
+    ] {
+        assert!(error.contains(part), "{part:?} not in {error:?}");
+    }
+    // h2 never ran its script; the dead record is cleared.
+    assert_eq!(lines(&times).len(), 1);
+    let guard = data(h1, "/agent-semaphores/acme,a-__lock__").await.unwrap();
+    assert!(!String::from_utf8_lossy(&guard).contains("in-flight"));
+}
+
+#[tokio::test]
+async fn a_mixed_fleet_falls_back_to_the_node_lock() {
+    let hosts = fleet("rollout-mixed", 3).await;
+    let h = &hosts[0];
+    h.tree(&tree("max-parallel = 3", &ids(&hosts)), v("r1"))
+        .await;
+    // The original's agent registers a host node without `agent`.
+    let eph = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    let old = serde_json::to_vec(&json!({"name": "old.example.com", "version": "r0"})).unwrap();
+    h.client.create("/hosts/old", &old, &eph).await.unwrap();
+    let dry = h.deploy(&["--dry-run", "--json"]).await;
+    let plan: Value = serde_json::from_str(&dry.stdout).expect("json");
+    assert!(
+        plan["mixed-fleet"].as_str().unwrap().contains("host old"),
+        "{plan}"
+    );
+    let deploy = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["action"] == "deploy")
+        .unwrap()
+        .clone();
+    assert_eq!(deploy["parallel"], json!(1), "{plan}");
+    let text = h.deploy(&["--dry-run"]).await;
+    assert!(text.stdout.contains("mixed fleet: host old"), "{text}");
+    let status = support::run_async(&["status", "-z", &h.conn]).await;
+    assert!(status.stdout.contains("mixed fleet: host old"), "{status}");
+    let status = support::run_async(&["status", "--json", "-z", &h.conn]).await;
+    let overview: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert!(overview["mixed-fleet"].as_str().unwrap().contains("old"));
+    let times = h.scratch("times.txt");
+    let tp = times.display().to_string();
+    for run in deploy_all(
+        &hosts,
+        &[("ZK_TEST_SLEEP", "0.3"), ("ZK_TEST_TIMES", tp.as_str())],
+    )
+    .await
+    {
+        run.assert_ok();
+    }
+    let runs = intervals(&times);
+    assert_eq!(max_concurrent(&runs), 1, "{runs:#?}");
+    assert_eq!(data(h, "/agent-semaphores/acme,a").await, None);
+    // Once the original's host is gone, the fleet is ours alone.
+    h.client.delete("/hosts/old", None).await.unwrap();
+    let status = support::run_async(&["status", "--json", "-z", &h.conn]).await;
+    let overview: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(overview["mixed-fleet"], Value::Null, "{overview}");
+}
+
+#[tokio::test]
+async fn our_host_nodes_say_which_agent_wrote_them() {
+    let hosts = fleet("rollout-agent-prop", 1).await;
+    let h = &hosts[0];
+    h.tree(&tree("", &["h1"]), v("r1")).await;
+    let mut agent = h.spawn("agent", &[], &[]);
+    h.wait_status("r1", &["done"], LIMIT).await;
+    let node = h.host_node().await.expect("registered");
+    assert_eq!(
+        node["agent"],
+        json!(format!("zkdeployment {}", env!("CARGO_PKG_VERSION")))
+    );
+    agent.terminate();
+    assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
+}
+
+const BAD: [(&str, &str); 5] = [
+    ("max-parallel = 0", "Invalid max-parallel for /acme/a: 0"),
+    ("max-parallel = -2", "Invalid max-parallel for /acme/a: -2"),
+    (
+        "max-parallel = 'abc'",
+        "Invalid max-parallel for /acme/a: 'abc'",
+    ),
+    (
+        "max-parallel = '150%'",
+        "Invalid max-parallel for /acme/a: '150%'",
+    ),
+    ("canary = -1", "Invalid canary for /acme/a: -1"),
+];
+
+#[tokio::test]
+async fn bad_values_are_errors_before_anything_changes() {
+    let hosts = fleet("rollout-bad", 1).await;
+    let h = &hosts[0];
+    for (prop, message) in BAD.iter().chain(&[(
+        "health-deadline = 0",
+        "Invalid health-deadline for /acme/a: 0",
+    )]) {
+        h.tree(&tree(prop, &["h1"]), v(prop)).await;
+        let run = h.deploy(&[]).await;
+        run.assert_code(1);
+        assert!(run.stderr.contains(message), "{prop}: {run}");
+        assert!(h.yum_calls().is_empty(), "{prop}: {:?}", h.yum_calls());
+        assert_eq!(h.etc("foo"), Vec::<String>::new());
+    }
+    // Links are followed: a bad value behind a property link is found too.
+    let linked = "/defaults\n  max-parallel = '0%'\n/acme\n  /a : foo\n    version = '1.0'\n    max-parallel => /defaults max-parallel\n    /deploy\n      /h1\n";
+    h.tree(linked, v("linked")).await;
+    let run = h.deploy(&[]).await;
+    run.assert_code(1);
+    assert!(
+        run.stderr
+            .contains("Invalid max-parallel for /acme/a: '0%'"),
+        "{run}"
+    );
+}
+
+#[test]
+fn tree_check_reports_bad_values_with_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.zk");
+    for (prop, message) in BAD {
+        std::fs::write(&file, tree(prop, &["h1"])).unwrap();
+        let run = support::run(&["tree", "check", file.to_str().unwrap()]);
+        run.assert_code(1);
+        assert!(
+            run.stdout
+                .contains(&format!("{}:2: {message}", file.display())),
+            "{prop}: {run}"
+        );
+    }
+    std::fs::write(
+        &file,
+        tree(
+            "max-parallel = '25%'\ncanary = 1\nhealth-deadline = 30.5",
+            &["h1"],
+        ),
+    )
+    .unwrap();
+    support::run(&["tree", "check", file.to_str().unwrap()]).assert_ok();
+}
+
+#[tokio::test]
+async fn sync_reports_bad_values_with_file_and_line_and_writes_nothing() {
+    let conn = support::chroot("rollout-sync").await;
+    let client = support::connect(&conn).await;
+    let repo = TestRepo::new();
+    let work = tempfile::tempdir().unwrap();
+    let text = tree("max-parallel = '150%'", &["h1"]);
+    repo.commit(&[("acme.zk", text.as_str())]);
+    let checkout = work.path().join("checkout");
+    let lock = work.path().join("lock");
+    let tomb = work.path().join("tombstone");
+    let url = repo.url();
+    let run = support::run_async(&[
+        "sync",
+        "-u",
+        &url,
+        "-t",
+        checkout.to_str().unwrap(),
+        "--tombstone",
+        tomb.to_str().unwrap(),
+        "--lock-file",
+        lock.to_str().unwrap(),
+        "-z",
+        &conn,
+    ])
+    .await;
+    run.assert_code(1);
+    assert!(
+        run.stderr
+            .contains("acme.zk:2: Invalid max-parallel for /acme/a: '150%'"),
+        "{run}"
+    );
+    assert!(matches!(
+        client.get_data("/acme").await,
+        Err(zookeeper_client::Error::NoNode)
+    ));
+}
