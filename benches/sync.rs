@@ -1,6 +1,8 @@
 //! Sync benchmark: the ~50,000-node fleet split over several `.zk` files in a git repository,
 //! a first sync into an empty ZooKeeper, then an unchanged re-sync (forced, so it re-reads and
-//! diffs everything; it must write nothing). Run with `cargo bench --bench sync`.
+//! diffs everything; it must write nothing), then the same with `--auth`: the first protected
+//! sync of the open tree, a forced re-sync and an up-to-date run, which check every ACL. Run
+//! with `cargo bench --bench sync`.
 
 // A bench uses a few of the test helpers.
 #[allow(dead_code)]
@@ -33,6 +35,8 @@ fn main() {
             dry_run: false,
             force: false,
             connection: conn,
+            auth: None,
+            open_hosts: false,
         };
         let t = Instant::now();
         let first = run(&opts).await.expect("first sync");
@@ -55,5 +59,36 @@ fn main() {
             t.elapsed().as_secs_f64()
         );
         assert_eq!(writes, 0, "an unchanged re-sync must not write");
+
+        // Least privilege: the first `sync --auth` on the open tree sets every ACL; after it,
+        // a forced re-sync and the cron's up-to-date run check them all and change nothing.
+        opts.auth = Some(zkdeployment::config::Secret::new("bench:pw"));
+        let t = Instant::now();
+        let protected = run(&opts).await.expect("sync --auth");
+        let Outcome::Applied { writes, .. } = protected else {
+            panic!("{protected:?}")
+        };
+        println!(
+            "first sync --auth of the open tree (reads every ACL, repairs): {writes} writes in {:.2} s",
+            t.elapsed().as_secs_f64()
+        );
+        let t = Instant::now();
+        let again = run(&opts).await.expect("re-sync --auth");
+        let Outcome::Applied { writes, .. } = again else {
+            panic!("{again:?}")
+        };
+        println!(
+            "unchanged re-sync --auth (also checks every ACL): {writes} writes in {:.2} s",
+            t.elapsed().as_secs_f64()
+        );
+        assert_eq!(writes, 0, "an unchanged protected re-sync must not write");
+        opts.force = false;
+        let t = Instant::now();
+        let current = run(&opts).await.expect("up-to-date sync --auth");
+        assert!(matches!(current, Outcome::UpToDate { .. }), "{current:?}");
+        println!(
+            "up-to-date sync --auth (the cron's usual run: fetch, parse, check every ACL): {:.2} s",
+            t.elapsed().as_secs_f64()
+        );
     });
 }

@@ -26,7 +26,8 @@
 //! - [`config`]: the agent's configuration file.
 //! - [`zk`]: ZooKeeper: connection, where things live (`/hosts`, host nodes, lock paths,
 //!   reserved roots), the guarded property update, pipelined reads, links, import/export,
-//!   the kazoo lock and semaphore recipes and the persistent role lock.
+//!   the kazoo lock and semaphore recipes, the persistent role lock, the ACLs of a protected
+//!   tree and the halt records under `/hosts-halt`.
 //! - [`tree`]: the zc.zk text format (literals, parse, export, merge), node size limit and
 //!   the rollout properties (`max-parallel`, `canary`, `health-deadline`).
 //!   Pure, no I/O.

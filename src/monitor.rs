@@ -202,13 +202,18 @@ pub async fn gather(
             .await
             .map_err(|e| unknown(e.to_string()))?;
         let host_path = host_path(host_id);
-        let cluster = match call("get", HOSTS, client.get_data(HOSTS)).await {
+        let mut cluster = match call("get", HOSTS, client.get_data(HOSTS)).await {
             Ok((data, _)) => decode(&data),
             Err(e) if e.is_no_node() => {
                 return Err(unknown(format!("{HOSTS} does not exist in ZooKeeper")))
             }
             Err(e) => return Err(unknown(e.to_string())),
         };
+        // A halt recorded under /hosts-halt (a protected cluster) is a halt like any other.
+        let halts = crate::zk::halts::read_halts(&client)
+            .await
+            .map_err(|e| unknown(e.to_string()))?;
+        crate::zk::halts::effective(&mut cluster, &halts);
         let host = match call("get", &host_path, client.get_data(&host_path)).await {
             Ok((data, _)) => Some(decode(&data)),
             Err(e) if e.is_no_node() => None,

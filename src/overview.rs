@@ -71,6 +71,12 @@ pub struct Overview {
     pub hosts: Vec<HostRow>,
     /// Locks that have a holder or waiters.
     pub locks: Vec<LockRow>,
+    /// What is writable by anyone that should not be (`/hosts`, the root `/`, the top-level
+    /// nodes agents discover deployments in): one message each.
+    pub warnings: Vec<String>,
+    /// True when `/hosts` is protected (resume then takes `--auth`).
+    #[serde(skip)]
+    pub protected: bool,
     /// Why every node uses the node lock with max-parallel 1 (a registered host without
     /// the `agent` property: the original's agent), if so.
     #[serde(rename = "mixed-fleet", skip_serializing_if = "Option::is_none")]
@@ -166,6 +172,77 @@ async fn deploy_targets(client: &Client) -> Result<BTreeSet<String>, ZkError> {
     Ok(targets)
 }
 
+/// Top-level nodes that are not the tree: agents never discover deployments in them.
+const NOT_TREE: [&str; 7] = [
+    "zookeeper",
+    "hosts",
+    "hosts-lock",
+    "hosts-halt",
+    "agent-locks",
+    "role-locks",
+    "agent-semaphores",
+];
+
+/// Warnings about nodes anyone may write (`/hosts`; the root and every top-level node agents
+/// discover deployments in, the repository's or not), and whether `/hosts` is protected
+/// (nobody but its owner writes its data).
+async fn open_acl_warnings(client: &Client) -> Result<(Vec<String>, bool), ZkError> {
+    use crate::zk::acl::open_permissions;
+    use crate::zk::call;
+    use zookeeper_client::Permission;
+    let names = |p: Permission| {
+        [
+            (Permission::WRITE, "write"),
+            (Permission::CREATE, "create children"),
+            (Permission::DELETE, "delete children"),
+            (Permission::ADMIN, "change the ACL"),
+        ]
+        .iter()
+        .filter(|(q, _)| p.has(*q))
+        .map(|(_, n)| *n)
+        .collect::<Vec<_>>()
+        .join(", ")
+    };
+    let open_of = |path: String| async move {
+        match call("get-acl", &path, client.get_acl(&path)).await {
+            Ok((acl, _)) => Ok((path, open_permissions(&acl))),
+            Err(e) if e.is_no_node() => Ok((path, Permission::NONE)),
+            Err(e) => Err(e),
+        }
+    };
+    let mut warnings = Vec::new();
+    let (_, open) = open_of("/hosts".into()).await?;
+    // By design everyone may create children of /hosts (registration); nothing else.
+    let protected = !open.has(Permission::WRITE);
+    if !protected {
+        warnings.push(format!(
+            "/hosts is writable by anyone ({}): any client can set the cluster version (sync --auth protects it)",
+            names(open)
+        ));
+    }
+    let top = crate::zk::call_retrying("list", "/", || client.list_children("/")).await?;
+    let mut tree = vec!["/".to_string()];
+    tree.extend(
+        top.iter()
+            .filter(|n| !NOT_TREE.contains(&n.as_str()))
+            .map(|n| format!("/{n}")),
+    );
+    let mut open_nodes = Vec::new();
+    for path in tree {
+        let (path, open) = open_of(path).await?;
+        if open != Permission::NONE {
+            open_nodes.push(format!("{path} ({})", names(open)));
+        }
+    }
+    if !open_nodes.is_empty() {
+        warnings.push(format!(
+            "the tree is writable by anyone: {} (sync --auth protects it)",
+            open_nodes.join("; ")
+        ));
+    }
+    Ok((warnings, protected))
+}
+
 impl Overview {
     /// Reads the overview from ZooKeeper.
     pub async fn read(client: &Client) -> Result<Overview, ZkError> {
@@ -179,7 +256,10 @@ impl Overview {
         )
         .await?
         .unwrap_or_default();
-        let version = hosts.props.get("version").cloned().unwrap_or(Value::Null);
+        let mut cluster = hosts.props.clone();
+        crate::zk::halts::effective(&mut cluster, &crate::zk::halts::read_halts(client).await?);
+        let version = cluster.get("version").cloned().unwrap_or(Value::Null);
+        let (warnings, protected) = open_acl_warnings(client).await?;
         let rows: Vec<HostRow> = hosts
             .children
             .iter()
@@ -238,9 +318,11 @@ impl Overview {
         let mut overview = Overview {
             version,
             synced: hosts.props.get("synced").cloned().unwrap_or(Value::Null),
-            halt: hosts.props.get("halt").cloned().unwrap_or(Value::Null),
+            halt: cluster.get("halt").cloned().unwrap_or(Value::Null),
             hosts: rows,
             locks,
+            warnings,
+            protected,
             mixed_fleet,
             summary: summarize(
                 &Value::Null,
@@ -301,6 +383,10 @@ impl Overview {
         } else {
             one_line(&py_str(&self.synced))
         };
+        for warning in &self.warnings {
+            out.push_str(&fit(&format!("WARNING: {warning}")));
+            out.push('\n');
+        }
         out.push_str(&fit(&format!(
             "cluster version: {state}   synced revision: {synced}"
         )));
@@ -412,6 +498,9 @@ impl Overview {
             None => out.push_str("  zkdeployment resume --version VERSION"),
         }
         out.push('\n');
+        if self.protected {
+            out.push_str("  (/hosts is protected: add --auth AUTH, the syncer's credentials)\n");
+        }
         out
     }
 }
@@ -547,6 +636,8 @@ mod tests {
                 waiters: vec!["app03.some-long-domain-name.example.com (app03)".into(); 3],
                 age: Some(12.0),
             }],
+            warnings: vec!["/hosts is writable by anyone (write)".into()],
+            protected: true,
             mixed_fleet: None,
             summary: summarize(
                 &Value::Null,
@@ -563,6 +654,8 @@ mod tests {
             assert!(line.chars().count() <= WIDTH, "{line:?}\n{text}");
         }
         assert!(text.contains("HALTED"), "{text}");
+        assert!(text.starts_with("WARNING: /hosts is writable"), "{text}");
+        assert!(text.contains("add --auth AUTH"), "{text}");
         assert!(text.contains("0123456789ab "), "{text}");
         assert!(
             text.contains("zkdeployment resume   (deploys the synced revision"),

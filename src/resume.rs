@@ -1,8 +1,11 @@
 //! Ending a halt (`zkdeployment resume [--version V]`): sets `/hosts` `version` to V, or to the
-//! last synced revision, and clears the halt record, in one guarded write.
+//! last synced revision, and clears the halt record, in one guarded write; on a protected
+//! cluster it first deletes the halt records hosts created under `/hosts-halt` (which takes
+//! the syncer's identity: `resume --auth`).
 
 use serde_json::Value;
 
+use crate::zk::halts::clear_halts;
 use crate::zk::paths::HOSTS;
 use crate::zk::update::update_props;
 use crate::zk::{call, decode, Client, ZkError};
@@ -47,9 +50,12 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Value, Re
             _ => return Err(ResumeError::NoVersion),
         },
     };
+    // Halt records of a protected cluster go first (only the syncer's identity may delete
+    // them), then `/hosts`, whose change wakes the agents.
+    let cleared = clear_halts(client).await?;
     let set = target.clone();
     let mark = crate::zk::paths::version_set(&target);
-    update_props(client, HOSTS, move |p| {
+    let changed = update_props(client, HOSTS, move |p| {
         p.insert("version".into(), set.clone());
         p.remove("halt");
         // Resuming the version that was rolling out continues its roll-out.
@@ -62,5 +68,15 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Value, Re
         }
     })
     .await?;
+    if cleared > 0 && !changed {
+        // Nothing to change on /hosts, but the agents watch it: write it as it is.
+        let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
+        call(
+            "set",
+            HOSTS,
+            client.set_data(HOSTS, &data, Some(stat.version)),
+        )
+        .await?;
+    }
     Ok(target)
 }

@@ -1,7 +1,8 @@
 //! The agent's view of the cluster in ZooKeeper: the cluster version on `/hosts`, halting the
-//! cluster (`version = None` plus a `halt` record), registering the host's ephemeral node.
-//! Properties are changed with [`crate::zk::update::update_props`] (version-guarded, so
-//! concurrent edits by others are never clobbered).
+//! cluster (`version = None` plus a `halt` record, or a record under `/hosts-halt` when
+//! `/hosts` is protected), registering the host's ephemeral node. Properties are changed
+//! with [`crate::zk::update::update_props`] (version-guarded, so concurrent edits by others
+//! are never clobbered).
 
 use std::time::Duration;
 
@@ -11,14 +12,27 @@ use zookeeper_client::{Acl, Acls, CreateMode, Permission};
 use super::model::{agent_id, Host};
 use crate::files::now;
 use crate::tree::Props;
+use crate::zk::halts::{record_halt, HALTS, HALT_PREFIX};
 use crate::zk::paths::{host_path, AGENT_PROPERTY, HOSTS};
 use crate::zk::update::update_props;
 use crate::zk::{call, call_retrying, decode, encode, Client, ZkError};
 
-/// The cluster version (`None`/missing → `Value::Null`).
+/// The cluster version (`None`/missing → `Value::Null`); `None` too while a host's halt
+/// record exists under [`HALTS`] (see [`crate::zk::halts`]).
 pub async fn cluster_version(client: &Client) -> Result<Value, ZkError> {
-    let (data, _) = call_retrying("get", HOSTS, || client.get_data(HOSTS)).await?;
-    Ok(decode(&data).get("version").cloned().unwrap_or(Value::Null))
+    // Both requests in flight at once: one round trip, as before halt records existed.
+    let (hosts, halts) = futures::join!(
+        call_retrying("get", HOSTS, || client.get_data(HOSTS)),
+        call_retrying("list", HALTS, || client.list_children(HALTS)),
+    );
+    let (data, _) = hosts?;
+    let version = decode(&data).get("version").cloned().unwrap_or(Value::Null);
+    let halted = match halts {
+        Ok(names) => names.iter().any(|n| n.starts_with(HALT_PREFIX)),
+        Err(e) if e.is_no_node() => false,
+        Err(e) => return Err(e),
+    };
+    Ok(if halted { Value::Null } else { version })
 }
 
 /// Halts the cluster: `/hosts` `version = None` and the halt record
@@ -37,12 +51,26 @@ pub async fn halt(
         "time": now(),
     });
     tracing::error!("halting the cluster: {error}");
-    update_props(client, HOSTS, |p| {
+    let written = update_props(client, HOSTS, |p| {
         p.insert("version".into(), Value::Null);
         p.insert("halt".into(), record.clone());
     })
-    .await
-    .map(|_| ())
+    .await;
+    match written {
+        // `/hosts` belongs to the syncer's identity (a protected cluster): the halt is
+        // recorded where every host may create it.
+        Err(ZkError::Op {
+            source: zookeeper_client::Error::NoAuth,
+            ..
+        }) => {
+            tracing::info!("{HOSTS} is protected; recording the halt under {HALTS}");
+            let Value::Object(record) = record else {
+                unreachable!("a JSON object")
+            };
+            record_halt(client, &record).await
+        }
+        other => other.map(|_| ()),
+    }
 }
 
 /// Why the agent could not register.

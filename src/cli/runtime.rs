@@ -1,6 +1,6 @@
 //! The runtime every command runs on, and the way out of it: whatever the command's end
 //! (success, error, or SIGTERM / SIGINT), its ZooKeeper sessions are closed on the server
-//! before the process exits (CONTRACT §13, see [`crate::zk::session`]).
+//! before the process exits (see [`crate::zk::session`]).
 
 use std::future::Future;
 

@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use super::zkarg::ZkArg;
+use super::zkarg::{AuthArg, ZkArg};
 use super::{runtime, Failure, Outcome};
 use crate::overview::Overview;
 use crate::resume::{parse_version, resume, ResumeError};
@@ -44,6 +44,8 @@ pub struct ResumeArgs {
     /// Print the program's version (`--version` takes a value here).
     #[arg(short = 'V', action = clap::ArgAction::Version)]
     print_version: Option<bool>,
+    #[command(flatten)]
+    auth: AuthArg,
     #[command(flatten)]
     zk: ZkArg,
 }
@@ -96,8 +98,9 @@ async fn require_hosts(client: &Client, zk: &ZkArg) -> Result<(), Failure> {
 }
 
 pub fn resume_cmd(args: ResumeArgs) -> Outcome {
+    let auth = args.auth.secret()?;
     runtime()?.block_on(async {
-        let client = args.zk.connect().await?;
+        let client = args.zk.connect_as(auth.as_ref()).await?;
         let version = args.version.as_deref().map(parse_version);
         let set = resume(&client, version).await.map_err(|e| match e {
             ResumeError::NullVersion => Failure::Usage(e.to_string()),

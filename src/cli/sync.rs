@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::zkarg::ZkArg;
+use super::zkarg::{AuthArg, ZkArg};
 use super::{runtime, Failure, Outcome};
 use crate::sync::local::{lock_file, lock_holder, Tombstone, DEFAULT_LOCK_FILE, DEFAULT_TOMBSTONE};
 use crate::sync::{self, Options};
@@ -44,6 +44,12 @@ pub struct SyncArgs {
     /// (on stderr, exit 1) instead of skipped quietly.
     #[arg(long, value_name = "SECONDS", default_value_t = STALE_LOCK_SECS)]
     stale_lock: u64,
+    /// Leave /hosts writable by everyone when protecting with --auth (a mixed fleet whose
+    /// original agents must record halts on /hosts).
+    #[arg(long, requires = "auth")]
+    open_hosts: bool,
+    #[command(flatten)]
+    auth: AuthArg,
     #[command(flatten)]
     zk: ZkArg,
 }
@@ -55,6 +61,7 @@ const STALE_LOCK_SECS: u64 = 3600;
 pub fn run(args: SyncArgs) -> Outcome {
     // Before the runtime starts any thread (a libgit2 global).
     crate::gitauth::bound_network(Duration::from_secs(args.git_timeout.max(1)));
+    let auth = args.auth.secret()?;
     let Some(_lock) =
         lock_file(&args.lock_file).map_err(|e| Failure::Failed(format!("lock file {e}")))?
     else {
@@ -84,6 +91,8 @@ pub fn run(args: SyncArgs) -> Outcome {
         dry_run: args.dry_run,
         force: args.force,
         connection: args.zk.resolve(),
+        auth,
+        open_hosts: args.open_hosts,
     };
     let result = runtime()?.block_on(sync::run(&opts));
     match result {

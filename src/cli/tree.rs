@@ -5,12 +5,13 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
-use super::zkarg::ZkArg;
+use super::zkarg::{AuthArg, ZkArg};
 use super::{runtime, Failure, Outcome};
 use crate::tree::parse::parse_bytes;
 use crate::tree::Node;
+use crate::zk::acl::{Kind, Protection};
 use crate::zk::export::export_tree;
-use crate::zk::import::{import_tree, Trim};
+use crate::zk::import::{import_tree_with_acl, Trim};
 
 #[derive(Debug, Subcommand)]
 pub enum TreeCommand {
@@ -51,6 +52,8 @@ pub enum TreeCommand {
         #[arg(short = 'n', long)]
         dry_run: bool,
         #[command(flatten)]
+        auth: AuthArg,
+        #[command(flatten)]
         zk: ZkArg,
     },
 }
@@ -80,9 +83,14 @@ pub fn run(cmd: TreeCommand) -> Outcome {
             trim,
             no_trim,
             dry_run,
+            auth,
             zk,
         } => {
             check_node_path(&node)?;
+            let secret = auth.secret()?;
+            let acl = secret
+                .as_ref()
+                .map(|s| Protection::new(s.expose()).acl(Kind::Owned));
             let tree = read_tree(&file)?;
             let trim = match (trim, no_trim) {
                 (true, _) => Trim::Yes,
@@ -90,7 +98,7 @@ pub fn run(cmd: TreeCommand) -> Outcome {
                 _ => Trim::Report,
             };
             runtime()?.block_on(async {
-                let client = zk.connect().await?;
+                let client = zk.connect_as(secret.as_ref()).await?;
                 let node = node.trim_end_matches('/');
                 let node = if node.is_empty() { "/" } else { node };
                 if !dry_run {
@@ -99,9 +107,10 @@ pub fn run(cmd: TreeCommand) -> Outcome {
                         .await
                         .map_err(|e| Failure::Failed(format!("import failed: {e}")))?;
                 }
-                let done = import_tree(&client, &tree, node, trim, dry_run)
-                    .await
-                    .map_err(|e| Failure::Failed(format!("import failed: {e}")))?;
+                let done =
+                    import_tree_with_acl(&client, &tree, node, trim, dry_run, acl.as_deref())
+                        .await
+                        .map_err(|e| Failure::Failed(format!("import failed: {e}")))?;
                 for line in done.lines {
                     println!("{line}");
                 }

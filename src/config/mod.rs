@@ -55,8 +55,10 @@
 //! - `values.rs`: value lookup and indirection (`file://`, `http(s)://`, [`http_get`]);
 //! - `validate.rs`: the checks and parsers of single values (names, seconds, `smtp`, paths);
 //! - `error.rs`: [`ConfigError`] and message quoting;
-//! - `host.rs`: [`fqdn`].
+//! - `host.rs`: [`fqdn`];
+//! - `auth.rs`: [`auth_flag`], the `--auth` flag under the `zookeeper-auth` rules.
 
+mod auth;
 mod error;
 mod host;
 mod ini;
@@ -71,6 +73,7 @@ use std::time::Duration;
 use crate::zk::connect::connection_string;
 /// The connection string precedence lives with the ZooKeeper connection.
 pub use crate::zk::connect::{resolve_connection, CONNECTION_ENV, DEFAULT_CONNECTION};
+pub use auth::{auth_flag, AuthError};
 pub use error::ConfigError;
 pub use host::fqdn;
 pub use parse::parse;

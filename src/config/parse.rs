@@ -71,13 +71,7 @@ pub fn parse(
     let zookeeper_auth = match values.optional_strict(SECRET_KEY)? {
         None => None,
         Some(v) => {
-            let ok = match v.split_once(':') {
-                Some((user, _)) => {
-                    !user.is_empty() && !v.chars().any(|c| c.is_control() || c == '\n')
-                }
-                None => false,
-            };
-            if !ok {
+            if !super::auth::is_digest(&v) {
                 return Err(values.invalid(
                     SECRET_KEY,
                     "expected digest credentials user:password (value not shown)".into(),

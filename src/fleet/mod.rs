@@ -31,7 +31,7 @@ use plan::{plan_fleet, FleetPlan, Indexed};
 pub struct Document {
     /// The candidate: a git revision, or `files`.
     pub revision: String,
-    /// The cluster version now.
+    /// The cluster version now (`null` when halted, on `/hosts` or by a halt record).
     pub cluster: Value,
     /// The plan.
     #[serde(flatten)]
@@ -46,7 +46,10 @@ pub async fn plan_candidate(
     candidate: &Node,
 ) -> Result<Document, ZkError> {
     let hosts = read::read_hosts(client).await?;
-    let cluster = hosts.props.get("version").cloned().unwrap_or(Value::Null);
+    // A halt recorded under `/hosts-halt` halts the cluster as `/hosts` `version` = None does.
+    let mut props = hosts.props.clone();
+    crate::zk::halts::effective(&mut props, &crate::zk::halts::read_halts(client).await?);
+    let cluster = props.get("version").cloned().unwrap_or(Value::Null);
     let registered = read::registered(&hosts);
     drop(hosts);
     let candidate_index = TargetIndex::build(candidate);

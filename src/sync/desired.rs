@@ -82,11 +82,12 @@ impl Desired {
 }
 
 /// Top-level nodes a repository may never define (they belong to agents and syncers).
-const RESERVED: [&str; 6] = [
+const RESERVED: [&str; 7] = [
     "zookeeper",
     "hosts",
     "hosts-lock",
     "agent-locks",
+    "hosts-halt",
     "agent-semaphores",
     "deployment-index",
 ];

@@ -5,15 +5,17 @@
 //! the ZooKeeper guards — `/hosts` created if missing, a halted cluster refused, an unchanged
 //! revision is nothing to do, unconverged hosts refused, `/hosts-lock` taken without blocking —
 //! and finally the new top-level nodes claimed in `synced-roots`, one diff applied, `/hosts`
-//! `version`, `synced` and `synced-roots` set last, in one write. A sync that dies while
-//! applying leaves `version` as it was, so no agent acts on a half-applied tree, and the next
-//! sync completes it. The deployment index ([`index`]) is invalidated before the tree
-//! changes, rewritten after, and made live by the same transaction that sets `version`.
+//! `version`, `synced` and `synced-roots` set last, in one write. With `--auth`, everything it
+//! owns is protected ([`protect`]). A sync that dies while applying leaves `version` as it was,
+//! so no agent acts on a half-applied tree, and the next sync completes it. The deployment
+//! index ([`index`]) is invalidated before the tree changes, rewritten after, and made live by
+//! the same transaction that sets `version`.
 
 pub mod desired;
 pub mod git;
 pub mod index;
 pub mod local;
+pub mod protect;
 
 use std::path::PathBuf;
 
@@ -21,7 +23,9 @@ use serde_json::{json, Value};
 
 use crate::tree::literal::py_str;
 use crate::tree::Props;
-use crate::zk::import::{apply, plan, plan_delete, read_existing, ApplyError, Op};
+use crate::zk::acl::{Kind, Protection};
+use crate::zk::halts::{clear_halts, effective, read_halts};
+use crate::zk::import::{apply_with_acl, plan, plan_delete, read_existing, ApplyError, Op};
 use crate::zk::index::INDEX;
 use crate::zk::lock::{try_lock, TryLock};
 use crate::zk::paths::{version_set, VERSION_SET};
@@ -52,6 +56,11 @@ pub struct Options {
     pub force: bool,
     /// ZooKeeper connection string.
     pub connection: String,
+    /// `--auth`: the syncer's digest credentials; with them, what the syncer owns is
+    /// protected (see [`protect`]).
+    pub auth: Option<crate::config::Secret>,
+    /// `--open-hosts`: leave `/hosts` writable by everyone (a mixed fleet).
+    pub open_hosts: bool,
 }
 
 /// Why a sync did nothing on purpose.
@@ -147,8 +156,12 @@ pub async fn run(opts: &Options) -> Result<Outcome, SyncError> {
     let revision = checkout.revision.clone();
     tracing::info!("VCS Version: {revision}");
     let desired = desired::build(&checkout.files).map_err(SyncError::Tree)?;
-    let client = connect(&ConnectOptions::new(opts.connection.clone())).await?;
-    let hosts = read_hosts(&client, opts.dry_run).await?;
+    let mut connect_opts = ConnectOptions::new(opts.connection.clone());
+    connect_opts.digest = opts.auth.as_ref().map(|s| s.expose().to_string());
+    let client = connect(&connect_opts).await?;
+    let protection = opts.auth.as_ref().map(|s| Protection::new(s.expose()));
+    let mut hosts = read_hosts(&client, opts.dry_run).await?;
+    effective(&mut hosts, &read_halts(&client).await?);
     let version = hosts.get("version").cloned().unwrap_or(Value::Null);
     tracing::info!("ZK Version: {}", py_str(&version));
 
@@ -156,6 +169,9 @@ pub async fn run(opts: &Options) -> Result<Outcome, SyncError> {
     if version.is_null() && !opts.force {
         refusal = Some(Refusal::Halted(hosts.get("halt").cloned()));
     } else if version == Value::String(revision.clone()) && !opts.force {
+        if let (Some(p), false) = (&protection, opts.dry_run) {
+            protect::protect(&client, p, &desired, opts.open_hosts).await?;
+        }
         return Ok(Outcome::UpToDate { revision });
     } else if !opts.force && version != Value::Bool(false) {
         refusal = unconverged(&client, &version).await?;
@@ -184,7 +200,7 @@ pub async fn run(opts: &Options) -> Result<Outcome, SyncError> {
         }
     };
     tracing::info!("Version mismatch detected, resyncing");
-    let result = apply_locked(&client, &desired, &revision, opts.force).await;
+    let result = apply_locked(&client, &desired, &revision, opts, protection.as_ref()).await;
     held.release(&client).await?;
     result
 }
@@ -193,7 +209,8 @@ async fn apply_locked(
     client: &Client,
     desired: &Desired,
     revision: &str,
-    force: bool,
+    opts: &Options,
+    protection: Option<&Protection>,
 ) -> Result<Outcome, SyncError> {
     let hosts = read_hosts(client, false).await?;
     let (_, ops) = plan_sync(client, desired, &hosts, false).await?;
@@ -203,8 +220,22 @@ async fn apply_locked(
         index::invalidate(client, &format!("sync of {revision} in progress")).await?;
     }
     claim_roots(client, desired).await?;
-    let mut writes = apply(client, &ops).await?;
-    writes += set_version(client, desired, revision, force, previous).await?;
+    let acl = protection.map(|p| p.acl(Kind::Owned));
+    let mut writes = apply_with_acl(client, &ops, acl.as_deref()).await?;
+    if let Some(p) = protection {
+        writes += protect::protect(client, p, desired, opts.open_hosts)
+            .await?
+            .len();
+    }
+    if opts.force {
+        // A forced sync ends a halt, wherever it was recorded.
+        writes += clear_halts(client).await?;
+    }
+    writes += set_version(client, desired, revision, opts.force, previous).await?;
+    if let Some(p) = protection {
+        // The index generation set_version wrote (created open by the index code).
+        writes += protect::protect_index(client, p).await?.len();
+    }
     Ok(Outcome::Applied {
         revision: revision.to_string(),
         writes,
@@ -299,6 +330,7 @@ async fn plan_sync(
             "agent-locks",
             "agent-semaphores",
             "role-locks",
+            "hosts-halt",
             "deployment-index",
         ]
         .contains(&name);
@@ -376,7 +408,10 @@ async fn set_version(
     for _ in 0..10 {
         let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
         let mut props = decode(&data);
-        if !force && props.get("version").is_none_or(Value::is_null) {
+        if !force
+            && (props.get("version").is_none_or(Value::is_null)
+                || !read_halts(client).await?.is_empty())
+        {
             return Err(SyncError::HaltedDuringSync);
         }
         let before = props.clone();

@@ -287,9 +287,23 @@ fn check_sizes(ops: &[Op]) -> Result<(), ApplyError> {
 /// transactions, several of which are in flight at once (ZooKeeper runs one session's
 /// requests in order). Stops at the first failure.
 pub async fn apply(client: &Client, ops: &[Op]) -> Result<usize, ApplyError> {
+    apply_with_acl(client, ops, None).await
+}
+
+/// [`apply`], creating nodes with `acl` (`None`: open to everyone, as zc.zk does).
+pub async fn apply_with_acl(
+    client: &Client,
+    ops: &[Op],
+    acl: Option<&[zookeeper_client::Acl]>,
+) -> Result<usize, ApplyError> {
     check_sizes(ops)?;
     let total = ops.len();
-    let options = open_persistent();
+    let options = match acl {
+        Some(acl) => {
+            zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::new(acl))
+        }
+        None => open_persistent(),
+    };
     let fail = |error: ZkError, applied: usize| ApplyError {
         error,
         applied,
@@ -446,6 +460,18 @@ pub async fn import_tree(
     trim: Trim,
     dry_run: bool,
 ) -> Result<Imported, ImportError> {
+    import_tree_with_acl(client, desired, at, trim, dry_run, None).await
+}
+
+/// [`import_tree`], creating nodes with `acl` (`None`: open to everyone).
+pub async fn import_tree_with_acl(
+    client: &Client,
+    desired: &Node,
+    at: &str,
+    trim: Trim,
+    dry_run: bool,
+    acl: Option<&[zookeeper_client::Acl]>,
+) -> Result<Imported, ImportError> {
     let at = match at.trim_end_matches('/') {
         "" => "/",
         trimmed => trimmed,
@@ -457,7 +483,7 @@ pub async fn import_tree(
     let writes = if dry_run {
         0
     } else {
-        apply(client, &plan.ops).await?
+        apply_with_acl(client, &plan.ops, acl).await?
     };
     Ok(Imported {
         lines: plan.lines,

@@ -3,11 +3,14 @@
 //! ([`update`]), reading subtrees with pipelined requests ([`snapshot`], [`multiread`]),
 //! symbolic and property links ([`links`]), importing a parsed tree as a minimal diff
 //! ([`import`]), exporting it back ([`export`]), the kazoo-compatible lock and semaphore
-//! recipes ([`lock`], [`semaphore`]), the persistent role lock ([`role_lock`]), and closing
-//! sessions on exit ([`session`]).
+//! recipes ([`lock`], [`semaphore`]), the persistent role lock ([`role_lock`]), closing
+//! sessions on exit ([`session`]), ACLs of a protected tree ([`acl`]) and the halt records
+//! hosts create when they may not write `/hosts` ([`halts`]).
 
+pub mod acl;
 pub mod connect;
 pub mod export;
+pub mod halts;
 pub mod import;
 pub mod index;
 pub mod links;

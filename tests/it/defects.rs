@@ -645,7 +645,7 @@ async fn monitor_unknown_lines_carry_no_empty_performance_data() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 9. Every command closes its session before it exits (CONTRACT §13).
+// 9. Every command closes its session before it exits.
 
 /// The server's count of open sessions (`mntr` `zk_global_sessions`).
 fn sessions(port: u16) -> i64 {

@@ -722,6 +722,22 @@ async fn with_digest_auth_the_host_node_is_read_only_to_others_and_the_secret_ne
             std::fs::read_to_string(&env_file).unwrap(),
         ),
         (
+            "status".into(),
+            support::run_async(&["status", "-z", &h.conn])
+                .await
+                .assert_ok()
+                .stdout
+                .clone(),
+        ),
+        (
+            "status --json".into(),
+            support::run_async(&["status", "--json", "-z", &h.conn])
+                .await
+                .assert_ok()
+                .stdout
+                .clone(),
+        ),
+        (
             "the whole tree".into(),
             support::run_async(&["tree", "export", "-e", "-z", &h.conn])
                 .await

@@ -263,7 +263,9 @@ async fn malformed_trees_are_refused_everywhere_and_change_nothing() {
             sync.stderr.contains(&expected) && sync.stderr.contains(case.message),
             "{name}: sync\n{sync}"
         );
-        assert!(took < Duration::from_secs(30), "{name} took {took:?}");
+        // No wall-clock bound here: a pathological (super-linear) parse is caught by the run
+        // helpers' own kill after `support::RUN_TIMEOUT`, which fails the exit-code checks above.
+        eprintln!("{name}: {took:?}");
     }
     assert_eq!(h.zk_stats().await, before, "nothing was written");
     assert_eq!(h.hosts().await["version"], json!("r0"));
@@ -853,5 +855,6 @@ fn a_ten_megabyte_tree_parses_in_bounded_time_and_an_error_on_its_last_line_is_n
         )),
         "{failed}"
     );
-    assert!(took < Duration::from_secs(60), "{took:?}");
+    // Bounded by `support::RUN_TIMEOUT` (the run is killed and the checks above fail); no
+    // wall-clock assertion, which a loaded machine would turn into a flake.
 }

@@ -26,6 +26,7 @@ mod harness_selftest;
 mod hostile;
 mod index;
 mod index_differential;
+mod least_privilege;
 mod monitor;
 mod notify;
 mod operations;

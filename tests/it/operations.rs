@@ -452,6 +452,15 @@ async fn status_and_resume_edge_cases() {
     // The fleet summary (a new key) counts nobody.
     let summary = s.as_object_mut().unwrap().remove("summary").unwrap();
     assert_eq!(summary["hosts"], json!(0));
+    // An open cluster (no `sync --auth`) is warned about.
+    let warnings = s.as_object_mut().unwrap().remove("warnings").unwrap();
+    assert!(
+        warnings[0]
+            .as_str()
+            .unwrap()
+            .starts_with("/hosts is writable by anyone"),
+        "{warnings}"
+    );
     assert_eq!(
         s,
         json!({"version": null, "synced": null, "halt": null, "hosts": [], "locks": []})

@@ -1,0 +1,153 @@
+//! `sync --auth`: the ACLs of everything the syncer owns (README, "Security: least privilege").
+//!
+//! Nodes the syncer creates get their ACL when created ([`crate::zk::import::apply_with_acl`]);
+//! [`protect`] then checks every node the syncer owns and repairs those whose ACL differs (a
+//! tree synced before auth was on, a node someone opened by hand):
+//!
+//! - the import root `/` (of the chroot), so that nobody else can add a top-level node for
+//!   agents to discover; every persistent node under the repository's roots (its
+//!   `synced-roots`: the nodes its files define and any other found there); and
+//!   `/deployment-index` with its children: READ for everyone, ALL for the syncer's identity
+//!   ([`Kind::Owned`]);
+//! - `/hosts` and [`HALTS`]: READ and CREATE for everyone (hosts register and record halts),
+//!   ALL for the syncer ([`Kind::Register`]); `/hosts` is left open to everyone instead with
+//!   `--open-hosts` (a mixed fleet, whose original agents halt by writing `/hosts`);
+//! - `/hosts-lock`: only syncers take it ([`Kind::Owned`]).
+//!
+//! The nodes hosts share — `/agent-locks`, `/role-locks` (also when a `.zkx` file defines role
+//! lock nodes), `/agent-semaphores` — are created open if missing (the root no longer lets
+//! agents create them) and never restricted.
+
+use zookeeper_client::CreateMode;
+
+use super::desired::Desired;
+use crate::zk::acl::{repair, Kind, Protection};
+use crate::zk::halts::HALTS;
+use crate::zk::lock::ensure_node;
+use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
+use crate::zk::{call, join, Client, ZkError};
+
+/// The index another part of the syncer writes; protected like the tree when present.
+pub const DEPLOYMENT_INDEX: &str = "/deployment-index";
+
+/// Nodes every host writes under; created open before the root is closed.
+pub const SHARED: [&str; 3] = ["/agent-locks", "/role-locks", "/agent-semaphores"];
+
+/// Checks and repairs the ACLs of everything the syncer owns; returns the paths repaired.
+pub async fn protect(
+    client: &Client,
+    protection: &Protection,
+    desired: &Desired,
+    open_hosts: bool,
+) -> Result<Vec<String>, ZkError> {
+    for shared in SHARED {
+        ensure_node(client, shared).await?;
+    }
+    let register = protection.acl(Kind::Register);
+    let mode = CreateMode::Persistent.with_acls(zookeeper_client::Acls::new(&register));
+    match call("create", HALTS, client.create(HALTS, b"", &mode)).await {
+        Err(ZkError::Op {
+            source: zookeeper_client::Error::NodeExists,
+            ..
+        })
+        | Ok(_) => {}
+        Err(e) => return Err(e),
+    }
+
+    let owned = protection.acl(Kind::Owned);
+    let hosts = protection.acl(if open_hosts {
+        Kind::Open
+    } else {
+        Kind::Register
+    });
+    let mut nodes = vec![
+        ("/".to_string(), owned.clone()),
+        ("/hosts".to_string(), hosts),
+        (HALTS.to_string(), register),
+        ("/hosts-lock".to_string(), owned.clone()),
+    ];
+    // Every persistent node under the repository's roots as it is now (after the apply):
+    // the nodes its files define and any other node found there (a node left untrimmed under
+    // a `.zkx` overlay is discovered by agents like any other). Ephemeral nodes belong to
+    // their sessions and are left alone.
+    let persistent = ReadOptions {
+        include_ephemeral: false,
+        skip: &|_| false,
+    };
+    let mut owned_paths = Vec::new();
+    let roots = desired
+        .roots()
+        .iter()
+        .map(|r| join("/", r))
+        .collect::<Vec<_>>();
+    for root in roots.iter().map(String::as_str).chain([DEPLOYMENT_INDEX]) {
+        if SHARED.contains(&root) {
+            continue;
+        }
+        if let Some(node) = read_subtree(client, root, &persistent).await? {
+            znode_paths(root, &node, &mut |p| owned_paths.push(p));
+        }
+    }
+    nodes.extend(owned_paths.into_iter().map(|p| (p, owned.clone())));
+    // Shared nodes a `.zkx` file defines (role lock nodes) stay open to every host.
+    for (name, node) in &desired.tree.children {
+        let path = join("/", name);
+        if SHARED.contains(&path.as_str()) {
+            let open = protection.acl(Kind::Open);
+            tree_paths(&path, node, &mut |p| nodes.push((p, open.clone())));
+        }
+    }
+    let repaired = repair(client, &nodes).await?;
+    if !repaired.is_empty() {
+        let shown: Vec<&str> = repaired.iter().take(5).map(String::as_str).collect();
+        tracing::warn!(
+            "repaired the ACL of {} node(s) owned by the syncer ({}{})",
+            repaired.len(),
+            shown.join(", "),
+            if repaired.len() > shown.len() {
+                ", …"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(repaired)
+}
+
+/// Checks and repairs the ACLs of `/deployment-index` and its children only (after a new
+/// generation was written); returns the paths repaired.
+pub async fn protect_index(
+    client: &Client,
+    protection: &Protection,
+) -> Result<Vec<String>, ZkError> {
+    let persistent = ReadOptions {
+        include_ephemeral: false,
+        skip: &|_| false,
+    };
+    let owned = protection.acl(Kind::Owned);
+    let mut nodes = Vec::new();
+    if let Some(index) = read_subtree(client, DEPLOYMENT_INDEX, &persistent).await? {
+        znode_paths(DEPLOYMENT_INDEX, &index, &mut |p| {
+            nodes.push((p, owned.clone()))
+        });
+    }
+    repair(client, &nodes).await
+}
+
+/// `at` and every path below it in a desired tree.
+fn tree_paths(at: &str, node: &crate::tree::Node, out: &mut dyn FnMut(String)) {
+    for (name, child) in &node.children {
+        tree_paths(&join(at, name), child, out);
+    }
+    out(at.to_string());
+}
+
+/// `at` and every persistent path below it.
+fn znode_paths(at: &str, node: &ZNode, out: &mut dyn FnMut(String)) {
+    for (name, child) in &node.children {
+        if !child.is_ephemeral() {
+            znode_paths(&join(at, name), child, out);
+        }
+    }
+    out(at.to_string());
+}

@@ -1,0 +1,114 @@
+//! Halt records kept outside `/hosts`, for a protected cluster (README, "Security: least privilege").
+//!
+//! A host that may not write `/hosts` (it is owned by the syncer's identity) still has to halt
+//! the cluster when a step fails. It creates a child `halt-<sequence>` of [`HALTS`] holding
+//! the halt record (`{host, name, version, error, time}`), readable by all and writable by
+//! nobody. Everyone may create children of [`HALTS`]; only the syncer's identity may delete
+//! them (`resume --auth`). While any child exists, the cluster is halted: every reader of the
+//! cluster version applies [`effective`], which makes `version` `None` and `halt` the first
+//! record, exactly as if the host had written them into `/hosts`.
+
+use serde_json::Value;
+use zookeeper_client::{Acl, Acls, CreateMode, Permission};
+
+use super::{call, call_retrying, decode, encode, join, Client, ZkError};
+use crate::tree::Props;
+
+/// The node under which hosts record halts.
+pub const HALTS: &str = "/hosts-halt";
+/// The name prefix of a halt record (a sequential node).
+pub const HALT_PREFIX: &str = "halt-";
+
+/// The halt records, oldest first (empty when [`HALTS`] is missing or has no children).
+pub async fn read_halts(client: &Client) -> Result<Vec<Value>, ZkError> {
+    let mut names = match call_retrying("list", HALTS, || client.list_children(HALTS)).await {
+        Ok(names) => names,
+        Err(e) if e.is_no_node() => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    names.retain(|n| n.starts_with(HALT_PREFIX));
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let path = join(HALTS, &name);
+        match call_retrying("get", &path, || client.get_data(&path)).await {
+            Ok((data, _)) => out.push(Value::Object(decode(&data))),
+            Err(e) if e.is_no_node() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// Records a halt as a new child of [`HALTS`] (readable by all, changeable by nobody).
+pub async fn record_halt(client: &Client, record: &Props) -> Result<(), ZkError> {
+    static READ_ONLY: [Acl; 1] = [Acl::new_const(Permission::READ, "world", "anyone")];
+    let mode = CreateMode::PersistentSequential.with_acls(Acls::new(&READ_ONLY));
+    let prefix = join(HALTS, HALT_PREFIX);
+    // Not retried: a create whose answer was lost may have gone through, and a second record
+    // would only repeat the halt.
+    call(
+        "create",
+        &prefix,
+        client.create(&prefix, &encode(record), &mode),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Deletes every halt record; returns how many there were.
+pub async fn clear_halts(client: &Client) -> Result<usize, ZkError> {
+    let names = match call_retrying("list", HALTS, || client.list_children(HALTS)).await {
+        Ok(names) => names,
+        Err(e) if e.is_no_node() => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut cleared = 0;
+    for name in names.iter().filter(|n| n.starts_with(HALT_PREFIX)) {
+        let path = join(HALTS, name);
+        match call_retrying("delete", &path, || client.delete(&path, None)).await {
+            Ok(()) => cleared += 1,
+            Err(e) if e.is_no_node() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(cleared)
+}
+
+/// Applies halt records to the properties of `/hosts`: with any record, `version` is `None`
+/// and `halt` is the record already on `/hosts` if the cluster was halted there, else the
+/// first record.
+pub fn effective(hosts: &mut Props, halts: &[Value]) {
+    let Some(first) = halts.first() else { return };
+    let halted_on_hosts = hosts.get("version").is_none_or(Value::is_null)
+        && hosts.get("halt").is_some_and(Value::is_object);
+    hosts.insert("version".into(), Value::Null);
+    if !halted_on_hosts {
+        hosts.insert("halt".into(), first.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn props(v: Value) -> Props {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn a_record_halts_the_cluster() {
+        let mut p = props(json!({"version": "r1", "synced": "r1"}));
+        effective(&mut p, &[]);
+        assert_eq!(p["version"], json!("r1"));
+        let rec = json!({"host": "h1", "error": "boom"});
+        effective(&mut p, std::slice::from_ref(&rec));
+        assert_eq!(p["version"], Value::Null);
+        assert_eq!(p["halt"], rec);
+        // A halt recorded on /hosts is kept.
+        let mut p = props(json!({"version": null, "halt": {"host": "h0"}}));
+        effective(&mut p, &[rec]);
+        assert_eq!(p["halt"], json!({"host": "h0"}));
+    }
+}
