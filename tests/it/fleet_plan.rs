@@ -442,3 +442,38 @@ async fn hosts_whose_pass_would_fail_are_named_with_the_error() {
     agent.terminate();
     assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
 }
+
+/// A halt recorded under `/hosts-halt` (by a host that may not write `/hosts`) halts the
+/// cluster as `/hosts` `version` = None does: the plan says the cluster version is `None`.
+#[tokio::test]
+async fn a_recorded_halt_is_a_halted_cluster() {
+    let h = TestHost::fake("fleet-plan-halt").await;
+    let tree = "/acme\n  /web : webapp\n    version = '1.4'\n    /deploy\n      /h1\n";
+    h.tree(tree, json!("r1")).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("acme.zk");
+    std::fs::write(&file, tree).unwrap();
+    let before = plan(&h.conn, &["--files", file.to_str().unwrap(), "--json"]).await;
+    before.assert_code(0);
+    let doc: Value = serde_json::from_str(&before.stdout).unwrap();
+    assert_eq!(doc["cluster"], json!("r1"), "{before}");
+    h.client
+        .create(
+            "/hosts-halt",
+            b"",
+            &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let record: zkdeployment::tree::Props = serde_json::from_value(
+        json!({"host": "h9", "name": "h9.example.com", "version": "r1", "error": "boom", "time": 1.0}),
+    )
+    .unwrap();
+    zkdeployment::zk::halts::record_halt(&h.client, &record)
+        .await
+        .unwrap();
+    let after = plan(&h.conn, &["--files", file.to_str().unwrap(), "--json"]).await;
+    after.assert_code(0);
+    let doc: Value = serde_json::from_str(&after.stdout).unwrap();
+    assert_eq!(doc["cluster"], Value::Null, "{after}");
+}
