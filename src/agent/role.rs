@@ -40,6 +40,7 @@ impl From<RoleLockError> for Interrupt {
         match e {
             RoleLockError::Zk(e) => Interrupt::Lost(e),
             RoleLockError::Missing(path) => StepError::RoleLockMissing(path).into(),
+            RoleLockError::Stopping => Interrupt::Abandon("the agent is stopping".into()),
         }
     }
 }

@@ -32,7 +32,9 @@ impl Step {
         if let Step::StartingDeployments { role, .. } = self {
             pass.status("waiting for the role lock").await;
             let host = &pass.agent.host;
-            pass.role_lock = Some(enter(&pass.agent.client, role, &host.id, &host.name).await?);
+            let stop = &pass.agent.stop;
+            pass.role_lock =
+                Some(enter(&pass.agent.client, role, &host.id, &host.name, stop).await?);
         }
         if let Some(text) = self.status_text() {
             pass.status(&text).await;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use serde_json::json;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::Notify;
 
 use super::zkarg::ZkArg;
@@ -157,15 +158,16 @@ pub fn agent(args: AgentArgs) -> Outcome {
     runtime_own_signals()?.block_on(async move {
         // Until the agent is started, SIGTERM ends it at once (its session closed on the way
         // out): registration may wait out a dead agent's session.
+        let mut signals = Signals::listen();
         let mut ctx = tokio::select! {
             started = start(config, connection, stop.clone(), false) => started.map_err(start_error)?,
-            () = signalled() => {
+            () = signals.recv() => {
                 tracing::info!("stopped before the agent had started");
                 return Ok(0);
             }
         };
         let wake = Arc::new(Notify::new());
-        spawn_signal_handler(stop.clone(), wake.clone());
+        spawn_signal_handler(signals, stop.clone(), wake.clone());
         if args.run_once {
             let outcome = ctx.run_pass(false).await;
             close(ctx).await;
@@ -183,36 +185,38 @@ pub fn agent(args: AgentArgs) -> Outcome {
     })
 }
 
-/// Resolves on SIGTERM or SIGINT (never, if the handlers cannot be installed).
-async fn signalled() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
+/// The SIGTERM and SIGINT listeners of a command, made once before its start-up and handed
+/// on to the handler that follows it: a signal arriving between the two is not lost (a
+/// listener made later never sees a signal that came before it).
+struct Signals(Option<(Signal, Signal)>);
+
+impl Signals {
+    /// Starts listening (inside the runtime). No listeners if they cannot be installed.
+    fn listen() -> Signals {
+        Signals(
+            signal(SignalKind::terminate())
+                .ok()
+                .zip(signal(SignalKind::interrupt()).ok()),
+        )
+    }
+
+    /// Resolves on SIGTERM or SIGINT (never, without listeners).
+    async fn recv(&mut self) {
+        match &mut self.0 {
+            Some((term, int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
             }
+            None => std::future::pending().await,
         }
-        _ => std::future::pending().await,
     }
 }
 
-fn spawn_signal_handler(stop: Arc<AtomicBool>, wake: Arc<Notify>) {
+fn spawn_signal_handler(mut signals: Signals, stop: Arc<AtomicBool>, wake: Arc<Notify>) {
     tokio::spawn(async move {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            return;
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
+        signals.recv().await;
         tracing::info!("stopping: the step in progress finishes, no new step starts");
         crate::systemd::notify("STOPPING=1");
         crate::systemd::status("stopping: finishing the step in progress");
@@ -233,12 +237,13 @@ pub fn deploy(args: DeployArgs) -> Outcome {
     };
     rt.block_on(async move {
         let starting = start(config, connection, stop.clone(), args.dry_run);
+        let mut signals = Signals::listen();
         let mut ctx = if args.dry_run {
             starting.await.map_err(start_error)?
         } else {
             tokio::select! {
                 started = starting => started.map_err(start_error)?,
-                () = signalled() => {
+                () = signals.recv() => {
                     return Err(Failure::Refused(
                         "nothing done: stopped by a signal before the pass started".into(),
                     ))
@@ -251,7 +256,7 @@ pub fn deploy(args: DeployArgs) -> Outcome {
             close(ctx).await;
             return outcome;
         }
-        spawn_signal_handler(stop, Arc::new(Notify::new()));
+        spawn_signal_handler(signals, stop, Arc::new(Notify::new()));
         let outcome = ctx.run_pass(args.force).await;
         close(ctx).await;
         pass_exit(outcome.map_err(|e| Failure::Failed(e.to_string()))?)

@@ -4,6 +4,9 @@
 //! that host succeeds or an operator deletes the request. `status` reads the same layout
 //! ([`request_sequence`], [`requester`]).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
 use serde_json::json;
 use zookeeper_client::{Acls, CreateMode};
 
@@ -28,10 +31,16 @@ pub enum RoleLockError {
     /// The lock node is missing (operators create it).
     #[error("role lock node '{0}' must exist")]
     Missing(String),
+    /// The agent was asked to stop (SIGTERM) while it waited; its waiting request is gone.
+    #[error("the agent is stopping")]
+    Stopping,
     /// ZooKeeper failed.
     #[error(transparent)]
     Zk(#[from] ZkError),
 }
+
+/// How often a wait for the role lock looks at the stop flag.
+const STOP_CHECK: Duration = Duration::from_millis(200);
 
 /// The requests of the lock, in order, with their requestor.
 async fn requests(client: &Client, path: &str) -> Result<Vec<(String, Option<String>)>, ZkError> {
@@ -72,11 +81,15 @@ pub async fn check_lock_node(client: &Client, role: &str) -> Result<(), RoleLock
 }
 
 /// Enters the role lock: makes (or re-adopts) this host's request and waits until it is first.
+/// When `stop` is set while it waits (SIGTERM), it withdraws the request (a waiting request
+/// holds nothing) and returns [`RoleLockError::Stopping`]: the wait may be endless (a host
+/// that failed keeps the lock), and a stopping agent starts no new step.
 pub async fn enter(
     client: &Client,
     role: &str,
     host_id: &str,
     host_name: &str,
+    stop: &AtomicBool,
 ) -> Result<RoleLock, RoleLockError> {
     let path = role_lock_path(role);
     check_lock_node(client, role).await?;
@@ -91,16 +104,26 @@ pub async fn enter(
     .await?;
     let mut ours = format!("{REQUEST_PREFIX}{seq}");
     let all = requests(client, &path).await?;
-    if let Some((first_ours, _)) = all.iter().find(|(_, who)| who.as_deref() == Some(host_id)) {
-        if *first_ours != ours {
+    let mine: Vec<&String> = all
+        .iter()
+        .filter(|(_, who)| who.as_deref() == Some(host_id))
+        .map(|(name, _)| name)
+        .collect();
+    if let Some(first_ours) = mine.first() {
+        if **first_ours != ours {
             tracing::info!("re-adopting our earlier role lock request {first_ours}");
-            let fresh = join(&path, &ours);
-            match call("delete", &fresh, client.delete(&fresh, None)).await {
+        }
+        // Only the first request of ours may stay: another one (left by a pass cut off
+        // between creating its request and adopting an earlier one) would block the role
+        // for every other host until this one runs a pass again, which may be never.
+        for extra in mine.iter().skip(1) {
+            let node = join(&path, extra);
+            match call_retrying("delete", &node, || client.delete(&node, None)).await {
                 Err(e) if !e.is_no_node() => return Err(e.into()),
                 _ => {}
             }
-            ours = first_ours.clone();
         }
+        ours = (*first_ours).clone();
     }
     let mut logged: Option<String> = None;
     loop {
@@ -123,7 +146,21 @@ pub async fn enter(
                     );
                     logged = Some(first.clone());
                 }
-                watcher.changed().await;
+                let stopping = async {
+                    while !stop.load(Ordering::SeqCst) {
+                        tokio::time::sleep(STOP_CHECK).await;
+                    }
+                };
+                tokio::select! {
+                    _ = watcher.changed() => {}
+                    _ = stopping => {
+                        let request = join(&path, &ours);
+                        match call("delete", &request, client.delete(&request, None)).await {
+                            Err(e) if !e.is_no_node() => return Err(e.into()),
+                            _ => return Err(RoleLockError::Stopping),
+                        }
+                    }
+                }
             }
             None => {
                 return Err(RoleLockError::Zk(ZkError::Op {

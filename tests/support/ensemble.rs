@@ -6,8 +6,9 @@
 //!
 //! [`Ensemble::start`] returns once every server serves and one of them says
 //! `Mode: leader`. [`Ensemble::kill`] crashes one server (SIGKILL), [`Ensemble::restart`]
-//! starts it again with its data, [`Ensemble::leader`] finds the current leader, and
-//! [`Ensemble::connect_string`] lists all three client ports.
+//! starts it again with its data, [`Ensemble::start_stopped`] starts every stopped server
+//! again (after killing all three: a whole-ensemble restart), [`Ensemble::leader`] finds the
+//! current leader, and [`Ensemble::connect_string`] lists all three client ports.
 
 use std::fs::OpenOptions;
 use std::path::PathBuf;
@@ -153,6 +154,27 @@ impl Ensemble {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Starts every server that is not running (with its data) and waits until all three
+    /// serve with a leader. Panics if they do not.
+    #[allow(dead_code)] // used by the soak (tests/soak/), a binary of its own
+    pub fn start_stopped(&mut self) {
+        for i in 0..SIZE {
+            if !self.is_running(i) {
+                self.children[i] = None;
+                self.launch(i);
+            }
+        }
+        if let Err(why) = self.wait_ready() {
+            panic!("the ensemble did not come back: {why}\n{}", self.logs());
+        }
+    }
+
+    /// The server's answer to a four-letter command (`mntr`, `cons`), "" if it does not serve.
+    #[allow(dead_code)] // used by the soak (tests/soak/), a binary of its own
+    pub fn four_letter(&self, i: usize, word: &str) -> String {
+        four_letter(self.ports[i].client, word)
     }
 
     /// The tails of the three logs (for failure messages).

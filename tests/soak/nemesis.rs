@@ -1,0 +1,214 @@
+//! The nemesis: random faults, several at once, until the deadline. A fault counts once it
+//! has been applied and healed (a killed server restarted, a cut proxy restored, a killed
+//! agent started again, a hung script ended). Per-host faults take the host's slot, so one
+//! host suffers one of them at a time; server faults take the ensemble, one at a time.
+//!
+//! Kinds: `session-cut` (the host's three proxies drop every connection for 0.3–7 s, so its
+//! 4 s session often expires), `agent-kill` (SIGKILL to the agent and its scripts, then a
+//! restart), `agent-term` (SIGTERM, must exit 0, then a restart), `leader-kill` (SIGKILL to
+//! the leader, restarted 0.5–4 s later), `ensemble-restart` (all three killed, restarted
+//! 0.2–2 s later), `script-fail`, `script-hang` (ended by the deadline: SIGTERM, a failure,
+//! or SIGUSR1, a late success), `script-daemon` (see `payload.rs`). The syncer adds
+//! `sync-kill` (`actors.rs`). Parallel leases and health checks (a later issue) would add
+//! kinds here (a failing or slow health check: a knob like `fail`) and nothing else.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use super::rng::Rng;
+use super::support::agent::now;
+use super::world::World;
+
+/// The kinds and their weights.
+const KINDS: [(&str, f64); 8] = [
+    ("session-cut", 3.0),
+    ("agent-kill", 2.0),
+    ("agent-term", 1.5),
+    ("leader-kill", 0.8),
+    ("ensemble-restart", 0.4),
+    ("script-fail", 1.2),
+    ("script-hang", 1.0),
+    ("script-daemon", 1.0),
+];
+
+/// How long a whole-run's faults may take to heal after the deadline.
+const HEAL_LIMIT: Duration = Duration::from_secs(180);
+
+/// Applies faults until `until`, then waits for every fault to heal.
+pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant) {
+    let ensemble_busy = Arc::new(AtomicBool::new(false));
+    let weights: Vec<f64> = KINDS.iter().map(|(_, w)| *w).collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_secs_f64(rng.between(0.03, 0.25))).await;
+        let kind = KINDS[rng.weighted(&weights)].0;
+        let r = rng.fork();
+        let w = world.clone();
+        if kind == "leader-kill" || kind == "ensemble-restart" {
+            if ensemble_busy.swap(true, Ordering::SeqCst) {
+                continue;
+            }
+            let busy = ensemble_busy.clone();
+            tasks.spawn(async move {
+                server_fault(&w, kind, r).await;
+                busy.store(false, Ordering::SeqCst);
+            });
+        } else {
+            // A busy host: try two others before giving up this round.
+            let Some(i) = (0..3)
+                .map(|_| rng.below(world.slots.len()))
+                .find(|i| world.claim(*i))
+            else {
+                continue;
+            };
+            tasks.spawn(async move {
+                host_fault(&w, kind, i, r).await;
+                w.release(i);
+            });
+        }
+    }
+    let healed = tokio::time::timeout(HEAL_LIMIT, async {
+        while let Some(done) = tasks.join_next().await {
+            if let Err(e) = done {
+                world.violation(format!("a fault task failed: {e}"));
+            }
+        }
+    })
+    .await;
+    if healed.is_err() {
+        world.violation(format!(
+            "faults still healing {HEAL_LIMIT:?} after the deadline"
+        ));
+    }
+}
+
+async fn server_fault(world: &Arc<World>, kind: &'static str, mut rng: Rng) {
+    let start = now();
+    let w = world.clone();
+    let killed = tokio::task::spawn_blocking(move || {
+        let mut e = w.ensemble.lock().unwrap();
+        if kind == "leader-kill" {
+            let leader = e.leader();
+            e.kill(leader);
+        } else {
+            for i in 0..3 {
+                e.kill(i);
+            }
+        }
+    })
+    .await;
+    let down = if kind == "leader-kill" {
+        (0.5, 4.0)
+    } else {
+        (0.2, 2.0)
+    };
+    tokio::time::sleep(Duration::from_secs_f64(rng.between(down.0, down.1))).await;
+    let w = world.clone();
+    let back =
+        tokio::task::spawn_blocking(move || w.ensemble.lock().unwrap().start_stopped()).await;
+    match (killed, back) {
+        (Ok(()), Ok(())) => {
+            world.journal.lock().unwrap().ensemble.push((start, now()));
+            world.fault(kind);
+        }
+        (k, b) => world.violation(format!("{kind}: the ensemble failed: {k:?} {b:?}")),
+    }
+}
+
+async fn host_fault(world: &World, kind: &'static str, i: usize, mut rng: Rng) {
+    let slot = &world.slots[i];
+    match kind {
+        "session-cut" => {
+            let start = now();
+            for p in &slot.proxies {
+                p.cut();
+            }
+            tokio::time::sleep(Duration::from_secs_f64(rng.between(0.3, 7.0))).await;
+            for p in &slot.proxies {
+                p.restore();
+            }
+            let cut = (slot.host.id.clone(), start, now());
+            world.journal.lock().unwrap().cuts.push(cut);
+            world.fault(kind);
+        }
+        "agent-kill" | "agent-term" => {
+            let applied = if kind == "agent-kill" {
+                world.kill_agent(i).await
+            } else {
+                world.term_agent(i, Duration::from_secs(60)).await
+            };
+            tokio::time::sleep(Duration::from_secs_f64(rng.between(0.0, 1.5))).await;
+            if !world.check_alive(i).await {
+                world.start_agent(i).await;
+            }
+            if applied {
+                world.fault(kind);
+            }
+        }
+        "script-fail" | "script-daemon" => {
+            if knob(&slot.knobs, kind.trim_start_matches("script-")).await {
+                world.fault(kind);
+            }
+        }
+        "script-hang" => {
+            if !knob(&slot.knobs, "hang").await {
+                return;
+            }
+            let Some(pid) = hanging(&slot.knobs).await else {
+                world.violation(format!(
+                    "{}: a script took the hang knob but never said it hangs",
+                    slot.host.id
+                ));
+                return;
+            };
+            tokio::time::sleep(Duration::from_secs_f64(rng.between(0.5, 5.0))).await;
+            let (signal, name) = if rng.chance(0.5) {
+                (Signal::SIGTERM, "script-hang-fail")
+            } else {
+                (Signal::SIGUSR1, "script-hang-release")
+            };
+            let _ = kill(Pid::from_raw(pid), signal);
+            let gone = Instant::now() + Duration::from_secs(10);
+            while slot.knobs.join("hanging").exists() && Instant::now() < gone {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            world.fault(name);
+        }
+        other => unreachable!("fault kind {other}"),
+    }
+}
+
+/// Sets a one-shot knob and waits (6 s at most) for a deploy run to take it; false (and the
+/// knob removed) if none did.
+async fn knob(knobs: &Path, name: &str) -> bool {
+    let path = knobs.join(name);
+    std::fs::write(&path, "1").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < deadline {
+        if !path.exists() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A run may take it at the last moment: then it was applied.
+    matches!(std::fs::remove_file(&path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// The pid of the hanging script (5 s at most).
+async fn hanging(knobs: &Path) -> Option<i32> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(text) = std::fs::read_to_string(knobs.join("hanging")) {
+            if let Ok(pid) = text.trim().parse() {
+                return Some(pid);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}

@@ -1,0 +1,215 @@
+//! The lock oracle: a TCP service in the test process that every soak script calls before it
+//! starts work (`payload.rs`), so that "no deploy script runs without its lock" is checked
+//! against ZooKeeper while the script runs, not guessed afterwards.
+//!
+//! Request (one line): `ID HOST AGENT-PID ROLE KIND PATH N VERSION`. After a `sync` (so a
+//! lagging follower answers as the leader would) the oracle checks:
+//! - a host without a role: the first contender of `/agent-locks/<name>` is the host's
+//!   (identifier `... (HOST)`), made by the same session as its host node `/hosts/HOST`, and
+//!   the lock node's in-flight record names this host, agent pid, path, instance and version;
+//! - a host with a role: the first request of the persistent `/role-locks/ROLE` is the host's.
+//!
+//! It records a [`Verdict`] per run and answers `ok` (the answer is only a go signal). A check
+//! it could not make (ZooKeeper unreachable) is recorded as unknown, never as a violation;
+//! so is one that took too long (see `checker.rs`): a holder's session can only have
+//! expired behind its back if the oracle looked seconds after the agent's last write.
+//! Parallel leases (a later issue) would check "one of the first `size` contenders" here.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+use zkdeployment::zk::decode;
+
+use super::zk::Zk;
+
+/// What the oracle found for one script run.
+#[derive(Debug, Clone)]
+pub enum Check {
+    /// The host held the lock it needs.
+    Ok,
+    /// It did not (why).
+    Bad(String),
+    /// ZooKeeper could not tell (why).
+    Unknown(String),
+}
+
+/// One checked run.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    /// The run's id (as in the scripts' log).
+    pub id: String,
+    /// What was found.
+    pub check: Check,
+    /// How long the check took, in seconds (from the script's connection to the verdict).
+    pub elapsed: f64,
+}
+
+/// Serves until the listener is dropped with the task; verdicts go to `out`.
+pub async fn serve(listener: TcpListener, zk: Arc<Zk>, out: Arc<Mutex<Vec<Verdict>>>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (zk, out) = (zk.clone(), out.clone());
+        let started = std::time::Instant::now();
+        tokio::spawn(async move {
+            let (read, mut write) = stream.into_split();
+            let mut line = String::new();
+            let mut reader = BufReader::new(read);
+            let got = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                reader.read_line(&mut line),
+            )
+            .await;
+            if !matches!(got, Ok(Ok(n)) if n > 0) {
+                return;
+            }
+            let mut verdict = check(&zk, line.trim()).await;
+            verdict.elapsed = started.elapsed().as_secs_f64();
+            out.lock().unwrap().push(verdict);
+            let _ = write.write_all(b"ok\n").await;
+        });
+    }
+}
+
+async fn check(zk: &Zk, line: &str) -> Verdict {
+    let f: Vec<&str> = line.split(' ').collect();
+    let id = f.first().copied().unwrap_or("").to_string();
+    let check = if f.len() != 8 {
+        Check::Bad(format!("malformed oracle request {line:?}"))
+    } else if f[3] != "-" {
+        role_check(zk, f[1], f[3]).await
+    } else {
+        node_check(zk, f[1], f[2], f[5], f[6], f[7]).await
+    };
+    Verdict {
+        id,
+        check,
+        elapsed: 0.0,
+    }
+}
+
+/// The lock node of an application path (CONTRACT section 3).
+pub fn lock_node(path: &str) -> String {
+    format!(
+        "/agent-locks/{}",
+        path.trim_start_matches('/').replace('/', ",")
+    )
+}
+
+fn seq(name: &str) -> &str {
+    name.rsplit_once("__lock__")
+        .map(|(_, s)| s)
+        .or_else(|| name.strip_prefix("lr-"))
+        .unwrap_or(name)
+}
+
+async fn node_check(zk: &Zk, host: &str, pid: &str, path: &str, n: &str, version: &str) -> Check {
+    let lock = lock_node(path);
+    let l = lock.clone();
+    if let Err(e) = zk.call(|c| async move { c.sync(&l).await }).await {
+        return Check::Unknown(format!("sync {lock}: {e}"));
+    }
+    let l = lock.clone();
+    let mut contenders = match zk
+        .call_opt(|c| async move { c.list_children(&l).await })
+        .await
+    {
+        Ok(Some(c)) => c,
+        Ok(None) => return Check::Bad(format!("{lock} does not exist")),
+        Err(e) => return Check::Unknown(format!("list {lock}: {e}")),
+    };
+    contenders.retain(|c| c.contains("__lock__"));
+    contenders.sort_by(|a, b| seq(a).cmp(seq(b)));
+    let Some(first) = contenders.first() else {
+        return Check::Bad(format!("{lock} has no contender"));
+    };
+    let node = format!("{lock}/{first}");
+    let n2 = node.clone();
+    let (data, stat) = match zk.call_opt(|c| async move { c.get_data(&n2).await }).await {
+        Ok(Some(d)) => d,
+        Ok(None) => return Check::Bad(format!("{node} went away while {host} ran")),
+        Err(e) => return Check::Unknown(format!("get {node}: {e}")),
+    };
+    let identifier = String::from_utf8_lossy(&data).into_owned();
+    if !identifier.ends_with(&format!("({host})")) {
+        return Check::Bad(format!("{lock} is held by {identifier:?}, not by {host}"));
+    }
+    let hp = format!("/hosts/{host}");
+    let h2 = hp.clone();
+    let owner = match zk.call(|c| async move { c.check_stat(&h2).await }).await {
+        Ok(Some(s)) => s.ephemeral_owner,
+        Ok(None) => return Check::Bad(format!("{hp} is missing while {host} holds {lock}")),
+        Err(e) => return Check::Unknown(format!("stat {hp}: {e}")),
+    };
+    if owner != stat.ephemeral_owner {
+        return Check::Bad(format!(
+            "{node} belongs to session {:#x}, {hp} to session {owner:#x}",
+            stat.ephemeral_owner
+        ));
+    }
+    let l = lock.clone();
+    let props = match zk.call(|c| async move { c.get_data(&l).await }).await {
+        Ok((data, _)) => decode(&data),
+        Err(e) => return Check::Unknown(format!("get {lock}: {e}")),
+    };
+    let record = props.get("in-flight").cloned().unwrap_or(Value::Null);
+    let text = |k: &str| match record.get(k) {
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+        None => String::new(),
+    };
+    let want = [
+        ("host", host),
+        ("pid", pid),
+        ("path", path),
+        ("n", n),
+        ("version", version),
+    ];
+    for (k, v) in want {
+        if text(k) != v {
+            return Check::Bad(format!(
+                "the in-flight record of {lock} says {k} = {:?}, the run {v:?}: {record}",
+                text(k)
+            ));
+        }
+    }
+    Check::Ok
+}
+
+async fn role_check(zk: &Zk, host: &str, role: &str) -> Check {
+    let lock = format!("/role-locks/{role}");
+    let l = lock.clone();
+    if let Err(e) = zk.call(|c| async move { c.sync(&l).await }).await {
+        return Check::Unknown(format!("sync {lock}: {e}"));
+    }
+    let l = lock.clone();
+    let mut requests = match zk.call(|c| async move { c.list_children(&l).await }).await {
+        Ok(r) => r,
+        Err(e) => return Check::Unknown(format!("list {lock}: {e}")),
+    };
+    requests.retain(|r| r.starts_with("lr-"));
+    requests.sort_by(|a, b| seq(a).cmp(seq(b)));
+    let Some(first) = requests.first() else {
+        return Check::Bad(format!("{lock} has no request while {host} runs"));
+    };
+    let node = format!("{lock}/{first}");
+    let n2 = node.clone();
+    match zk.call(|c| async move { c.get_data(&n2).await }).await {
+        Ok((data, _)) => {
+            let who = decode(&data)
+                .get("requestor")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            if who == host {
+                Check::Ok
+            } else {
+                Check::Bad(format!("{node} (the holder) is {who:?}'s, not {host}'s"))
+            }
+        }
+        Err(e) => Check::Unknown(format!("get {node}: {e}")),
+    }
+}

@@ -1,0 +1,100 @@
+//! The soak's deploy and role-controller scripts, installed into every host's fake yum
+//! repository in place of the usual test payload (the packages, versions and paths stay
+//! those of `tests/support/rpm.rs`).
+//!
+//! Every run (but undeploys, which take no lock) first asks the lock oracle (`oracle.rs`,
+//! over TCP at `$SOAK_ORACLE`) to check, while the script runs, that its host holds the lock
+//! it must hold; then it appends `start ID HOST AGENT-PID KIND PATH N VERSION TIME` to
+//! `$SOAK_DIR/scripts.log`, works for a moment, and appends `end ID ... TIME RC` just before
+//! it exits (TIME from `date +%s.%N`, one clock for the whole machine). KIND is `deploy`,
+//! `undeploy`, `starting-deployments` or `ending-deployments`.
+//!
+//! One-shot fault knobs, files in `$SOAK_DIR/knobs/HOST/` taken (renamed) by the first
+//! deploy run that finds them:
+//! - `fail`: the run fails (exit 3);
+//! - `hang`: the run writes its pid to `hanging` and waits; SIGTERM makes it fail (exit 7),
+//!   SIGUSR1 lets it finish normally (the nemesis's deadline decides which);
+//! - `daemon`: the run starts a background process that keeps the script's stdout open for
+//!   3 s after the script exits.
+
+use std::os::unix::fs::PermissionsExt;
+
+use super::support::rpm::{FakeYum, PACKAGES};
+
+/// The script (bash: it needs `/dev/tcp` and `$RANDOM`).
+pub const SCRIPT: &str = r#"#!/bin/bash
+me=${0##*/}
+bindir=${0%/*}
+host=${ZKDEPLOYMENT_HOST_ID:-unknown}
+ver=${ZKDEPLOYMENT_VERSION:-unknown}
+knobs=$SOAK_DIR/knobs/$host
+log=$SOAK_DIR/scripts.log
+role=${ZKDEPLOYMENT_ROLE:--}
+kind=$me n=- path=${1:--}
+if [ "$me" = zookeeper-deploy ]; then
+  kind=deploy
+  if [ "$1" = -u ]; then kind=undeploy; shift; fi
+  if [ "$1" = -r ]; then shift 2; fi
+  path=$1 n=$2
+fi
+id="$host:$$:$RANDOM$RANDOM"
+finish() {
+  echo "end $id $host $kind $path $n $ver $(date +%s.%N) $1" >> "$log"
+  exit "$1"
+}
+if [ "$kind" != undeploy ]; then
+  answer=noconnect
+  if exec 3<>"/dev/tcp/127.0.0.1/$SOAK_ORACLE"; then
+    printf '%s\n' "$id $host $PPID $role $kind $path $n $ver" >&3
+    read -r -t 20 answer <&3 || answer=noanswer
+    exec 3>&-
+  fi
+fi
+echo "start $id $host $PPID $kind $path $n $ver $(date +%s.%N)" >> "$log"
+if [ "$kind" = deploy ]; then
+  if [ -e "$knobs/fail" ] && mv "$knobs/fail" "$knobs/fail.$$" 2>/dev/null; then
+    echo "soak: $path failing as the nemesis asked"
+    finish 3
+  fi
+  if [ -e "$knobs/hang" ] && mv "$knobs/hang" "$knobs/hang.$$" 2>/dev/null; then
+    sleep 300 & sp=$!
+    trap 'kill $sp 2>/dev/null; rm -f "$knobs/hanging"; echo "soak: hung past its deadline"; finish 7' TERM
+    trap 'kill $sp 2>/dev/null' USR1
+    echo $$ > "$knobs/hanging.$$" && mv "$knobs/hanging.$$" "$knobs/hanging"
+    wait $sp
+    rm -f "$knobs/hanging"
+    trap - TERM USR1
+  fi
+  if [ -e "$knobs/daemon" ] && mv "$knobs/daemon" "$knobs/daemon.$$" 2>/dev/null; then
+    (sleep 3; echo "soak: daemon of $id exits") &
+  fi
+fi
+sleep "0.$((RANDOM % 3))$((RANDOM % 10))"
+if [ "$kind" = deploy ] || [ "$kind" = undeploy ]; then
+  rpm=${bindir%/bin}; rpm=${rpm##*/}
+  marker=$(printf %s "$path" | sed -e 's,^/,,' -e 's/%/%25/g' -e 's/,/%2C/g' -e 's,/,\,,g')
+  dir="${ZKDEPLOYMENT_ROOT%/}/etc/$rpm"
+  if [ "$kind" = undeploy ]; then rm -f "$dir/$marker.$n.deployed"; else mkdir -p "$dir" && : > "$dir/$marker.$n.deployed"; fi
+fi
+finish 0
+"#;
+
+/// Replaces the scripts of every package in `fake`'s repository with [`SCRIPT`] (before
+/// anything is installed).
+pub fn install(fake: &FakeYum) {
+    for p in PACKAGES {
+        let bin = fake
+            .state()
+            .join("repo")
+            .join(p.name)
+            .join(format!("{}.noarch", p.evr()))
+            .join(p.instdir.trim_start_matches('/'))
+            .join("bin");
+        for script in p.scripts {
+            let path = bin.join(script);
+            std::fs::write(&path, SCRIPT).expect("write a soak script");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+                .expect("chmod a soak script");
+        }
+    }
+}
