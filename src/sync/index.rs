@@ -11,7 +11,7 @@
 
 use serde_json::Value;
 
-use crate::zk::import::{apply, plan_delete, ApplyError, Op};
+use crate::zk::import::{apply, apply_with_acl, plan_delete, ApplyError, Op};
 use crate::zk::index::{
     generation_nodes, generation_number, root_props, walk_deploy_nodes, FORMAT, INDEX,
 };
@@ -81,20 +81,24 @@ async fn children(client: &Client, path: &str) -> Result<Vec<String>, ZkError> {
 }
 
 /// Walks the tree and writes a new generation of the index (not live until the root names
-/// it). Creates the root if missing.
-pub async fn write_generation(client: &Client) -> Result<Generation, IndexError> {
+/// it). Creates the root if missing. Nodes are created with `acl` (`None`: open, as zc.zk
+/// does), so a protected index is never writable by anyone, not even for a moment.
+pub async fn write_generation(
+    client: &Client,
+    acl: Option<&[zookeeper_client::Acl]>,
+) -> Result<Generation, IndexError> {
     let empty = encode(
         &[("format".to_string(), Value::from(FORMAT))]
             .into_iter()
             .collect(),
     );
-    match call(
-        "create",
-        INDEX,
-        client.create(INDEX, &empty, &open_persistent()),
-    )
-    .await
-    {
+    let root_options = match acl {
+        Some(acl) => {
+            zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::new(acl))
+        }
+        None => open_persistent(),
+    };
+    match call("create", INDEX, client.create(INDEX, &empty, &root_options)).await {
         Ok(_) => {}
         Err(ZkError::Op {
             source: zookeeper_client::Error::NodeExists,
@@ -114,7 +118,7 @@ pub async fn write_generation(client: &Client) -> Result<Generation, IndexError>
         .into_iter()
         .map(|(path, data)| Op::Create { path, data })
         .collect();
-    apply(client, &ops).await?;
+    apply_with_acl(client, &ops, acl).await?;
     Ok(Generation {
         name,
         paths: paths.len(),

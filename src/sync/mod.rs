@@ -231,9 +231,18 @@ async fn apply_locked(
         // A forced sync ends a halt, wherever it was recorded.
         writes += clear_halts(client).await?;
     }
-    writes += set_version(client, desired, revision, opts.force, previous).await?;
+    writes += set_version(
+        client,
+        desired,
+        revision,
+        opts.force,
+        previous,
+        acl.as_deref(),
+    )
+    .await?;
     if let Some(p) = protection {
-        // The index generation set_version wrote (created open by the index code).
+        // The generation set_version wrote was created protected; this only repairs what an
+        // older syncer (or a hand) left open.
         writes += protect::protect_index(client, p).await?.len();
     }
     Ok(Outcome::Applied {
@@ -403,6 +412,7 @@ async fn set_version(
     revision: &str,
     force: bool,
     previous: Option<String>,
+    acl: Option<&[zookeeper_client::Acl]>,
 ) -> Result<usize, SyncError> {
     let mut generation = None;
     for _ in 0..10 {
@@ -426,7 +436,7 @@ async fn set_version(
         }
         let live = match &generation {
             Some(g) => g,
-            None => generation.insert(index::write_generation(client).await?),
+            None => generation.insert(index::write_generation(client, acl).await?),
         };
         let index_data = index::live_data(&json!(revision), live);
         let hosts_data = encode(&props);

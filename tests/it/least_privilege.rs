@@ -768,3 +768,55 @@ async fn the_syncers_credentials_never_show() {
         );
     }
 }
+
+/// A new generation of the index is created with the syncer's ACL: no moment exists in which
+/// another client could write into it before a later repair (a write then would survive the
+/// repair, which only changes ACLs). Written without [`zkdeployment::sync::protect`], so only
+/// the creation can have set these ACLs.
+#[tokio::test]
+async fn index_generations_are_created_protected() {
+    use zkdeployment::sync::index::write_generation;
+    use zkdeployment::zk::acl::{Kind, Protection};
+
+    let env = Env::new("lp-index-create").await;
+    let credentials = format!("syncer:{SYNC_SECRET}");
+    let syncer = env.client_as(&credentials).await;
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    for path in [
+        "/acme",
+        "/acme/web",
+        "/acme/web/deploy",
+        "/acme/web/deploy/h1",
+    ] {
+        syncer.create(path, b"{}", &open).await.unwrap();
+    }
+    let acl = Protection::new(&credentials).acl(Kind::Owned);
+    let generation = write_generation(&syncer, Some(&acl)).await.unwrap();
+    assert_eq!(generation.paths, 1, "{generation:?}");
+    let index = zkdeployment::zk::snapshot::read_subtree(
+        &env.anon,
+        "/deployment-index",
+        &Default::default(),
+    )
+    .await
+    .unwrap()
+    .expect("the index root exists");
+    let mut queue = vec![("/deployment-index".to_string(), &index)];
+    let mut checked = 0;
+    while let Some((path, node)) = queue.pop() {
+        let (acl, _) = syncer.get_acl(&path).await.unwrap();
+        assert_eq!(sorted(&acl), owned_acl(), "{path}");
+        checked += 1;
+        for (name, child) in &node.children {
+            queue.push((format!("{path}/{name}"), child));
+        }
+    }
+    assert!(checked > 2, "root, generation and entries: {checked}");
+    assert_eq!(
+        env.anon
+            .set_data("/deployment-index", b"{}", None)
+            .await
+            .unwrap_err(),
+        Error::NoAuth
+    );
+}

@@ -1,6 +1,6 @@
 //! The checker over what the scripts logged, what the lock oracle saw and what the operator
 //! observed (the final ZooKeeper state is checked in `main.rs`). Each check only flags what
-//! the program promises (CONTRACT section 4); every violation is one line of text.
+//! the program promises (README, "Reliability"); every violation is one line of text.
 //!
 //! - Locks: no run without its lock (the oracle's verdicts), and never more runs of one
 //!   application node (hosts without a role) or of the role (hosts with it: the persistent

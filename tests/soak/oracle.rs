@@ -91,7 +91,7 @@ async fn check(zk: &Zk, line: &str) -> Verdict {
     }
 }
 
-/// The lock node of an application path (CONTRACT section 3).
+/// The lock node of an application path (README, "Concepts").
 pub fn lock_node(path: &str) -> String {
     format!(
         "/agent-locks/{}",
