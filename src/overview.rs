@@ -172,16 +172,12 @@ async fn deploy_targets(client: &Client) -> Result<BTreeSet<String>, ZkError> {
     Ok(targets)
 }
 
-/// Top-level nodes that are not the tree: agents never discover deployments in them.
-const NOT_TREE: [&str; 7] = [
-    "zookeeper",
-    "hosts",
-    "hosts-lock",
-    "hosts-halt",
-    "agent-locks",
-    "role-locks",
-    "agent-semaphores",
-];
+/// True for top-level nodes agents never discover deployments in and whose openness is not a
+/// warning: the reserved roots, except the deployment index (agents trust what it says).
+fn not_tree(name: &str) -> bool {
+    use crate::zk::paths::{is_reserved_root, DEPLOYMENT_INDEX};
+    is_reserved_root(name) && DEPLOYMENT_INDEX.strip_prefix('/') != Some(name)
+}
 
 /// Warnings about nodes anyone may write (`/hosts`; the root and every top-level node agents
 /// discover deployments in, the repository's or not), and whether `/hosts` is protected
@@ -222,11 +218,7 @@ async fn open_acl_warnings(client: &Client) -> Result<(Vec<String>, bool), ZkErr
     }
     let top = crate::zk::call_retrying("list", "/", || client.list_children("/")).await?;
     let mut tree = vec!["/".to_string()];
-    tree.extend(
-        top.iter()
-            .filter(|n| !NOT_TREE.contains(&n.as_str()))
-            .map(|n| format!("/{n}")),
-    );
+    tree.extend(top.iter().filter(|n| !not_tree(n)).map(|n| format!("/{n}")));
     let mut open_nodes = Vec::new();
     for path in tree {
         let (path, open) = open_of(path).await?;

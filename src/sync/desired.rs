@@ -81,17 +81,6 @@ impl Desired {
     }
 }
 
-/// Top-level nodes a repository may never define (they belong to agents and syncers).
-const RESERVED: [&str; 7] = [
-    "zookeeper",
-    "hosts",
-    "hosts-lock",
-    "agent-locks",
-    "hosts-halt",
-    "agent-semaphores",
-    "deployment-index",
-];
-
 /// True for the files a sync reads: top-level `*.zk` and `*.zkx`.
 pub fn is_tree_file(name: &str) -> bool {
     !name.contains('/') && (name.ends_with(".zk") || name.ends_with(".zkx"))
@@ -118,7 +107,8 @@ pub fn build(files: &[SourceFile]) -> Result<Desired, Vec<TreeError>> {
     for (file, root) in &parsed {
         let overlay = file.ends_with(".zkx");
         for (name, node) in &root.children {
-            let reserved = RESERVED.contains(&name.as_str()) || (!overlay && name == "role-locks");
+            let role_locks = crate::zk::paths::ROLE_LOCKS.strip_prefix('/') == Some(name.as_str());
+            let reserved = crate::zk::paths::is_reserved_root(name) && (!overlay || !role_locks);
             if reserved {
                 let message = format!("/{name} is reserved for zkdeployment's own use and cannot come from the repository");
                 errors.push(TreeError {

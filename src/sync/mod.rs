@@ -36,10 +36,7 @@ use crate::zk::{
 use desired::{Desired, TreeError};
 use zookeeper_client::MultiWriteError;
 
-/// The cluster node.
-pub const HOSTS: &str = "/hosts";
-/// The syncer's cluster lock.
-pub const HOSTS_LOCK: &str = "/hosts-lock";
+pub use crate::zk::paths::{HOSTS, HOSTS_LOCK};
 
 /// What to sync.
 #[derive(Debug, Clone)]
@@ -332,17 +329,7 @@ async fn plan_sync(
         .cloned()
         .unwrap_or_default();
     for name in owned.iter().filter_map(Value::as_str) {
-        let reserved = [
-            "zookeeper",
-            "hosts",
-            "hosts-lock",
-            "agent-locks",
-            "agent-semaphores",
-            "role-locks",
-            "hosts-halt",
-            "deployment-index",
-        ]
-        .contains(&name);
+        let reserved = crate::zk::paths::is_reserved_root(name);
         if reserved || roots.iter().any(|r| r == name) || crate::tree::bad_node_name(name).is_some()
         {
             continue;

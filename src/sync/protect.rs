@@ -28,10 +28,14 @@ use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
 use crate::zk::{call, join, Client, ZkError};
 
 /// The index another part of the syncer writes; protected like the tree when present.
-pub const DEPLOYMENT_INDEX: &str = "/deployment-index";
+pub use crate::zk::paths::DEPLOYMENT_INDEX;
 
 /// Nodes every host writes under; created open before the root is closed.
-pub const SHARED: [&str; 3] = ["/agent-locks", "/role-locks", "/agent-semaphores"];
+pub const SHARED: [&str; 3] = [
+    crate::zk::paths::AGENT_LOCKS,
+    crate::zk::paths::ROLE_LOCKS,
+    crate::zk::paths::AGENT_SEMAPHORES,
+];
 
 /// Checks and repairs the ACLs of everything the syncer owns; returns the paths repaired.
 pub async fn protect(
@@ -62,9 +66,9 @@ pub async fn protect(
     });
     let mut nodes = vec![
         ("/".to_string(), owned.clone()),
-        ("/hosts".to_string(), hosts),
+        (crate::zk::paths::HOSTS.to_string(), hosts),
         (HALTS.to_string(), register),
-        ("/hosts-lock".to_string(), owned.clone()),
+        (crate::zk::paths::HOSTS_LOCK.to_string(), owned.clone()),
     ];
     // Every persistent node under the repository's roots as it is now (after the apply):
     // the nodes its files define and any other node found there (a node left untrimmed under

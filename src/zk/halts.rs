@@ -15,7 +15,7 @@ use super::{call, call_retrying, decode, encode, join, Client, ZkError};
 use crate::tree::Props;
 
 /// The node under which hosts record halts.
-pub const HALTS: &str = "/hosts-halt";
+pub use super::paths::HALTS;
 /// The name prefix of a halt record (a sequential node).
 pub const HALT_PREFIX: &str = "halt-";
 

@@ -33,22 +33,14 @@ use super::{call, decode, encode, join, Client, ZkError};
 use crate::tree::Props;
 
 /// The index's root node.
-pub const INDEX: &str = "/deployment-index";
+pub use super::paths::DEPLOYMENT_INDEX as INDEX;
 /// The layout this code writes and reads.
 pub const FORMAT: u64 = 1;
 /// Most bytes of paths in one index node (well under ZooKeeper's 1 MiB node limit).
 pub const CHUNK_BYTES: usize = 256 * 1024;
 
-/// Top-level subtrees discovery (and the index's walk) never walks.
-pub const SKIPPED_ROOTS: [&str; 7] = [
-    RESERVED_ROOTS[0],
-    RESERVED_ROOTS[1],
-    RESERVED_ROOTS[2],
-    RESERVED_ROOTS[3],
-    RESERVED_ROOTS[4],
-    RESERVED_ROOTS[5],
-    INDEX,
-];
+/// Top-level subtrees discovery (and the index's walk) never walks: the reserved roots.
+pub const SKIPPED_ROOTS: [&str; RESERVED_ROOTS.len()] = RESERVED_ROOTS;
 
 /// The node of a target in a generation.
 pub fn target_node(generation: &str, target: &str) -> String {

@@ -20,17 +20,23 @@ pub const AGENT_SEMAPHORES: &str = "/agent-semaphores";
 pub const ROLES: &str = "/roles";
 /// Where the persistent role locks live (created by operators).
 pub const ROLE_LOCKS: &str = "/role-locks";
+/// Where hosts that may not write `/hosts` record a halt (README, "Security: least privilege").
+pub const HALTS: &str = "/hosts-halt";
+/// The deployment index the syncer writes (README, "Fleet scale: the deployment index").
+pub const DEPLOYMENT_INDEX: &str = "/deployment-index";
 
 /// Top-level nodes that belong to ZooKeeper, the agents and the syncers: discovery never
-/// walks them, and a repository may not define them (`/role-locks` excepted in `.zkx`
-/// overlays, where operators may create role lock nodes).
-pub const RESERVED_ROOTS: [&str; 6] = [
+/// walks them, a repository may not define them (`/role-locks` excepted in `.zkx` overlays,
+/// where operators may create role lock nodes), and a sync never deletes them.
+pub const RESERVED_ROOTS: [&str; 8] = [
     "/zookeeper",
     HOSTS,
     HOSTS_LOCK,
     AGENT_LOCKS,
     AGENT_SEMAPHORES,
     ROLE_LOCKS,
+    HALTS,
+    DEPLOYMENT_INDEX,
 ];
 
 /// True if `name` (a top-level node name, without `/`) is one of [`RESERVED_ROOTS`].
