@@ -14,14 +14,15 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::cluster::halt;
-use super::error::{Failure, Interrupt, StepError};
+use super::error::Interrupt;
 use super::pass::Pass;
 use super::plan::{Lock, Rollout, Step};
-use super::rollout::{canary_key, deploy_leased, halted, in_canary_phase, record_canary};
-use crate::files::now;
+use super::rollout::{
+    canary_key, deploy_leased, execute_halting, halt_for_dead_holder, halted, in_canary_phase,
+    in_flight_record, record_canary,
+};
 use crate::tree::literal::py_str;
 use crate::zk::lock::{try_lock, wait_for_any, Held, TryLock};
 use crate::zk::paths::semaphore_path;
@@ -246,34 +247,19 @@ async fn deploy_locked(
                 field("version"),
                 field("since"),
             );
-            halt(&agent.client, &agent.host, &pass.version, &message).await?;
+            let interrupt = halt_for_dead_holder(pass, message).await?;
             clear_in_flight(&agent.client, lock).await?;
-            return Err(Interrupt::Fail(Failure {
-                error: StepError::DiedInFlight(message),
-                halted: true,
-            }));
+            return Err(interrupt);
         }
     }
-    let record = json!({
-        "host": agent.host.id, "name": agent.host.name, "path": node.path, "n": node.n,
-        "version": pass.version, "pid": std::process::id(), "since": now(),
-    });
+    let record = in_flight_record(pass, node.path, node.n);
     // Version-guarded from the data just read (one round trip), and read again after a
     // connection loss or a concurrent write: written exactly once.
     let written = update_props_known(&agent.client, lock, &lock_props, stat.version, |p| {
         p.insert("in-flight".into(), record.clone());
     })
     .await?;
-    let result = step.execute(pass).await;
-    if let Err(Interrupt::Fail(failure)) = &result {
-        halt(
-            &agent.client,
-            &agent.host,
-            &pass.version,
-            &failure.error.to_string(),
-        )
-        .await?;
-    }
+    let result = execute_halting(pass, step).await?;
     let clear = |p: &mut crate::tree::Props| {
         p.remove("in-flight");
     };

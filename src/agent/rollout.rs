@@ -233,16 +233,9 @@ pub async fn deploy_leased(
     };
     let guard = semaphore::lock_path(sem);
     if let Some(message) = dead_lease_holder(pass, sem, &guard, lease).await? {
-        halt(&agent.client, &agent.host, &pass.version, &message).await?;
-        return Err(Interrupt::Fail(Failure {
-            error: StepError::DiedInFlight(message),
-            halted: true,
-        }));
+        return Err(halt_for_dead_holder(pass, message).await?);
     }
-    let record = json!({
-        "host": agent.host.id, "name": agent.host.name, "path": path, "n": n,
-        "version": pass.version, "pid": std::process::id(), "since": now(),
-    });
+    let record = in_flight_record(pass, path, *n);
     let name = lease.name().to_string();
     update_props(&agent.client, &guard, |p| {
         let mut all = match p.remove("in-flight") {
@@ -253,8 +246,30 @@ pub async fn deploy_leased(
         p.insert("in-flight".into(), Value::Object(all));
     })
     .await?;
+    let result = execute_halting(pass, step).await?;
+    clear_lease_record(&agent.client, &guard, &name).await?;
+    result.map_err(halted)
+}
+
+/// The in-flight record a holder writes into its lock node (or its semaphore's guard node)
+/// before it runs a deploy step: who runs what, so the next holder can name a holder that died.
+pub(super) fn in_flight_record(pass: &Pass<'_>, path: &str, n: u32) -> Value {
+    let agent = pass.agent;
+    json!({
+        "host": agent.host.id, "name": agent.host.name, "path": path, "n": n,
+        "version": pass.version, "pid": std::process::id(), "since": now(),
+    })
+}
+
+/// Runs a deploy step while its lock or lease is held; a failure halts the cluster before the
+/// caller lets the lock or lease go. The outer error is a failure to record the halt.
+pub(super) async fn execute_halting(
+    pass: &mut Pass<'_>,
+    step: &Step,
+) -> Result<Result<(), Interrupt>, ZkError> {
     let result = step.execute(pass).await;
     if let Err(Interrupt::Fail(failure)) = &result {
+        let agent = pass.agent;
         halt(
             &agent.client,
             &agent.host,
@@ -263,8 +278,21 @@ pub async fn deploy_leased(
         )
         .await?;
     }
-    clear_lease_record(&agent.client, &guard, &name).await?;
-    result.map_err(halted)
+    Ok(result)
+}
+
+/// Halts the cluster for a holder that died mid-step (its in-flight record is still there),
+/// and gives the interrupt that ends this host's step.
+pub(super) async fn halt_for_dead_holder(
+    pass: &Pass<'_>,
+    message: String,
+) -> Result<Interrupt, ZkError> {
+    let agent = pass.agent;
+    halt(&agent.client, &agent.host, &pass.version, &message).await?;
+    Ok(Interrupt::Fail(Failure {
+        error: StepError::DiedInFlight(message),
+        halted: true,
+    }))
 }
 
 /// A failed step's interrupt, marked as having halted the cluster.
