@@ -3,7 +3,7 @@
 //! # Layout
 //!
 //! A functional core with a thin imperative shell. Modules import downward only, with no
-//! circles: `cli` → `agent` / `sync` / `monitor` / `overview` / `resume` → `packages` /
+//! circles: `cli` → `fleet` → `agent` / `sync` / `monitor` / `overview` / `resume` → `packages` /
 //! `notify` / `metrics` / `systemd` / `config` → `zk` → `tree`; `command`, `files` and
 //! `gitauth` are leaves any of them may use (`monitor` reads the agent's status file with
 //! `agent::status`, the one definition of its format).
@@ -15,6 +15,9 @@
 //! - [`sync`]: the syncer: git → one merged, linted tree → one guarded diff into ZooKeeper.
 //! - [`monitor`]: the Nagios check of one host (`zkdeployment monitor`).
 //! - [`overview`]: the cluster at a glance (`zkdeployment status`).
+//! - [`fleet`]: the fleet plan (`zkdeployment plan`): the agent's discovery and planner
+//!   applied to a candidate tree for every registered host.
+//! - [`summary`]: `status` at fleet scale: filters, the summary, its metrics (pure).
 //! - [`resume`]: ending a halt (`zkdeployment resume`).
 //! - [`packages`]: installing software: yum RPMs and git checkouts.
 //! - [`notify`]: failure mail.
@@ -38,6 +41,7 @@ pub mod cli;
 pub mod command;
 pub mod config;
 pub mod files;
+pub mod fleet;
 pub mod gitauth;
 pub mod metrics;
 pub mod monitor;
@@ -45,6 +49,7 @@ pub mod notify;
 pub mod overview;
 pub mod packages;
 pub mod resume;
+pub mod summary;
 pub mod sync;
 pub mod systemd;
 pub mod tree;

@@ -3,15 +3,24 @@
 //! holders and waiters of the node locks and role locks with their age. [`Overview::read`]
 //! reads it; [`Overview::render`] formats it for a terminal; the JSON form is stable.
 
+use std::collections::BTreeSet;
+
 use serde::Serialize;
 use serde_json::Value;
+use zookeeper_client::MultiReadResult;
+
+use crate::summary::{summarize, Filter, HostFacts, Summary};
 
 use crate::tree::literal::py_str;
+use crate::zk::index::SKIPPED_ROOTS;
 use crate::zk::lock::sequence_of;
-use crate::zk::paths::{AGENT_LOCKS, AGENT_PROPERTY, HOSTS, HOSTS_LOCK, ROLE_LOCKS};
+use crate::zk::multiread::{read_all, Want};
+use crate::zk::paths::{
+    AGENT_LOCKS, AGENT_PROPERTY, DEPLOYED_AT, HOSTS, HOSTS_LOCK, ROLES, ROLE_LOCKS, VERSION_SET,
+};
 use crate::zk::role_lock::{request_sequence, requester};
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
-use crate::zk::{Client, ZkError};
+use crate::zk::{call, join, Client, ZkError};
 
 /// One host.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -30,6 +39,10 @@ pub struct HostRow {
     pub error: Value,
     /// The current step.
     pub status: Value,
+    /// When it last finished a pass successfully (`deployed-at`, Unix time), if recorded.
+    pub deployed: Value,
+    /// `converged`, `deploying` or `failed` (see [`crate::summary::state`]).
+    pub state: &'static str,
 }
 
 /// One lock.
@@ -68,6 +81,23 @@ pub struct Overview {
     /// the `agent` property: the original's agent), if so.
     #[serde(rename = "mixed-fleet", skip_serializing_if = "Option::is_none")]
     pub mixed_fleet: Option<String>,
+    /// The fleet summary of the hosts shown.
+    pub summary: Summary,
+    /// What the summary is made from besides the hosts (not shown).
+    #[serde(skip)]
+    pub facts: FleetFacts,
+}
+
+/// What the fleet summary needs besides the host rows: `/hosts` `version-set`, the deploy
+/// targets named in the tree, and the roles known (declared under `/roles`, or registered).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FleetFacts {
+    /// `/hosts` `version-set`.
+    pub version_set: Value,
+    /// Deploy targets of the tree.
+    pub targets: BTreeSet<String>,
+    /// Roles known.
+    pub roles: BTreeSet<String>,
 }
 
 /// True for a cluster version hosts deploy (not `None`, not `False`).
@@ -99,6 +129,47 @@ fn contenders(path: &str, lock: &ZNode, now_ms: i64) -> Option<LockRow> {
         waiters: found[1..].iter().map(|(_, _, n)| ident(n)).collect(),
         age: Some(((now_ms - first.ctime) as f64 / 1000.0).max(0.0)),
     })
+}
+
+/// The children of `path` (none if it does not exist).
+async fn list(client: &Client, path: &str) -> Result<BTreeSet<String>, ZkError> {
+    match call("list", path, client.list_children(path)).await {
+        Ok(children) => Ok(children.into_iter().collect()),
+        Err(e) if e.is_no_node() => Ok(BTreeSet::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The names under every `deploy` node of the tree (children-only pipelined walk, skipping
+/// what the agent's discovery skips, [`SKIPPED_ROOTS`]). Unlike
+/// [`crate::zk::index::walk_deploy_nodes`] it does not list the children of the targets
+/// themselves (on the benches' tree two thirds of the nodes): only their names are wanted.
+async fn deploy_targets(client: &Client) -> Result<BTreeSet<String>, ZkError> {
+    let mut targets = BTreeSet::new();
+    read_all(
+        client,
+        vec![Want::Children("/".into())],
+        |want, result, queue| {
+            let (Want::Children(path), MultiReadResult::Children { children }) = (want, result)
+            else {
+                return;
+            };
+            let is_deploy = path.ends_with("/deploy");
+            for name in children {
+                let child = join(&path, &name);
+                if SKIPPED_ROOTS.contains(&child.as_str()) {
+                    continue;
+                }
+                if is_deploy {
+                    targets.insert(name);
+                } else {
+                    queue.push(Want::Children(child));
+                }
+            }
+        },
+    )
+    .await?;
+    Ok(targets)
 }
 
 /// True for top-level nodes agents never discover deployments in and whose openness is not a
@@ -181,21 +252,24 @@ impl Overview {
         crate::zk::halts::effective(&mut cluster, &crate::zk::halts::read_halts(client).await?);
         let version = cluster.get("version").cloned().unwrap_or(Value::Null);
         let (warnings, protected) = open_acl_warnings(client).await?;
-        let rows = hosts
+        let rows: Vec<HostRow> = hosts
             .children
             .iter()
             .map(|(id, node)| {
                 let get = |k: &str| node.props.get(k).cloned().unwrap_or(Value::Null);
+                // Nobody is at a halted (`None`) or paused (`False`) cluster version, not
+                // even a host that never deployed anything (version `None` too).
+                let converged = deployable(&version) && node.props.get("version") == Some(&version);
                 HostRow {
                     id: id.clone(),
                     name: get("name"),
                     role: get("role"),
                     version: get("version"),
-                    // Nobody is at a halted (`None`) or paused (`False`) cluster version, not
-                    // even a host that never deployed anything (version `None` too).
-                    converged: deployable(&version) && node.props.get("version") == Some(&version),
+                    converged,
                     error: get("error"),
                     status: get("status"),
+                    deployed: get(DEPLOYED_AT),
+                    state: crate::summary::state(converged, &get("error"), &get("status")),
                 }
             })
             .collect();
@@ -223,7 +297,17 @@ impl Overview {
                 locks.push(row);
             }
         }
-        Ok(Overview {
+        let mut roles = list(client, ROLES).await?;
+        roles.extend(
+            rows.iter()
+                .filter_map(|r: &HostRow| r.role.as_str().map(String::from)),
+        );
+        let facts = FleetFacts {
+            version_set: hosts.props.get(VERSION_SET).cloned().unwrap_or(Value::Null),
+            targets: deploy_targets(client).await?,
+            roles,
+        };
+        let mut overview = Overview {
             version,
             synced: hosts.props.get("synced").cloned().unwrap_or(Value::Null),
             halt: cluster.get("halt").cloned().unwrap_or(Value::Null),
@@ -232,7 +316,48 @@ impl Overview {
             warnings,
             protected,
             mixed_fleet,
-        })
+            summary: summarize(
+                &Value::Null,
+                &Value::Null,
+                &[],
+                &BTreeSet::new(),
+                &BTreeSet::new(),
+                0.0,
+            ),
+            facts,
+        };
+        overview.select(&Filter::default(), crate::files::now());
+        Ok(overview)
+    }
+
+    /// Keeps the hosts `filter` matches, and summarises them.
+    pub fn select(&mut self, filter: &Filter, now: f64) {
+        fn facts(h: &HostRow) -> HostFacts<'_> {
+            HostFacts {
+                id: &h.id,
+                name: &h.name,
+                role: &h.role,
+                version: &h.version,
+                state: h.state,
+                deployed: h.deployed.as_f64(),
+            }
+        }
+        self.hosts.retain(|h| filter.matches(&facts(h)));
+        let shown: Vec<HostFacts<'_>> = self.hosts.iter().map(facts).collect();
+        // A deploy target of a host the filter hides is not "not registered".
+        let targets = if filter.is_empty() {
+            self.facts.targets.clone()
+        } else {
+            BTreeSet::new()
+        };
+        self.summary = summarize(
+            &self.version,
+            &self.facts.version_set,
+            &shown,
+            &targets,
+            &self.facts.roles,
+            now,
+        );
     }
 
     /// Human-readable text, made to fit [`WIDTH`] columns: long cells are cut (with `…`),
@@ -285,6 +410,7 @@ impl Overview {
         if self.version.is_null() {
             out.push_str(&self.resume_hint(halt.and_then(|h| h.get("version"))));
         }
+        out.push_str(&self.summary.render(crate::files::now()));
         out.push('\n');
         let cell = |v: &Value| {
             if v.is_null() {
@@ -470,6 +596,8 @@ mod tests {
             converged: false,
             error,
             status: json!(status),
+            deployed: Value::Null,
+            state: crate::summary::DEPLOYING,
         }
     }
 
@@ -503,6 +631,15 @@ mod tests {
             warnings: vec!["/hosts is writable by anyone (write)".into()],
             protected: true,
             mixed_fleet: None,
+            summary: summarize(
+                &Value::Null,
+                &Value::Null,
+                &[],
+                &BTreeSet::new(),
+                &BTreeSet::new(),
+                0.0,
+            ),
+            facts: FleetFacts::default(),
         };
         let text = o.render();
         for line in text.lines() {

@@ -54,9 +54,18 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Value, Re
     // them), then `/hosts`, whose change wakes the agents.
     let cleared = clear_halts(client).await?;
     let set = target.clone();
+    let mark = crate::zk::paths::version_set(&target);
     let changed = update_props(client, HOSTS, move |p| {
         p.insert("version".into(), set.clone());
         p.remove("halt");
+        // Resuming the version that was rolling out continues its roll-out.
+        let same = p
+            .get(crate::zk::paths::VERSION_SET)
+            .and_then(|m| m.get("version"))
+            == Some(&set);
+        if !same {
+            p.insert(crate::zk::paths::VERSION_SET.into(), mark.clone());
+        }
     })
     .await?;
     if cleared > 0 && !changed {

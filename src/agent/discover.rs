@@ -58,6 +58,28 @@ impl Snapshot {
     }
 }
 
+/// The tree as discovery reads it: node properties by path (links may lead anywhere), and
+/// which nodes are ephemeral (never deployments). A [`Snapshot`] read from ZooKeeper is one;
+/// so is a whole tree held in memory (`crate::fleet` plans every host from one).
+pub trait TreeSource: NodeSource {
+    /// True if the node at `path` is ephemeral.
+    fn is_ephemeral(&self, path: &str) -> bool;
+}
+
+/// A tree parsed from text has no ephemeral nodes.
+impl TreeSource for crate::tree::Node {
+    fn is_ephemeral(&self, _path: &str) -> bool {
+        false
+    }
+}
+
+/// A subtree read from ZooKeeper knows its ephemeral nodes.
+impl TreeSource for crate::zk::snapshot::ZNode {
+    fn is_ephemeral(&self, path: &str) -> bool {
+        self.get(path).is_some_and(|n| n.is_ephemeral())
+    }
+}
+
 /// A [`NodeSource`] over a snapshot that records the paths it was asked for but has not read.
 struct Recording<'a> {
     snap: &'a Snapshot,
@@ -71,6 +93,12 @@ impl NodeSource for Recording<'_> {
             self.misses.borrow_mut().push(path.to_string());
         }
         found
+    }
+}
+
+impl TreeSource for Recording<'_> {
+    fn is_ephemeral(&self, path: &str) -> bool {
+        self.snap.ephemeral.contains(path)
     }
 }
 
@@ -108,7 +136,7 @@ pub fn discover(snap: &Snapshot, host: &Host) -> Result<Discovered, DiscoverErro
         snap,
         misses: RefCell::new(Vec::new()),
     };
-    let result = discover_with(&src, snap, host);
+    let result = discover_in(&src, &snap.deploy_nodes, host);
     let misses = src.misses.into_inner();
     if !misses.is_empty() {
         return Err(DiscoverError::Unread(misses));
@@ -116,15 +144,17 @@ pub fn discover(snap: &Snapshot, host: &Host) -> Result<Discovered, DiscoverErro
     result
 }
 
-fn discover_with(
-    src: &Recording<'_>,
-    snap: &Snapshot,
+/// Pure discovery over any tree source, given the deploy nodes named after this host (its id,
+/// name or role; in path order, as the walk or an index by target finds them).
+pub fn discover_in<S: TreeSource>(
+    src: &S,
+    deploy_nodes: &[String],
     host: &Host,
 ) -> Result<Discovered, DiscoverError> {
     let mut out = Discovered::default();
     let mut seen_apps: HashMap<String, String> = HashMap::new();
-    for deploy_path in &snap.deploy_nodes {
-        if snap.ephemeral.contains(deploy_path) || !snap.nodes.contains_key(deploy_path) {
+    for deploy_path in deploy_nodes {
+        if src.is_ephemeral(deploy_path) || src.props_at(deploy_path).is_none() {
             continue;
         }
         let (rest, target) = deploy_path.rsplit_once('/').expect("absolute path");
@@ -208,7 +238,7 @@ fn discover_with(
             });
         }
     }
-    out.controller = controller(src, snap, host)?;
+    out.controller = controller(src, host)?;
     Ok(out)
 }
 
@@ -218,16 +248,15 @@ fn repr_bad(v: &Value) -> String {
 
 /// The role controller of the host's role: `/roles/<role>` type (the whole type: the
 /// package) and `version`.
-fn controller(
-    src: &Recording<'_>,
-    snap: &Snapshot,
+fn controller<S: TreeSource>(
+    src: &S,
     host: &Host,
 ) -> Result<Option<(String, String)>, DiscoverError> {
     let Some(role) = &host.role else {
         return Ok(None);
     };
     let path = role_path(role);
-    if !snap.nodes.contains_key(&path) {
+    if src.props_at(&path).is_none() {
         return Ok(None);
     }
     let link = |e: LinkError| tree_err(format!("{path}: {e}"));
@@ -254,7 +283,7 @@ fn controller(
 }
 
 /// The number of instances of a deploy node (`n`, default 1).
-fn instances(src: &Recording<'_>, deploy_path: &str) -> Result<u32, DiscoverError> {
+fn instances<S: TreeSource>(src: &S, deploy_path: &str) -> Result<u32, DiscoverError> {
     let n = property(src, deploy_path, "n").map_err(|e| tree_err(format!("{deploy_path}: {e}")))?;
     match n {
         None => Ok(1),
@@ -268,8 +297,9 @@ fn instances(src: &Recording<'_>, deploy_path: &str) -> Result<u32, DiscoverErro
     }
 }
 
-/// An application node's properties with property links replaced by their values.
-fn resolved_props(src: &Recording<'_>, path: &str) -> Result<Props, DiscoverError> {
+/// An application node's properties with property links replaced by their values (what the
+/// deploy script sees through `ZKDEPLOYMENT_PROPERTIES`).
+pub fn resolved_props<S: TreeSource>(src: &S, path: &str) -> Result<Props, DiscoverError> {
     let props = src.props_at(path).cloned().unwrap_or_default();
     let mut out = Props::new();
     for (key, value) in &props {

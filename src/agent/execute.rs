@@ -10,9 +10,11 @@ use super::cluster::{cluster_version, halt};
 use super::deploy::run_node_locked;
 use super::discover::{discover_with_mode, DiscoverFailure, Discovered, DiscoveryReport, Mode};
 use super::error::{Failure, Interrupt, StepError};
+use super::inventory::{self, Inventory};
+use super::model::Installed;
 use super::observe;
 use super::pass::Pass;
-use super::plan::{plan, Inputs, Plan};
+use super::plan::{plan, Inputs, Plan, Step};
 use super::role::installed_controllers;
 use super::rollout::rollout_plan;
 use super::session::Agent;
@@ -21,7 +23,7 @@ use super::status::{Report, ReportOutcome};
 use crate::files::now;
 use crate::notify::{forget_failure, notify_failure, FailureReport};
 use crate::tree::literal::py_str;
-use crate::zk::paths::host_path;
+use crate::zk::paths::{host_path, INVENTORY};
 use crate::zk::role_lock::check_lock_node;
 use crate::zk::update::update_props;
 use crate::zk::ZkError;
@@ -60,7 +62,7 @@ impl Agent {
     async fn prepare(
         &self,
         version: &Value,
-    ) -> Result<(Discovered, Plan, DiscoveryReport), Interrupt> {
+    ) -> Result<(Discovered, Installed, Plan, DiscoveryReport), Interrupt> {
         let mode = if self.walk {
             Mode::Walk
         } else {
@@ -117,7 +119,7 @@ impl Agent {
             tracing::warn!("mixed fleet: {why}");
         }
         plan.apply_rollout(&rollout.nodes, rollout.mixed);
-        Ok((discovered, plan, discovery))
+        Ok((discovered, installed, plan, discovery))
     }
 
     /// The plan a pass would run now, without changing anything.
@@ -137,7 +139,7 @@ impl Agent {
                 discovery: None,
             });
         }
-        let (_, plan, discovery) = self.prepare(&version).await?;
+        let (_, _, plan, discovery) = self.prepare(&version).await?;
         Ok(DryRun {
             version,
             plan,
@@ -182,6 +184,7 @@ impl Agent {
             pass.metrics.converged = true;
             pass.write_metrics();
             self.metrics = pass.metrics;
+            self.republish_inventory().await;
             return Ok(PassOutcome::Converged);
         }
         pass.metrics.converged = false;
@@ -189,7 +192,8 @@ impl Agent {
         tracing::info!("Deploying version {}", py_str(&version));
         let started = pass.started;
         pass.status("deploying").await;
-        let result = run_plan(&mut pass).await;
+        let mut basis = None;
+        let result = run_plan(&mut pass, &mut basis).await;
         pass.controlled = false;
         if let Some(lock) = pass.role_lock.take() {
             // The pass did not end well: the request stays, and the role stays locked.
@@ -253,6 +257,8 @@ impl Agent {
                 return Err(e);
             }
         };
+        self.publish_inventory(&version, basis, outcome == PassOutcome::Done)
+            .await;
         let report = finish(&mut pass, started, report_outcome, error);
         if outcome == PassOutcome::Done {
             pass.metrics.last_success = report.finished;
@@ -271,6 +277,73 @@ impl Agent {
         Ok(outcome)
     }
 
+    /// Publishes what the host has after a pass (see [`inventory`]): the disk observed again,
+    /// the versions known from before the pass and from its install steps (no yum call). In
+    /// the host node (property `inventory`) and the run directory (published again by a
+    /// restarted agent, whose new host node lacks it). A pass that failed before it was
+    /// planned changed nothing, so the last inventory stands. Failures are logged: the
+    /// inventory is advice for `plan`, never a reason to fail a pass.
+    async fn publish_inventory(
+        &self,
+        version: &Value,
+        basis: Option<(Installed, Vec<Step>)>,
+        complete: bool,
+    ) {
+        let Some((before, steps)) = basis else {
+            return;
+        };
+        let root = &self.config.root;
+        let observed = observe::observe_disk(root).and_then(|mut installed| {
+            installed.controller = installed_controllers(root)?
+                .into_iter()
+                .next()
+                .map(|rc| (rc, None));
+            Ok(installed)
+        });
+        let installed = match observed {
+            Ok(installed) => installed,
+            Err(e) => {
+                tracing::warn!("cannot take the inventory: {e}");
+                return;
+            }
+        };
+        let mut known = before.versions.clone();
+        if let Some((rc, v)) = &before.controller {
+            known.insert(rc.clone(), v.clone());
+        }
+        let versions = inventory::versions_after(&known, &steps, complete);
+        let value = Inventory::from_installed(&installed, &versions, version, now()).to_value();
+        let file = self.run_dir.status_path().with_file_name(inventory::FILE);
+        let bytes = serde_json::to_vec(&value).expect("serialisable");
+        if let Err(e) = crate::files::write_atomic(&file, &bytes) {
+            tracing::warn!("cannot write the inventory: {e}");
+        }
+        self.put_inventory(value).await;
+    }
+
+    /// Publishes the inventory kept in the run directory, if the host node lacks it.
+    async fn republish_inventory(&self) {
+        let file = self.run_dir.status_path().with_file_name(inventory::FILE);
+        let Ok(text) = std::fs::read(&file) else {
+            return;
+        };
+        match serde_json::from_slice::<Value>(&text) {
+            Ok(value) if Inventory::from_value(&value).is_ok() => self.put_inventory(value).await,
+            _ => tracing::warn!("ignoring {}: not an inventory", file.display()),
+        }
+    }
+
+    async fn put_inventory(&self, value: Value) {
+        let path = host_path(&self.host.id);
+        if let Err(e) = update_props(&self.client, &path, |p| {
+            p.insert(INVENTORY.into(), value.clone());
+        })
+        .await
+        {
+            tracing::warn!("cannot publish the inventory in {path}: {e}");
+        }
+    }
+
     /// Takes back what a pass changed in the session: its metrics, and the version it
     /// recorded.
     fn end_pass(&mut self, metrics: crate::metrics::Metrics, recorded: bool, version: &Value) {
@@ -283,8 +356,13 @@ impl Agent {
 
 /// The executor: the plan's steps in order, a run of deployments under node locks together
 /// (busy nodes are passed over and taken later).
-async fn run_plan(pass: &mut Pass<'_>) -> Result<(), Interrupt> {
-    let (discovered, plan, discovery) = pass.agent.prepare(&pass.version).await?;
+/// `basis` gets what the host had and the steps, for the inventory.
+async fn run_plan(
+    pass: &mut Pass<'_>,
+    basis: &mut Option<(Installed, Vec<Step>)>,
+) -> Result<(), Interrupt> {
+    let (discovered, installed, plan, discovery) = pass.agent.prepare(&pass.version).await?;
+    *basis = Some((installed, plan.steps.clone()));
     pass.properties = discovered.properties;
     pass.discovery = Some(discovery);
     pass.status("got deployments").await;

@@ -17,6 +17,7 @@ pub mod discover;
 pub mod error;
 pub mod execute;
 pub mod health;
+pub mod inventory;
 pub mod model;
 pub mod observe;
 pub mod pass;

@@ -15,7 +15,7 @@ use super::software::{self, Ran};
 use super::status::StepReport;
 use crate::files::write_replacing;
 use crate::tree::literal::py_str;
-use crate::zk::paths::{host_path, role_path};
+use crate::zk::paths::{host_path, role_path, DEPLOYED_AT};
 use crate::zk::role_lock::enter;
 use crate::zk::update::update_props;
 
@@ -169,8 +169,10 @@ impl Step {
             }
             Step::RecordVersion => {
                 let version = pass.version.clone();
+                let at = serde_json::json!(crate::files::now());
                 update_props(&agent.client, &host_path(&agent.host.id), |p| {
                     p.insert("version".into(), version.clone());
+                    p.insert(DEPLOYED_AT.into(), at.clone());
                 })
                 .await?;
                 pass.recorded = true;

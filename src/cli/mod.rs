@@ -4,6 +4,7 @@
 mod agent;
 mod docs;
 mod monitor;
+mod plan;
 mod runtime;
 mod status;
 mod sync;
@@ -73,6 +74,8 @@ enum Command {
     /// End a halt: set the cluster version (default: the last synced revision).
     #[command(disable_version_flag = true)]
     Resume(status::ResumeArgs),
+    /// Show what a revision of the tree would change on every registered host (writes nothing).
+    Plan(plan::PlanArgs),
     /// Copy the tree from git into ZooKeeper and bump the cluster version (cron).
     Sync(sync::SyncArgs),
     /// Work with tree files and the tree in ZooKeeper.
@@ -104,6 +107,7 @@ pub fn main() -> ExitCode {
         Command::Monitor(args) => monitor::run(args),
         Command::Status(args) => status::status(args),
         Command::Resume(args) => status::resume_cmd(args),
+        Command::Plan(args) => plan::run(args),
         Command::Sync(args) => sync::run(args),
         Command::Tree(cmd) => tree::run(cmd),
         Command::Docs(args) => docs::run(args),

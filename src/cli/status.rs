@@ -7,6 +7,7 @@ use super::zkarg::{AuthArg, ZkArg};
 use super::{runtime, Failure, Outcome};
 use crate::overview::Overview;
 use crate::resume::{parse_version, resume, ResumeError};
+use crate::summary::Filter;
 use crate::sync::HOSTS;
 use crate::tree::literal::py_str;
 use crate::zk::connect::connection_string;
@@ -14,9 +15,22 @@ use crate::zk::{call, Client};
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Print JSON (stable keys: version, synced, halt, hosts, locks).
+    /// Print JSON (stable keys: version, synced, halt, hosts, locks, summary).
     #[arg(long)]
     json: bool,
+    /// Only hosts whose id or name matches this glob (`*`, `?`); the summary counts them alone.
+    #[arg(long, value_name = "GLOB")]
+    host: Option<String>,
+    /// Only hosts not at the cluster version.
+    #[arg(long)]
+    behind: bool,
+    /// Only hosts whose last pass failed.
+    #[arg(long)]
+    failed: bool,
+    /// Write the summary as Prometheus metrics to FILE (atomically; `-`: standard output)
+    /// instead of printing the status (for a textfile collector, from cron).
+    #[arg(long, value_name = "FILE")]
+    metrics: Option<std::path::PathBuf>,
     #[command(flatten)]
     zk: ZkArg,
 }
@@ -40,10 +54,24 @@ pub fn status(args: StatusArgs) -> Outcome {
     runtime()?.block_on(async {
         let client = args.zk.connect().await?;
         require_hosts(&client, &args.zk).await?;
-        let overview = Overview::read(&client)
+        let mut overview = Overview::read(&client)
             .await
             .map_err(|e| Failure::Failed(e.to_string()))?;
-        if args.json {
+        let filter = Filter {
+            host: args.host.clone(),
+            behind: args.behind,
+            failed: args.failed,
+        };
+        overview.select(&filter, crate::files::now());
+        if let Some(path) = &args.metrics {
+            let text = overview.summary.metrics(overview.version.is_null());
+            if path.as_os_str() == "-" {
+                print!("{text}");
+            } else {
+                crate::files::write_atomic(path, text.as_bytes())
+                    .map_err(|e| Failure::Failed(format!("--metrics: {e}")))?;
+            }
+        } else if args.json {
             println!(
                 "{}",
                 serde_json::to_string_pretty(&overview).expect("serialisable")

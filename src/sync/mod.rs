@@ -28,6 +28,7 @@ use crate::zk::halts::{clear_halts, effective, read_halts};
 use crate::zk::import::{apply_with_acl, plan, plan_delete, read_existing, ApplyError, Op};
 use crate::zk::index::INDEX;
 use crate::zk::lock::{try_lock, TryLock};
+use crate::zk::paths::{version_set, VERSION_SET};
 use crate::zk::snapshot::{read_subtree, ReadOptions};
 use crate::zk::{
     call, connect, decode, encode, join, open_persistent, Client, ConnectOptions, ZkError,
@@ -411,6 +412,9 @@ async fn set_version(
             return Err(SyncError::HaltedDuringSync);
         }
         let before = props.clone();
+        if props.get("version") != Some(&json!(revision)) {
+            props.insert(VERSION_SET.into(), version_set(&json!(revision)));
+        }
         props.insert("version".into(), json!(revision));
         props.insert("synced".into(), json!(revision));
         props.insert("synced-roots".into(), json!(desired.roots()));

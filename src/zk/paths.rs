@@ -46,6 +46,22 @@ pub fn is_reserved_root(name: &str) -> bool {
         .any(|r| r.strip_prefix('/') == Some(name))
 }
 
+/// The `/hosts` property recording when the cluster version was last set to a new value
+/// (`{"version": V, "time": T}`, written by `sync` and `resume`): where a roll-out starts.
+pub const VERSION_SET: &str = "version-set";
+
+/// The [`VERSION_SET`] record of `version`, set now.
+pub fn version_set(version: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"version": version, "time": crate::files::now()})
+}
+
+/// The host node property recording when the host last finished a pass successfully (Unix
+/// time): with [`VERSION_SET`], `status` tells how long a version took to roll out.
+pub const DEPLOYED_AT: &str = "deployed-at";
+
+/// The host node property holding what the host has (`crate::agent::inventory`).
+pub const INVENTORY: &str = "inventory";
+
 /// The path of a host's node.
 pub fn host_path(id: &str) -> String {
     format!("{HOSTS}/{id}")

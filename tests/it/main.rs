@@ -20,6 +20,8 @@ mod defects;
 mod ensemble;
 mod faults;
 mod fleet;
+mod fleet_plan;
+mod fleet_status;
 mod git_checkout;
 mod harness_selftest;
 mod hostile;

@@ -1,0 +1,600 @@
+//! The fleet plan, pure: for every registered host, the plan its agent would make from the
+//! candidate tree (the agent's own [`discover_in`] and [`plan`]), against what the host has
+//! (its published inventory, or — without one — what the current tree wants there, as if it
+//! had converged); then those plans grouped by what changes, each change with its hosts.
+//!
+//! A step is a *change* unless it is the routine part of every pass: a deploy of an instance
+//! the host already has, and the refresh of a git checkout already at its version. Hosts with
+//! only routine steps are counted, not listed among the changes.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::index::TargetIndex;
+use crate::agent::discover::{discover_in, resolved_props, Discovered, TreeSource};
+use crate::agent::inventory::{Inventory, UNKNOWN_VERSION};
+use crate::agent::model::{is_git, Host, Installed, InstalledDeployment, Wanted};
+use crate::agent::plan::{plan, Inputs, Step};
+use crate::tree::Props;
+
+/// A registered host, as read from its host node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Registered {
+    /// Who it is (id, name, role).
+    pub host: Host,
+    /// Its published inventory: `None` if it has none, an error if it cannot be read.
+    pub inventory: Option<Result<Inventory, String>>,
+}
+
+/// A tree and its index by target.
+pub struct Indexed<'a, S> {
+    /// The tree.
+    pub tree: &'a S,
+    /// Its deploy nodes by target.
+    pub index: &'a TargetIndex,
+}
+
+impl<S: TreeSource> Indexed<'_, S> {
+    fn discover(&self, host: &Host) -> Result<Discovered, String> {
+        discover_in(self.tree, &self.index.deploy_nodes(host), host).map_err(|e| e.to_string())
+    }
+}
+
+/// What the fleet plan needs of the current tree.
+pub trait Current {
+    /// What a host that converged on the current tree has (for hosts without an inventory).
+    fn converged(&self, host: &Host) -> Result<Installed, String>;
+    /// An application node's properties, links resolved (`None`: absent, or not resolvable).
+    fn properties(&self, path: &str) -> Option<Props>;
+}
+
+/// A whole current tree held in memory.
+impl<S: TreeSource> Current for Indexed<'_, S> {
+    fn converged(&self, host: &Host) -> Result<Installed, String> {
+        self.discover(host).map(|found| converged(&found))
+    }
+
+    fn properties(&self, path: &str) -> Option<Props> {
+        self.tree.props_at(path)?;
+        resolved_props(self.tree, path).ok()
+    }
+}
+
+/// The answers about the current tree, worked out beforehand (from the nodes read for them).
+#[derive(Debug, Clone, Default)]
+pub struct Prefetched {
+    /// By host id: what it has if converged on the current tree.
+    pub converged: HashMap<String, Result<Installed, String>>,
+    /// By application node: its resolved properties, if it exists.
+    pub properties: HashMap<String, Props>,
+}
+
+impl Current for Prefetched {
+    fn converged(&self, host: &Host) -> Result<Installed, String> {
+        self.converged
+            .get(&host.id)
+            .cloned()
+            .unwrap_or_else(|| Err("not read".into()))
+    }
+
+    fn properties(&self, path: &str) -> Option<Props> {
+        self.properties.get(path).cloned()
+    }
+}
+
+/// What one host would do.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostPlan {
+    /// Host id.
+    pub id: String,
+    /// Host name.
+    pub name: String,
+    /// Role, if any.
+    pub role: Option<String>,
+    /// True if planned from its published inventory; false if planned as if it had converged
+    /// on the current tree.
+    pub inventory: bool,
+    /// The steps of its next pass (empty if it fails).
+    pub steps: Vec<Step>,
+    /// The same steps as `deploy --dry-run` prints them (and `last-pass.json` names them).
+    pub lines: Vec<String>,
+    /// Why its pass would fail before changing anything, if it would.
+    pub error: Option<String>,
+    /// True if a step is more than the routine re-run.
+    pub changes: bool,
+}
+
+/// One property of an application node that changes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PropertyChange {
+    /// Property name.
+    pub key: String,
+    /// Its value in the current tree (`null` if absent).
+    pub old: Value,
+    /// Its value in the candidate tree (`null` if absent).
+    pub new: Value,
+}
+
+/// Hosts grouped under one change.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Group<K> {
+    /// What changes.
+    #[serde(flatten)]
+    pub what: K,
+    /// Ids of the hosts it changes, sorted.
+    pub hosts: Vec<String>,
+}
+
+/// A package change.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct PackageChange {
+    /// `install`, `upgrade`, `downgrade`, `change` (versions not comparable) or `remove`.
+    pub change: &'static str,
+    /// The package.
+    pub rpm: String,
+    /// Version installed now (`null`: none, or unknown).
+    pub from: Option<String>,
+    /// Version wanted (`null`: any, or removed).
+    pub to: Option<String>,
+}
+
+/// An instance added or removed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct InstanceChange {
+    /// `add` or `remove`.
+    pub change: &'static str,
+    /// Application node.
+    pub path: String,
+    /// Instance.
+    pub n: u32,
+    /// Package whose deploy script runs.
+    pub rpm: String,
+}
+
+/// An application node whose properties change.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PropertiesChange {
+    /// Application node.
+    pub path: String,
+    /// The properties that change (links resolved), by name.
+    pub changes: Vec<PropertyChange>,
+}
+
+/// Any other step that changes a host (role controllers, `/etc` removals), by its text.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct OtherChange {
+    /// The step, as `deploy --dry-run` prints it.
+    pub step: String,
+}
+
+/// A failure shared by hosts.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct FailureGroup {
+    /// The error.
+    pub error: String,
+}
+
+/// The whole fleet plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetPlan {
+    /// Registered hosts planned.
+    pub registered: usize,
+    /// Package installs, upgrades, downgrades and removals.
+    pub packages: Vec<Group<PackageChange>>,
+    /// Instances added and removed.
+    pub instances: Vec<Group<InstanceChange>>,
+    /// Application nodes whose properties change, with the hosts that deploy them (and so
+    /// re-run them with the new settings).
+    pub properties: Vec<Group<PropertiesChange>>,
+    /// Role controller changes and `/etc/<app>` removals.
+    pub other: Vec<Group<OtherChange>>,
+    /// Hosts whose pass would fail before changing anything, by error.
+    pub failures: Vec<Group<FailureGroup>>,
+    /// Hosts with changes.
+    pub changed: Vec<String>,
+    /// Hosts whose pass only re-runs what they have.
+    pub routine: Vec<String>,
+    /// Hosts with nothing to do at all.
+    pub idle: Vec<String>,
+    /// Hosts planned without an inventory (as if converged on the current tree).
+    pub without_inventory: Vec<String>,
+    /// Every host's plan, by id.
+    pub hosts: Vec<HostPlan>,
+}
+
+impl FleetPlan {
+    /// True if anything changes anywhere (the exit code 10).
+    pub fn has_changes(&self) -> bool {
+        !self.changed.is_empty() || !self.properties.is_empty()
+    }
+
+    /// True if some host's pass would fail (the exit code 1).
+    pub fn has_failures(&self) -> bool {
+        !self.failures.is_empty()
+    }
+}
+
+/// What a host that converged on the tree has: every wanted instance, package (at the wanted
+/// version; "any version" reads as unknown), `/etc/<app>` directory and role controller.
+pub fn converged(found: &Discovered) -> Installed {
+    let mut installed = Installed::default();
+    for d in &found.deployments {
+        installed.deployments.push(InstalledDeployment {
+            app: d.app.clone(),
+            rpm: d.rpm.clone(),
+            path: d.path.clone(),
+            n: d.n,
+        });
+        let version = match &d.version {
+            Wanted::Exact(v) => v.clone(),
+            Wanted::Any => UNKNOWN_VERSION.to_string(),
+        };
+        installed.versions.insert(d.rpm.clone(), Some(version));
+    }
+    installed.deployments.sort();
+    installed.deployments.dedup();
+    installed.packages = installed.versions.keys().cloned().collect();
+    let apps: BTreeSet<String> = found.deployments.iter().map(|d| d.app.clone()).collect();
+    installed.app_dirs = apps.into_iter().collect();
+    installed.controller = found
+        .controller
+        .as_ref()
+        .map(|(rc, v)| (rc.clone(), Some(v.clone())));
+    installed
+}
+
+/// Plans one host: what it has (inventory, or converged on `current`), what `candidate`
+/// wants, and the steps between.
+pub fn plan_host<N: TreeSource>(
+    current: &dyn Current,
+    candidate: &Indexed<'_, N>,
+    registered: &Registered,
+) -> (HostPlan, Installed) {
+    let host = &registered.host;
+    let mut out = HostPlan {
+        id: host.id.clone(),
+        name: host.name.clone(),
+        role: host.role.clone(),
+        inventory: false,
+        steps: Vec::new(),
+        lines: Vec::new(),
+        error: None,
+        changes: false,
+    };
+    let installed = match &registered.inventory {
+        Some(Ok(inv)) => {
+            out.inventory = true;
+            Ok(inv.installed())
+        }
+        Some(Err(e)) => Err(format!("its inventory cannot be read: {e}")),
+        None => current
+            .converged(host)
+            .map_err(|e| format!("no inventory, and the current tree fails for it: {e}")),
+    };
+    let installed = match installed {
+        Ok(i) => i,
+        Err(e) => {
+            out.error = Some(e);
+            return (out, Installed::default());
+        }
+    };
+    let steps = candidate.discover(host).and_then(|found| {
+        // The `after` hook is the host's configuration, which the tree does not hold.
+        plan(Inputs {
+            wanted: &found.deployments,
+            controller: found.controller.as_ref(),
+            role: host.role.as_deref(),
+            installed: &installed,
+            after: None,
+        })
+        .map(|p| p.steps)
+        .map_err(|e| e.to_string())
+    });
+    match steps {
+        Ok(steps) => {
+            out.changes = steps.iter().any(|s| !routine(s, &installed));
+            out.lines = steps.iter().map(ToString::to_string).collect();
+            out.steps = steps;
+        }
+        Err(e) => out.error = Some(e),
+    }
+    (out, installed)
+}
+
+/// True for the routine part of a pass: re-running a deployment the host has, refreshing a
+/// checkout already at its version, the role controller's scripts around the deployments,
+/// recording the version.
+fn routine(step: &Step, installed: &Installed) -> bool {
+    match step {
+        Step::StartingDeployments { .. }
+        | Step::EndingDeployments { .. }
+        | Step::RecordVersion
+        | Step::After { .. } => true,
+        Step::Deploy { app, path, n, .. } => installed
+            .deployments
+            .iter()
+            .any(|d| d.app == *app && d.path == *path && d.n == *n),
+        Step::Install {
+            version, installed, ..
+        } => is_git(version.as_deref()) && installed == version,
+        _ => false,
+    }
+}
+
+/// Compares two RPM versions the way `rpmvercmp` does: runs of digits numerically, runs of
+/// letters alphabetically, a digit run newer than a letter run, more segments newer.
+pub fn compare_versions(a: &str, b: &str) -> Ordering {
+    fn segments(s: &str) -> Vec<&str> {
+        let mut out = Vec::new();
+        let mut start = None;
+        let mut digit = false;
+        for (i, c) in s.char_indices() {
+            let alnum = c.is_ascii_alphanumeric();
+            match start {
+                Some(st) if alnum && c.is_ascii_digit() == digit => {
+                    let _ = st;
+                }
+                Some(st) => {
+                    out.push(&s[st..i]);
+                    start = alnum.then_some(i);
+                    digit = c.is_ascii_digit();
+                }
+                None if alnum => {
+                    start = Some(i);
+                    digit = c.is_ascii_digit();
+                }
+                None => {}
+            }
+        }
+        if let Some(st) = start {
+            out.push(&s[st..]);
+        }
+        out
+    }
+    let (sa, sb) = (segments(a), segments(b));
+    for (x, y) in sa.iter().zip(&sb) {
+        let xd = x.as_bytes()[0].is_ascii_digit();
+        let yd = y.as_bytes()[0].is_ascii_digit();
+        let ord = match (xd, yd) {
+            (true, true) => {
+                let (x, y) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
+                x.len().cmp(&y.len()).then_with(|| x.cmp(y))
+            }
+            (true, false) => Ordering::Greater,
+            (false, true) => Ordering::Less,
+            (false, false) => x.cmp(y),
+        };
+        if ord != Ordering::Equal {
+            return ord;
+        }
+    }
+    sa.len().cmp(&sb.len())
+}
+
+fn package_change(rpm: &str, from: Option<&String>, to: Option<&String>) -> PackageChange {
+    let change = match (from, to) {
+        (None, _) => "install",
+        (Some(f), Some(t)) if f != UNKNOWN_VERSION && !is_git(Some(f)) && !is_git(Some(t)) => {
+            match compare_versions(t, f) {
+                Ordering::Greater => "upgrade",
+                Ordering::Less => "downgrade",
+                Ordering::Equal => "change",
+            }
+        }
+        _ => "change",
+    };
+    PackageChange {
+        change,
+        rpm: rpm.to_string(),
+        from: from.cloned(),
+        to: to.cloned(),
+    }
+}
+
+/// The properties that differ between two resolved property maps.
+pub fn property_changes(old: &Props, new: &Props) -> Vec<PropertyChange> {
+    let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+    keys.into_iter()
+        .filter(|k| old.get(*k) != new.get(*k))
+        .map(|k| PropertyChange {
+            key: k.clone(),
+            old: old.get(k).cloned().unwrap_or(Value::Null),
+            new: new.get(k).cloned().unwrap_or(Value::Null),
+        })
+        .collect()
+}
+
+fn groups<K: Ord>(map: BTreeMap<K, BTreeSet<String>>) -> Vec<Group<K>> {
+    map.into_iter()
+        .map(|(what, hosts)| Group {
+            what,
+            hosts: hosts.into_iter().collect(),
+        })
+        .collect()
+}
+
+/// Plans every registered host and groups the changes.
+pub fn plan_fleet<N: TreeSource>(
+    current: &dyn Current,
+    candidate: &Indexed<'_, N>,
+    hosts: &[Registered],
+) -> FleetPlan {
+    let mut packages: BTreeMap<PackageChange, BTreeSet<String>> = BTreeMap::new();
+    let mut instances: BTreeMap<InstanceChange, BTreeSet<String>> = BTreeMap::new();
+    let mut other: BTreeMap<OtherChange, BTreeSet<String>> = BTreeMap::new();
+    let mut failures: BTreeMap<FailureGroup, BTreeSet<String>> = BTreeMap::new();
+    let mut deployers: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut out = FleetPlan {
+        registered: hosts.len(),
+        packages: Vec::new(),
+        instances: Vec::new(),
+        properties: Vec::new(),
+        other: Vec::new(),
+        failures: Vec::new(),
+        changed: Vec::new(),
+        routine: Vec::new(),
+        idle: Vec::new(),
+        without_inventory: Vec::new(),
+        hosts: Vec::new(),
+    };
+    for registered in hosts {
+        let (hp, installed) = plan_host(current, candidate, registered);
+        let id = hp.id.clone();
+        if !hp.inventory {
+            out.without_inventory.push(id.clone());
+        }
+        if let Some(e) = &hp.error {
+            failures
+                .entry(FailureGroup { error: e.clone() })
+                .or_default()
+                .insert(id.clone());
+        }
+        for step in &hp.steps {
+            match step {
+                Step::Install {
+                    rpm,
+                    version,
+                    installed: have,
+                } if !routine(step, &installed) => {
+                    packages
+                        .entry(package_change(rpm, have.as_ref(), version.as_ref()))
+                        .or_default()
+                        .insert(id.clone());
+                }
+                Step::Uninstall { rpm } => {
+                    let from = installed.versions.get(rpm).cloned().flatten();
+                    packages
+                        .entry(PackageChange {
+                            change: "remove",
+                            rpm: rpm.clone(),
+                            from,
+                            to: None,
+                        })
+                        .or_default()
+                        .insert(id.clone());
+                }
+                Step::Deploy { rpm, path, n, .. } => {
+                    deployers
+                        .entry(path.clone())
+                        .or_default()
+                        .insert(id.clone());
+                    if !routine(step, &installed) {
+                        instances
+                            .entry(InstanceChange {
+                                change: "add",
+                                path: path.clone(),
+                                n: *n,
+                                rpm: rpm.clone(),
+                            })
+                            .or_default()
+                            .insert(id.clone());
+                    }
+                }
+                Step::Undeploy { rpm, path, n, .. } => {
+                    instances
+                        .entry(InstanceChange {
+                            change: "remove",
+                            path: path.clone(),
+                            n: *n,
+                            rpm: rpm.clone(),
+                        })
+                        .or_default()
+                        .insert(id.clone());
+                }
+                _ if !routine(step, &installed) => {
+                    other
+                        .entry(OtherChange {
+                            step: step.to_string(),
+                        })
+                        .or_default()
+                        .insert(id.clone());
+                }
+                _ => {}
+            }
+        }
+        out.hosts.push(hp);
+    }
+    // Properties: each application node deployed in the candidate that exists in the current
+    // tree, compared once (links resolved on each side).
+    let mut cache: HashMap<String, Vec<PropertyChange>> = HashMap::new();
+    for (path, hosts) in deployers {
+        let changes = cache.entry(path.clone()).or_insert_with(|| {
+            match (
+                current.properties(&path),
+                resolved_props(candidate.tree, &path),
+            ) {
+                (Some(old), Ok(new)) => property_changes(&old, &new),
+                _ => Vec::new(),
+            }
+        });
+        if !changes.is_empty() {
+            out.properties.push(Group {
+                what: PropertiesChange {
+                    path,
+                    changes: changes.clone(),
+                },
+                hosts: hosts.into_iter().collect(),
+            });
+        }
+    }
+    // A host re-running a deployment with new settings has changes too.
+    let resettled: BTreeSet<&String> = out.properties.iter().flat_map(|g| &g.hosts).collect();
+    for hp in &mut out.hosts {
+        if !hp.changes && resettled.contains(&hp.id) {
+            hp.changes = true;
+        }
+        if hp.error.is_some() || hp.changes {
+            out.changed.push(hp.id.clone());
+        } else if hp.steps.is_empty() {
+            out.idle.push(hp.id.clone());
+        } else {
+            out.routine.push(hp.id.clone());
+        }
+    }
+    out.packages = groups(packages);
+    let rank = |c: &str| {
+        ["install", "upgrade", "downgrade", "change", "remove"]
+            .iter()
+            .position(|k| *k == c)
+            .unwrap_or(usize::MAX)
+    };
+    out.packages
+        .sort_by(|a, b| (rank(a.what.change), &a.what).cmp(&(rank(b.what.change), &b.what)));
+    out.instances = groups(instances);
+    out.other = groups(other);
+    out.failures = groups(failures);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compares_versions_like_rpm() {
+        use Ordering::*;
+        assert_eq!(compare_versions("1.10", "1.9"), Greater);
+        assert_eq!(compare_versions("1.0", "1.0"), Equal);
+        assert_eq!(compare_versions("1.0", "1.0.1"), Less);
+        assert_eq!(compare_versions("2.0-3", "2.0-12"), Less);
+        assert_eq!(compare_versions("1.0a", "1.0"), Greater);
+        assert_eq!(compare_versions("1.01", "1.1"), Equal);
+        assert_eq!(compare_versions("1.b", "1.1"), Less);
+    }
+
+    #[test]
+    fn package_changes_are_named() {
+        let s = |v: &str| Some(v.to_string());
+        let c = |f: Option<String>, t: Option<String>| {
+            package_change("p", f.as_ref(), t.as_ref()).change
+        };
+        assert_eq!(c(None, s("1")), "install");
+        assert_eq!(c(s("1"), s("2")), "upgrade");
+        assert_eq!(c(s("2"), s("1")), "downgrade");
+        assert_eq!(c(s("?"), s("1")), "change");
+        assert_eq!(c(s("1"), None), "change");
+    }
+}
