@@ -15,9 +15,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::agent::{lines, now, v, wait_for, Pm, TestHost};
-use support::rpm::FakeYum;
-use support::Run;
+use support::agent::{deploy_all, fleet, ids, lines, now, v, wait_for, TestHost};
 use zookeeper_client::{Acls, CreateMode};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -34,25 +32,6 @@ fn tree(nodes: &[&str], hosts: &[&str]) -> String {
         }
     }
     text
-}
-
-/// `n` hosts `h1`..`hN` on one fresh chroot, each with its own fake yum and root.
-async fn fleet(label: &str, n: usize) -> Vec<TestHost> {
-    let conn = support::chroot(label).await;
-    let mut hosts = Vec::new();
-    for i in 1..=n {
-        hosts.push(TestHost::on(&conn, &format!("h{i}"), Pm::Fake(FakeYum::new())).await);
-    }
-    hosts
-}
-
-fn ids(hosts: &[TestHost]) -> Vec<&str> {
-    hosts.iter().map(|h| h.id.as_str()).collect()
-}
-
-/// Runs one pass on every host at once, with the same extra environment.
-async fn deploy_all(hosts: &[TestHost], env: &[(&str, &str)]) -> Vec<Run> {
-    futures::future::join_all(hosts.iter().map(|h| h.deploy_env(&[], env))).await
 }
 
 /// One run of a deploy script, from `ZK_TEST_TIMES`.

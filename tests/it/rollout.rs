@@ -11,10 +11,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::agent::{lines, v, wait_for, wait_for_async, Pm, TestHost};
+use support::agent::{deploy_all, fleet, ids, lines, v, wait_for, wait_for_async, Pm, TestHost};
 use support::git::TestRepo;
-use support::rpm::FakeYum;
-use support::Run;
 use zookeeper_client::{Acls, CreateMode};
 
 const LIMIT: Duration = Duration::from_secs(90);
@@ -35,24 +33,6 @@ fn tree_version(props: &str, hosts: &[&str], version: &str) -> String {
         text.push_str(&format!("      /{host}\n"));
     }
     text
-}
-
-/// `n` hosts `h1`..`hN` on one fresh chroot, each with its own fake yum and root.
-async fn fleet(label: &str, n: usize) -> Vec<TestHost> {
-    let conn = support::chroot(label).await;
-    let mut hosts = Vec::new();
-    for i in 1..=n {
-        hosts.push(TestHost::on(&conn, &format!("h{i}"), Pm::Fake(FakeYum::new())).await);
-    }
-    hosts
-}
-
-fn ids(hosts: &[TestHost]) -> Vec<&str> {
-    hosts.iter().map(|h| h.id.as_str()).collect()
-}
-
-async fn deploy_all(hosts: &[TestHost], env: &[(&str, &str)]) -> Vec<Run> {
-    futures::future::join_all(hosts.iter().map(|h| h.deploy_env(&[], env))).await
 }
 
 /// The health check of package foo in a host's fake repository (installed with it): it

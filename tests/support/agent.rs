@@ -491,3 +491,23 @@ pub fn now() -> f64 {
         .unwrap()
         .as_secs_f64()
 }
+
+/// `n` hosts `h1`..`hN` on one fresh chroot, each with its own fake yum and root.
+pub async fn fleet(label: &str, n: usize) -> Vec<TestHost> {
+    let conn = super::chroot(label).await;
+    let mut hosts = Vec::new();
+    for i in 1..=n {
+        hosts.push(TestHost::on(&conn, &format!("h{i}"), Pm::Fake(FakeYum::new())).await);
+    }
+    hosts
+}
+
+/// The ids of `hosts`.
+pub fn ids(hosts: &[TestHost]) -> Vec<&str> {
+    hosts.iter().map(|h| h.id.as_str()).collect()
+}
+
+/// Runs one pass on every host at once, with the same extra environment.
+pub async fn deploy_all(hosts: &[TestHost], env: &[(&str, &str)]) -> Vec<Run> {
+    futures::future::join_all(hosts.iter().map(|h| h.deploy_env(&[], env))).await
+}
