@@ -99,7 +99,8 @@ pub fn main() -> ExitCode {
         _ => "warn",
     };
     init_logging(level);
-    // Before any thread exists: no git network operation may wait forever.
+    // Before any thread exists: no git network operation may wait forever (libgit2 itself
+    // starts at the first git operation, see `gitauth`).
     crate::gitauth::bound_network(crate::gitauth::DEFAULT_NETWORK_TIMEOUT);
     let outcome = match cli.command {
         Command::Agent(args) => agent::agent(args),
