@@ -145,18 +145,29 @@ fn usage_error(e: clap::Error) -> ExitCode {
     }
 }
 
+/// Logs to stderr at `level` (ZooKeeper's client at `warn`), or as `ZKDEPLOYMENT_LOG` says: a
+/// comma-separated list of `LEVEL` and `TARGET=LEVEL` (e.g. `debug,zookeeper_client=info`).
 fn init_logging(level: &str) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("ZKDEPLOYMENT_LOG").unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new(format!("{level},zookeeper_client=warn"))
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter: tracing_subscriber::filter::Targets = std::env::var("ZKDEPLOYMENT_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            format!("{level},zookeeper_client=warn")
+                .parse()
+                .unwrap_or_default()
         });
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let output = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // Colours only on a terminal: under systemd stderr goes to the journal, where escape
         // sequences would garble every line.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
+        .with_target(false);
+    let _ = tracing_subscriber::registry()
+        .with(output)
+        .with(filter)
         .try_init();
 }
 
