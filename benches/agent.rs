@@ -34,12 +34,14 @@ fn rss_kib(pid: u32) -> Option<u64> {
     status_kib(pid, "VmRSS:")
 }
 
-/// Resident memory of its own (heap, stacks) and mapped from files (the binary, libc).
+/// Resident memory of its own (heap, stacks) and mapped from files (the binary, libc), and
+/// the peak resident set so far (`VmHWM`).
 fn rss_split(pid: u32) -> String {
     format!(
-        "{} KiB anonymous + {} KiB file-backed",
+        "{} KiB anonymous + {} KiB file-backed; peak {} KiB",
         status_kib(pid, "RssAnon:").unwrap_or(0),
-        status_kib(pid, "RssFile:").unwrap_or(0)
+        status_kib(pid, "RssFile:").unwrap_or(0),
+        status_kib(pid, "VmHWM:").unwrap_or(0)
     )
 }
 
@@ -121,6 +123,7 @@ fn main() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let pid = agent.id().unwrap();
         let idle = rss_kib(pid).unwrap_or(0);
+        let idle_split = rss_split(pid);
         let mut samples = Vec::new();
         let mut walked = Vec::new();
         for round in 2..8 {
@@ -144,7 +147,7 @@ fn main() {
             if round == 4 {
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 let after = rss_kib(pid).unwrap_or(0);
-                println!("agent resident memory: idle after the first pass {idle} KiB, idle after 3 more passes answered by the index {after} KiB ({})", rss_split(pid));
+                println!("agent resident memory: idle after the first pass {idle} KiB ({idle_split}), idle after 3 more passes answered by the index {after} KiB ({})", rss_split(pid));
             }
         }
         for s in [&mut samples, &mut walked] {
