@@ -2,7 +2,6 @@
 //! commands (one module each). This is the imperative shell; the work lives in the library.
 
 mod agent;
-mod docs;
 mod monitor;
 mod plan;
 mod runtime;
@@ -81,9 +80,12 @@ enum Command {
     /// Work with tree files and the tree in ZooKeeper.
     #[command(subcommand)]
     Tree(tree::TreeCommand),
-    /// Write man pages and shell completions (for packaging).
-    #[command(hide = true)]
-    Docs(docs::DocsArgs),
+}
+
+/// The clap definition of the command line (the man pages and completions are generated from
+/// it by `examples/docs.rs`).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
 }
 
 /// Runs the command line and returns the process exit code.
@@ -111,7 +113,6 @@ pub fn main() -> ExitCode {
         Command::Plan(args) => plan::run(args),
         Command::Sync(args) => sync::run(args),
         Command::Tree(cmd) => tree::run(cmd),
-        Command::Docs(args) => docs::run(args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
