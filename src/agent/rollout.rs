@@ -189,31 +189,20 @@ pub async fn in_canary_phase(
     Ok(canary_count(&props, &canary_key(step)) < node.canary as usize)
 }
 
-/// Adds this host to the canaries of `key` in the node lock's data, and removes the
-/// in-flight record, in one write.
-pub async fn record_canary(
-    client: &Client,
-    lock: &str,
-    key: &str,
-    host_id: &str,
-) -> Result<(), ZkError> {
-    update_props(client, lock, |p| {
-        p.remove("in-flight");
-        let mut hosts: Vec<Value> = match p.get("canary") {
-            Some(Value::Object(c)) if c.get("version").and_then(Value::as_str) == Some(key) => c
-                .get("hosts")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default(),
-            _ => Vec::new(),
-        };
-        if !hosts.iter().any(|h| h.as_str() == Some(host_id)) {
-            hosts.push(json!(host_id));
-        }
-        p.insert("canary".into(), json!({"version": key, "hosts": hosts}));
-    })
-    .await
-    .map(|_| ())
+/// Adds this host to the canaries of `key` in the node lock's data `p`.
+pub fn add_canary(p: &mut crate::tree::Props, key: &str, host_id: &str) {
+    let mut hosts: Vec<Value> = match p.get("canary") {
+        Some(Value::Object(c)) if c.get("version").and_then(Value::as_str) == Some(key) => c
+            .get("hosts")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    if !hosts.iter().any(|h| h.as_str() == Some(host_id)) {
+        hosts.push(json!(host_id));
+    }
+    p.insert("canary".into(), json!({"version": key, "hosts": hosts}));
 }
 
 /// One deployment holding a lease of the semaphore `sem`: first the in-flight records of
