@@ -80,19 +80,29 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
     // before a wait if not since the last step; right after a step the next node is
     // entered at once.
     let (mut check_first, mut fresh) = (true, false);
+    // A lease taken while waiting in a semaphore's queue, for the one pending node.
+    let mut ready: Option<Lease> = None;
     while !pending.is_empty() {
         let mut busy = Vec::new();
         let mut holders = Vec::new();
         let mut ran = None;
-        if check_first {
+        // The semaphore the last node tried was full at (when it was one).
+        let mut queue: Option<String> = None;
+        // (A lease taken in the queue goes straight to its step, which checks first.)
+        if check_first && ready.is_none() {
             pass.checkpoint().await?;
             check_first = false;
             fresh = true;
         }
         for (i, node) in pending.iter().enumerate() {
-            match enter(pass, node, &identifier).await? {
+            let entry = match ready.take() {
+                Some(lease) => Entry::Lease { lease },
+                None => enter(pass, node, &identifier).await?,
+            };
+            match entry {
                 Entry::Busy { place, nodes, who } => {
                     tracing::info!("{place} is held by {who}; trying another node");
+                    queue = (place != node.lock).then_some(place);
                     busy.extend(nodes);
                     holders.push(format!("{} held by {who}", node.path));
                 }
@@ -102,20 +112,16 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                         tracing::info!("waited {waited:.1} s for node locks");
                         pass.metrics.lock_wait += waited;
                     }
-                    let (result, released) = match entry {
+                    match entry {
                         Entry::Lock { held, canary } => {
-                            (deploy_locked(pass, node, held, canary).await, Ok(()))
+                            deploy_locked(pass, node, held, canary).await?
                         }
                         Entry::Lease { lease } => {
                             let sem = semaphore_path(node.path);
-                            let result = deploy_leased(pass, node.step, &sem, &lease).await;
-                            (result, lease.release(&agent.client).await)
+                            deploy_leased(pass, node.step, &sem, lease).await?
                         }
-                        Entry::Busy { .. } => (Ok(()), Ok(())),
-                    };
-                    // The step's own outcome first: a failed release only hides it.
-                    result?;
-                    released?;
+                        Entry::Busy { .. } => {}
+                    }
                     ran = Some(i);
                     break;
                 }
@@ -141,7 +147,21 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                     pass.status(&text).await;
                     waiting = Some(text);
                 }
-                wait_for_any(&agent.client, &busy, LOCK_RECHECK).await?;
+                match (&queue, &pending[..]) {
+                    // One node left, and it is a full semaphore: wait in its guard's queue
+                    // (only the first in the queue wakes when a lease is given back).
+                    (Some(sem), [node]) => {
+                        ready = semaphore::acquire_waiting(
+                            &agent.client,
+                            sem,
+                            &identifier,
+                            node.rollout.parallel,
+                            LOCK_RECHECK,
+                        )
+                        .await?;
+                    }
+                    _ => wait_for_any(&agent.client, &busy, LOCK_RECHECK).await?,
+                }
                 check_first = true;
             }
         }

@@ -42,30 +42,43 @@ impl Held {
         data: &[u8],
         version: i32,
     ) -> Result<bool, ZkError> {
-        let op = |source| ZkError::Op {
-            op: "write",
-            path: path.to_string(),
-            source,
-        };
-        let mut writer = client.new_multi_writer();
-        writer
-            .add_set_data(path, data, Some(version))
-            .map_err(op)?;
-        writer.add_delete(&self.node, None).map_err(op)?;
-        match call("write", path, async {
-            writer.commit().await.map_err(zookeeper_client::Error::from)
-        })
-        .await
+        write_and_delete(client, path, data, version, &self.node).await
+    }
+}
+
+/// Writes `data` into `path` if its data version is still `version`, and deletes our node
+/// `node`, in one transaction. False (nothing changed, or nothing known after a connection
+/// loss) when the version no longer matches.
+pub async fn write_and_delete(
+    client: &Client,
+    path: &str,
+    data: &[u8],
+    version: i32,
+    node: &str,
+) -> Result<bool, ZkError> {
+    let op = |source| ZkError::Op {
+        op: "write",
+        path: path.to_string(),
+        source,
+    };
+    let mut writer = client.new_multi_writer();
+    writer
+        .add_set_data(path, data, Some(version))
+        .map_err(op)?;
+    writer.add_delete(node, None).map_err(op)?;
+    match call("write", path, async {
+        writer.commit().await.map_err(zookeeper_client::Error::from)
+    })
+    .await
+    {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.is_connection_loss()
+                || matches!(e.source_error(), Some(zookeeper_client::Error::BadVersion)) =>
         {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.is_connection_loss()
-                    || matches!(e.source_error(), Some(zookeeper_client::Error::BadVersion)) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(e),
+            Ok(false)
         }
+        Err(e) => Err(e),
     }
 }
 
@@ -163,36 +176,8 @@ pub async fn try_lock(client: &Client, path: &str, identifier: &str) -> Result<T
     // One round trip when the lock node exists and nobody else holds it: our create, the
     // list of contenders and the lock node's data go out together, and the session
     // answers them in that order.
-    let prefix = format!("{}{LOCK_MARKER}", uuid::Uuid::new_v4().simple());
-    let ours = join(path, &prefix);
-    let mode = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-    let (created, listed, read) = futures::join!(
-        call(
-            "create",
-            &ours,
-            client.create(&ours, identifier.as_bytes(), &mode)
-        ),
-        call("list", path, client.list_children(path)),
-        call("get", path, client.get_data(path)),
-    );
-    let node = match created {
-        Ok((_, seq)) => format!("{ours}{seq}"),
-        // The lock node usually exists: it is made only when missing.
-        Err(e) if e.is_no_node() => {
-            ensure_node(client, path).await?;
-            create_contender(client, path, identifier).await?
-        }
-        Err(e) if e.is_connection_loss() => {
-            tracing::info!("{e}; looking for our contender once reconnected");
-            let names = call_retrying("list", path, || client.list_children(path)).await?;
-            match names.iter().find(|n| n.starts_with(&prefix)) {
-                Some(name) => join(path, name),
-                None => create_contender(client, path, identifier).await?,
-            }
-        }
-        Err(e) => return Err(e),
-    };
-    if let (Ok(names), Ok(read)) = (listed, read) {
+    let (node, listed, read) = create_listing(client, path, identifier, true).await?;
+    if let (Some(names), Some(read)) = (listed, read) {
         let name = node.rsplit('/').next().unwrap_or_default();
         let first = names
             .iter()
@@ -216,6 +201,51 @@ pub async fn try_lock(client: &Client, path: &str, identifier: &str) -> Result<T
         }
     }
     decided
+}
+
+/// Creates our contender under `path` (and `path` when missing), lists the contenders and,
+/// if `read`, reads the lock node's data, in the same round trip (sent in that order, so
+/// answered in that order). The list and the data are given only when they were answered
+/// after our create (else the caller reads again).
+async fn create_listing(
+    client: &Client,
+    path: &str,
+    identifier: &str,
+    read: bool,
+) -> Result<(String, Option<Vec<String>>, Option<(Vec<u8>, Stat)>), ZkError> {
+    let prefix = format!("{}{LOCK_MARKER}", uuid::Uuid::new_v4().simple());
+    let ours = join(path, &prefix);
+    let mode = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let create = client.create(&ours, identifier.as_bytes(), &mode);
+    let list = client.list_children(path);
+    let get = read.then(|| client.get_data(path));
+    let (created, listed, got) = futures::join!(
+        call("create", &ours, create),
+        call("list", path, list),
+        async {
+            match get {
+                Some(get) => call("get", path, get).await.ok(),
+                None => None,
+            }
+        },
+    );
+    match created {
+        Ok((_, seq)) => Ok((format!("{ours}{seq}"), listed.ok(), got)),
+        // The lock node usually exists: it is made only when missing.
+        Err(e) if e.is_no_node() => {
+            ensure_node(client, path).await?;
+            Ok((create_contender(client, path, identifier).await?, None, None))
+        }
+        Err(e) if e.is_connection_loss() => {
+            tracing::info!("{e}; looking for our contender once reconnected");
+            let names = call_retrying("list", path, || client.list_children(path)).await?;
+            match names.iter().find(|n| n.starts_with(&prefix)) {
+                Some(name) => Ok((join(path, name), None, None)),
+                None => Ok((create_contender(client, path, identifier).await?, None, None)),
+            }
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Creates our ephemeral sequential contender under `path`, returning its full path.
@@ -260,18 +290,16 @@ pub async fn acquire_queued(
     limit: std::time::Duration,
 ) -> Result<Held, ZkError> {
     let deadline = tokio::time::Instant::now() + limit;
-    let node = match create_contender(client, path, identifier).await {
-        Err(e) if e.is_no_node() => {
-            ensure_node(client, path).await?;
-            create_contender(client, path, identifier).await?
-        }
-        other => other?,
-    };
+    // The create and the first list in one round trip (the list answered after the create).
+    let (node, mut listed, _) = create_listing(client, path, identifier, false).await?;
     let name = node.rsplit('/').next().unwrap_or_default().to_string();
     let ours = sequence_of(&name).unwrap_or(i64::MAX);
     let waited = async {
         loop {
-            let names = call_retrying("list", path, || client.list_children(path)).await?;
+            let names = match listed.take() {
+                Some(names) => names,
+                None => call_retrying("list", path, || client.list_children(path)).await?,
+            };
             let before = names
                 .iter()
                 .filter_map(|n| sequence_of(n).map(|s| (s, n)))
