@@ -56,9 +56,23 @@ pub fn node_settings(found: &Discovered, path: &str) -> Settings {
     settings::parse(path, |k| props.and_then(|p| p.get(k)).cloned()).unwrap_or_default()
 }
 
+/// What this process last found about the fleet: whether it is mixed, as of a children
+/// version (`cversion`) of `/hosts`.
+pub type MixedCache = std::sync::Mutex<Option<(i32, Option<String>)>>;
+
 /// Why the fleet is mixed: the first registered host node without [`AGENT_PROPERTY`].
-pub async fn mixed_fleet(client: &Client) -> Result<Option<String>, ZkError> {
-    let mut ids = call_retrying("list", HOSTS, || client.list_children(HOSTS)).await?;
+///
+/// Every host node is read only when the hosts registered changed since the answer in
+/// `cache` (the children version of `/hosts`): a host node's data is written only by the
+/// agent whose session registered it, so a host changes agents only by registering anew.
+/// Otherwise one request answers, however big the fleet.
+pub async fn mixed_fleet(client: &Client, cache: &MixedCache) -> Result<Option<String>, ZkError> {
+    let (mut ids, stat) = call_retrying("list", HOSTS, || client.get_children(HOSTS)).await?;
+    if let Some((cversion, why)) = cache.lock().expect("mixed fleet cache").as_ref() {
+        if *cversion == stat.cversion {
+            return Ok(why.clone());
+        }
+    }
     ids.sort();
     let reads = ids.iter().map(|id| {
         let path = join(HOSTS, id);
@@ -67,22 +81,25 @@ pub async fn mixed_fleet(client: &Client) -> Result<Option<String>, ZkError> {
             (id, got)
         }
     });
+    let mut why = None;
     for (id, got) in futures::future::join_all(reads).await {
         match got {
             Ok((data, _)) => {
                 let props = decode(&data);
                 if props.get(AGENT_PROPERTY).is_none() {
                     let name = props.get("name").map(py_str).unwrap_or_default();
-                    return Ok(Some(format!(
+                    why = Some(format!(
                         "host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1"
-                    )));
+                    ));
+                    break;
                 }
             }
             Err(e) if e.is_no_node() => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(None)
+    *cache.lock().expect("mixed fleet cache") = Some((stat.cversion, why.clone()));
+    Ok(why)
 }
 
 /// The number of deploy targets of the application node at `path` (children of
@@ -99,6 +116,7 @@ async fn deploy_targets(client: &Client, path: &str) -> Result<usize, ZkError> {
 /// Works out the rollout of every application node among `steps`' deployments.
 pub async fn rollout_plan(
     client: &Client,
+    mixed_cache: &MixedCache,
     root: &std::path::Path,
     found: &Discovered,
     steps: &[Step],
@@ -114,7 +132,7 @@ pub async fn rollout_plan(
         .values()
         .any(|(_, r)| r.max_parallel != settings::Parallel::Count(1));
     if parallel_wanted {
-        plan.mixed = mixed_fleet(client).await?;
+        plan.mixed = mixed_fleet(client, mixed_cache).await?;
     }
     let needs_count = plan.mixed.is_none();
     let counts = futures::future::join_all(wanted.iter().map(|(path, (_, r))| async move {

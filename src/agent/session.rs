@@ -42,6 +42,8 @@ pub struct Agent {
     /// This host's node as this process last wrote it (properties and data version), so a
     /// status update is one version-guarded write instead of a read and a write.
     pub host_node: std::sync::Mutex<Option<(Props, i32)>>,
+    /// Whether the fleet is mixed, as last found (see [`super::rollout::mixed_fleet`]).
+    pub mixed: super::rollout::MixedCache,
 }
 
 impl Agent {
