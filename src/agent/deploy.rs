@@ -24,7 +24,7 @@ use super::rollout::{
     in_flight_record, add_canary,
 };
 use crate::tree::literal::py_str;
-use crate::zk::lock::{try_lock, wait_for_any, Held, TryLock};
+use crate::zk::lock::{acquire_queued, try_lock, wait_for_any, Held, TryLock};
 use crate::zk::paths::semaphore_path;
 use crate::zk::semaphore::{self, Lease, TryLease};
 use crate::zk::update::{update_props, update_props_known};
@@ -80,15 +80,15 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
     // before a wait if not since the last step; right after a step the next node is
     // entered at once.
     let (mut check_first, mut fresh) = (true, false);
-    // A lease taken while waiting in a semaphore's queue, for the one pending node.
-    let mut ready: Option<Lease> = None;
+    // The lock or lease taken while waiting in a queue, for the one pending node.
+    let mut ready: Option<Entry> = None;
     while !pending.is_empty() {
         let mut busy = Vec::new();
         let mut holders = Vec::new();
         let mut ran = None;
-        // The semaphore the last node tried was full at (when it was one).
-        let mut queue: Option<String> = None;
-        // (A lease taken in the queue goes straight to its step, which checks first.)
+        // Where the last node tried can be waited for in a queue.
+        let mut queue = Queue::No;
+        // (A lock or lease taken in a queue goes straight to its step, which checks first.)
         if check_first && ready.is_none() {
             pass.checkpoint().await?;
             check_first = false;
@@ -96,13 +96,20 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
         }
         for (i, node) in pending.iter().enumerate() {
             let entry = match ready.take() {
-                Some(lease) => Entry::Lease { lease },
+                Some(entry) => entry,
                 None => enter(pass, node, &identifier).await?,
             };
             match entry {
                 Entry::Busy { place, nodes, who } => {
                     tracing::info!("{place} is held by {who}; trying another node");
-                    queue = (place != node.lock).then_some(place);
+                    queue = if place != node.lock {
+                        Queue::Semaphore(place)
+                    } else if node.rollout.parallel <= 1 {
+                        Queue::Lock
+                    } else {
+                        // A canary's turn: taken only as `enter` decides.
+                        Queue::No
+                    };
                     busy.extend(nodes);
                     holders.push(format!("{} held by {who}", node.path));
                 }
@@ -147,18 +154,34 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                     pass.status(&text).await;
                     waiting = Some(text);
                 }
-                match (&queue, &pending[..]) {
-                    // One node left, and it is a full semaphore: wait in its guard's queue
-                    // (only the first in the queue wakes when a lease is given back).
-                    (Some(sem), [node]) => {
+                // One node left: wait in its queue, as kazoo's blocking `acquire` does (a
+                // release wakes the next in line only, not every host waiting).
+                match (queue, &pending[..]) {
+                    (Queue::Semaphore(sem), [node]) => {
                         ready = semaphore::acquire_waiting(
                             &agent.client,
-                            sem,
+                            &sem,
                             &identifier,
                             node.rollout.parallel,
                             LOCK_RECHECK,
                         )
-                        .await?;
+                        .await?
+                        .map(|lease| Entry::Lease { lease });
+                    }
+                    (Queue::Lock, [node]) => {
+                        ready = match acquire_queued(
+                            &agent.client,
+                            node.lock,
+                            &identifier,
+                            LOCK_RECHECK,
+                            true,
+                        )
+                        .await
+                        {
+                            Ok(held) => Some(Entry::Lock { held, canary: None }),
+                            Err(ZkError::Timeout { op: "lock", .. }) => None,
+                            Err(e) => return Err(e.into()),
+                        };
                     }
                     _ => wait_for_any(&agent.client, &busy, LOCK_RECHECK).await?,
                 }
@@ -167,6 +190,16 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
         }
     }
     Ok(())
+}
+
+/// Where a host with one node left waits for it.
+enum Queue {
+    /// In the node lock's queue (K = 1).
+    Lock,
+    /// In the queue of the semaphore's guard (K > 1).
+    Semaphore(String),
+    /// Watching the holders (a canary's turn, or several nodes left).
+    No,
 }
 
 /// A deployment step under its node lock (or a lease of its semaphore).

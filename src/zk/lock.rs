@@ -288,17 +288,37 @@ pub async fn acquire_queued(
     path: &str,
     identifier: &str,
     limit: std::time::Duration,
+    read: bool,
 ) -> Result<Held, ZkError> {
     let deadline = tokio::time::Instant::now() + limit;
-    // The create and the first list in one round trip (the list answered after the create).
-    let (node, mut listed, _) = create_listing(client, path, identifier, false).await?;
+    // The create and the first list (and read) in one round trip, answered in that order.
+    let (node, mut listed, mut got) = create_listing(client, path, identifier, read).await?;
     let name = node.rsplit('/').next().unwrap_or_default().to_string();
     let ours = sequence_of(&name).unwrap_or(i64::MAX);
     let waited = async {
         loop {
             let names = match listed.take() {
                 Some(names) => names,
-                None => call_retrying("list", path, || client.list_children(path)).await?,
+                None => {
+                    // The list and the lock node's data together: when the list says we
+                    // are first, the data is as the last holder left it.
+                    let list = client.list_children(path);
+                    let get = read.then(|| client.get_data(path));
+                    let (names, read) = futures::join!(call("list", path, list), async {
+                        match get {
+                            Some(get) => call("get", path, get).await.ok(),
+                            None => None,
+                        }
+                    });
+                    got = read;
+                    match names {
+                        Err(e) if e.is_connection_loss() => {
+                            got = None;
+                            call_retrying("list", path, || client.list_children(path)).await?
+                        }
+                        other => other?,
+                    }
+                }
             };
             let before = names
                 .iter()
@@ -320,7 +340,7 @@ pub async fn acquire_queued(
     }
     .await;
     match waited {
-        Ok(()) => Ok(Held { node, read: None }),
+        Ok(()) => Ok(Held { node, read: got }),
         Err(e) => {
             let _ = delete_own(client, &node).await;
             Err(e)

@@ -143,7 +143,7 @@ pub async fn try_acquire(
     if names.len() >= max_leases as usize {
         return Ok(full(path, names));
     }
-    let guard = acquire_queued(client, &lock_path(path), identifier, GUARD_LIMIT).await?;
+    let guard = acquire_queued(client, &lock_path(path), identifier, GUARD_LIMIT, false).await?;
     under_guard(client, path, identifier, max_leases, guard, None).await
 }
 
@@ -160,7 +160,7 @@ pub async fn acquire_waiting(
     limit: Duration,
 ) -> Result<Option<Lease>, ZkError> {
     let deadline = tokio::time::Instant::now() + limit;
-    let guard = match acquire_queued(client, &lock_path(path), identifier, limit).await {
+    let guard = match acquire_queued(client, &lock_path(path), identifier, limit, false).await {
         Ok(guard) => guard,
         Err(ZkError::Timeout { op: "lock", .. }) => return Ok(None),
         Err(e) => return Err(e),
