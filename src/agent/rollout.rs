@@ -329,8 +329,10 @@ async fn leased(
     }
 }
 
-/// Gives the lease back and removes its in-flight record from the guard node: in one
-/// transaction when the guard's data is as we last wrote it, else in turn.
+/// Gives the lease back and removes its in-flight record from the guard node, in one
+/// transaction guarded by the guard node's data version: first the version of our own write
+/// (current when no other holder wrote since), else read again (other holders write the
+/// same node), and after repeated conflicts one after the other.
 async fn release_clearing(
     client: &Client,
     guard: &str,
@@ -338,7 +340,11 @@ async fn release_clearing(
     known: Option<(Props, i32)>,
     name: &str,
 ) -> Result<(), ZkError> {
-    if let Some((mut props, version)) = known {
+    let mut known = known;
+    for _ in 0..RELEASE_ATTEMPTS {
+        let Some((mut props, version)) = known.take() else {
+            break;
+        };
         clear_record(&mut props, name);
         if lease
             .release_writing(client, guard, &encode(&props), version)
@@ -346,10 +352,18 @@ async fn release_clearing(
         {
             return Ok(());
         }
+        known = match call_retrying("get", guard, || client.get_data(guard)).await {
+            Ok((data, stat)) => Some((decode(&data), stat.version)),
+            Err(e) if e.is_no_node() => None,
+            Err(e) => return Err(e),
+        };
     }
     clear_lease_record(client, guard, name).await?;
     lease.release(client).await
 }
+
+/// Attempts at clearing a record and giving the lease back in one transaction.
+const RELEASE_ATTEMPTS: usize = 3;
 
 /// Removes the in-flight record of lease `name` from the guard node's properties.
 fn clear_record(p: &mut Props, name: &str) {
