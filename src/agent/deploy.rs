@@ -20,15 +20,15 @@ use super::error::Interrupt;
 use super::pass::Pass;
 use super::plan::{Lock, Rollout, Step};
 use super::rollout::{
-    canary_key, deploy_leased, execute_halting, halt_for_dead_holder, halted, in_canary_phase,
-    in_flight_record, add_canary,
+    add_canary, canary_key, deploy_leased, execute_halting, halt_for_dead_holder, halted,
+    in_canary_phase, in_flight_record,
 };
 use crate::tree::literal::py_str;
+use crate::zk::encode;
 use crate::zk::lock::{acquire_queued, try_lock, wait_for_any, Held, TryLock};
 use crate::zk::paths::semaphore_path;
 use crate::zk::semaphore::{self, Lease, TryLease};
 use crate::zk::update::{update_props, update_props_known};
-use crate::zk::encode;
 use crate::zk::{call_retrying, decode, Client, ZkError};
 
 /// Longest wait on busy locks before looking again.
@@ -289,7 +289,14 @@ async fn deploy_locked(
 ) -> Result<(), Interrupt> {
     let read = held.read.take();
     let (result, leave) = locked(pass, node, read, canary).await;
-    let released = leave_lock(&pass.agent.client, node.lock, held, leave, &pass.agent.host.id).await;
+    let released = leave_lock(
+        &pass.agent.client,
+        node.lock,
+        held,
+        leave,
+        &pass.agent.host.id,
+    )
+    .await;
     // The step's own outcome first: a failed release only hides it.
     result?;
     released.map_err(Interrupt::from)

@@ -33,9 +33,9 @@ use super::plan::{Rollout, Step};
 use crate::files::now;
 use crate::tree::literal::py_str;
 use crate::tree::rollout::{self as settings, Rollout as Settings};
+use crate::tree::Props;
 use crate::zk::paths::{node_lock_path as lock_path, HOSTS};
 use crate::zk::semaphore::{self, Lease};
-use crate::tree::Props;
 use crate::zk::update::{update_props, update_props_known};
 use crate::zk::{call_retrying, decode, encode, join, Client, ZkError};
 
@@ -278,7 +278,10 @@ async fn leased(
         (_, Err(e)) => return (Err(e.into()), None),
         (Err(_), Ok(live)) => (None, live),
     };
-    let props = read.as_ref().map(|(data, _)| decode(data)).unwrap_or_default();
+    let props = read
+        .as_ref()
+        .map(|(data, _)| decode(data))
+        .unwrap_or_default();
     let suspected = match props.get("in-flight") {
         Some(Value::Object(m)) => m
             .keys()

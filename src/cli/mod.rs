@@ -166,9 +166,9 @@ fn init_logging(level: &str) {
         });
     let output = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        // Colours only on a terminal: under systemd stderr goes to the journal, where escape
-        // sequences would garble every line.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // No colours: under systemd stderr goes to the journal, where escape sequences would
+        // garble every line, and the colouring code would be resident in every agent.
+        .with_ansi(false)
         .with_target(false);
     let _ = tracing_subscriber::registry()
         .with(output)

@@ -62,9 +62,7 @@ pub async fn write_and_delete(
         source,
     };
     let mut writer = client.new_multi_writer();
-    writer
-        .add_set_data(path, data, Some(version))
-        .map_err(op)?;
+    writer.add_set_data(path, data, Some(version)).map_err(op)?;
     writer.add_delete(node, None).map_err(op)?;
     match call("write", path, async {
         writer.commit().await.map_err(zookeeper_client::Error::from)
@@ -234,14 +232,22 @@ async fn create_listing(
         // The lock node usually exists: it is made only when missing.
         Err(e) if e.is_no_node() => {
             ensure_node(client, path).await?;
-            Ok((create_contender(client, path, identifier).await?, None, None))
+            Ok((
+                create_contender(client, path, identifier).await?,
+                None,
+                None,
+            ))
         }
         Err(e) if e.is_connection_loss() => {
             tracing::info!("{e}; looking for our contender once reconnected");
             let names = call_retrying("list", path, || client.list_children(path)).await?;
             match names.iter().find(|n| n.starts_with(&prefix)) {
                 Some(name) => Ok((join(path, name), None, None)),
-                None => Ok((create_contender(client, path, identifier).await?, None, None)),
+                None => Ok((
+                    create_contender(client, path, identifier).await?,
+                    None,
+                    None,
+                )),
             }
         }
         Err(e) => Err(e),

@@ -92,7 +92,9 @@ fn only_h3_after(waiters: &Value, first: &[&str]) -> bool {
     let named: Vec<&str> = all.iter().filter_map(Value::as_str).collect();
     named.len() >= first.len()
         && named[..first.len()] == *first
-        && named[first.len()..].iter().all(|w| *w == "h3.example.com (h3)")
+        && named[first.len()..]
+            .iter()
+            .all(|w| *w == "h3.example.com (h3)")
 }
 
 /// The row of host `id`.
