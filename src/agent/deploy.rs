@@ -68,6 +68,7 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                 path,
                 n: *n,
                 rollout,
+                busy: None,
             }),
             _ => None,
         })
@@ -82,9 +83,9 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
     let (mut check_first, mut fresh) = (true, false);
     // The lock or lease taken while waiting in a queue, for the one pending node.
     let mut ready: Option<Entry> = None;
+    // The node whose holder went away while the host waited.
+    let mut focus: Option<usize> = None;
     while !pending.is_empty() {
-        let mut busy = Vec::new();
-        let mut holders = Vec::new();
         let mut ran = None;
         // Where the last node tried can be waited for in a queue.
         let mut queue = Queue::No;
@@ -94,7 +95,14 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
             check_first = false;
             fresh = true;
         }
-        for (i, node) in pending.iter().enumerate() {
+        // Woken by one node's holder: that node only (the others' holders are still
+        // watched); else every node, in plan order.
+        let order: Vec<usize> = match focus.take() {
+            Some(i) => vec![i],
+            None => (0..pending.len()).collect(),
+        };
+        for i in order {
+            let node = &pending[i];
             let entry = match ready.take() {
                 Some(entry) => entry,
                 None => enter(pass, node, &identifier).await?,
@@ -110,8 +118,8 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                         // A canary's turn: taken only as `enter` decides.
                         Queue::No
                     };
-                    busy.extend(nodes);
-                    holders.push(format!("{} held by {who}", node.path));
+                    let text = format!("{} held by {who}", node.path);
+                    pending[i].busy = Some((nodes, text));
                 }
                 entry => {
                     if let Some(since) = waited_since.take() {
@@ -147,6 +155,15 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                 }
                 waited_since.get_or_insert_with(Instant::now);
                 tracing::info!("every pending node is locked by another host; waiting");
+                // What every pending node waits for, as last found.
+                let (mut busy, mut owner, mut holders) = (Vec::new(), Vec::new(), Vec::new());
+                for (i, node) in pending.iter().enumerate() {
+                    if let Some((nodes, text)) = &node.busy {
+                        busy.extend(nodes.iter().cloned());
+                        owner.extend(nodes.iter().map(|_| i));
+                        holders.push(text.clone());
+                    }
+                }
                 // The status says what the host waits for, and for whom (not the step it
                 // last ran).
                 let text = waiting_status(&holders);
@@ -183,7 +200,10 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                             Err(e) => return Err(e.into()),
                         };
                     }
-                    _ => wait_for_any(&agent.client, &busy, LOCK_RECHECK).await?,
+                    _ => {
+                        let woken = wait_for_any(&agent.client, &busy, LOCK_RECHECK).await?;
+                        focus = woken.and_then(|k| owner.get(k).copied());
+                    }
                 }
                 check_first = true;
             }
@@ -209,6 +229,8 @@ struct NodeLocked<'p> {
     path: &'p str,
     n: u32,
     rollout: &'p Rollout,
+    /// When last found busy: the nodes to watch (the holders) and who holds it.
+    busy: Option<(Vec<String>, String)>,
 }
 
 /// Tries to enter a node: its node lock when K = 1 or while its canaries are not done,

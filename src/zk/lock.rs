@@ -425,11 +425,12 @@ pub async fn ensure_node(client: &Client, path: &str) -> Result<(), ZkError> {
 
 /// Waits until one of the given contender nodes goes away (or changes), or `limit` passes:
 /// how a process that found every lock it wants busy waits, on watches rather than polling.
+/// Gives the index of a node that went away or changed (`None` after `limit`).
 pub async fn wait_for_any(
     client: &Client,
     nodes: &[String],
     limit: std::time::Duration,
-) -> Result<(), ZkError> {
+) -> Result<Option<usize>, ZkError> {
     // Every watch is set in the same round trip.
     let set = futures::future::join_all(
         nodes
@@ -438,18 +439,23 @@ pub async fn wait_for_any(
     )
     .await;
     let mut watches = Vec::new();
-    for watched in set {
+    for (i, watched) in set.into_iter().enumerate() {
         match watched? {
-            (None, _) => return Ok(()),
-            (Some(_), watcher) => watches.push(Box::pin(watcher.changed())),
+            (None, _) => return Ok(Some(i)),
+            (Some(_), watcher) => watches.push(Box::pin(async move {
+                watcher.changed().await;
+                i
+            })),
         }
     }
     if watches.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let any = futures::future::select_all(watches);
-    let _ = tokio::time::timeout(limit, any).await;
-    Ok(())
+    Ok(tokio::time::timeout(limit, any)
+        .await
+        .ok()
+        .map(|(i, _, _)| i))
 }
 
 #[cfg(test)]
