@@ -24,6 +24,7 @@ mod fleet_plan;
 mod fleet_status;
 mod git_checkout;
 mod harness_selftest;
+mod health_session;
 mod hostile;
 mod index;
 mod index_differential;
