@@ -75,7 +75,8 @@ if [ "$kind" = health ]; then
   inst=$(printf %s "$path" | tr / ,).$n
   state="$knobs/health-state.$inst"
   if take health-hang; then
-    ( while kill -0 $$ 2>/dev/null; do sleep 0.02; done
+    # Gone or a zombie (the agent that killed it may reap it late).
+    ( while grep -qs '^State:[[:space:]]*[^Z]' /proc/$$/status; do sleep 0.02; done
       echo "end $id $host $kind $path $n $ver $(date +%s.%N) 137" >> "$log" ) >/dev/null 2>&1 &
     watcher=$!
     echo "soak: hanging"
