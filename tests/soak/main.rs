@@ -172,8 +172,8 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
         "soak: seed={seed} seconds={seconds} faults={faults} ({}) syncs=({}) commits={} \
          passes={} runs={} halts={} resumes={} agent-restarts={} unchecked={} \
          stale-records={} steps=(lock={} lease={} canary={} most-inside={}) \
-         health=(runs={} passed={} failed={}) killed-holders=(lease={} lock={} named={}) \
-         violations={}",
+         health=(runs={} passed={} failed={}) killed-holders=(lease={} lock={} named={} \
+         unnamed={}) cross=(steps={} records={}) violations={}",
         kinds.join(" "),
         syncs.join(" "),
         world.commits.lock().unwrap().len(),
@@ -194,8 +194,17 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
         counts.killed_leases,
         counts.killed_locks,
         counts.named,
+        counts.unnamed,
+        counts.cross,
+        journal.cross_records.len(),
         violations.len()
     );
+    if let Some(example) = &counts.cross_example {
+        eprintln!("soak: first cross-kind overlap: {example}");
+    }
+    for record in &journal.cross_records {
+        eprintln!("soak: in-flight record left in the other kind of place: {record}");
+    }
     if !violations.is_empty() {
         // Keep the evidence: the scripts' log and the journal.
         let keep = std::env::temp_dir().join(format!("zkd-soak-{seed}"));
@@ -392,7 +401,10 @@ async fn final_state(world: &World) {
         // moved on) stays until the node is deployed again, which then halts: counted.
         if let Some(record) = props(world, &path).await.get("in-flight") {
             let node = format!("/{}", name.replace(',', "/"));
-            if deployed.contains(&node) {
+            if deployed.contains(&node) && k_of(&tree, &node) > 1 {
+                let what = format!("{path} keeps an in-flight record: {record}");
+                world.journal.lock().unwrap().cross_records.push(what);
+            } else if deployed.contains(&node) {
                 world.violation(format!("{path} keeps an in-flight record: {record}"));
             } else {
                 world.journal.lock().unwrap().stale_records += 1;
@@ -411,7 +423,10 @@ async fn final_state(world: &World) {
         }
         if let Some(record) = props(world, &path).await.get("in-flight") {
             let node = format!("/{}", name.trim_end_matches("-__lock__").replace(',', "/"));
-            if deployed.contains(&node) {
+            if deployed.contains(&node) && k_of(&tree, &node) == 1 {
+                let what = format!("{path} keeps in-flight records: {record}");
+                world.journal.lock().unwrap().cross_records.push(what);
+            } else if deployed.contains(&node) {
                 world.violation(format!("{path} keeps in-flight records: {record}"));
             } else {
                 world.journal.lock().unwrap().stale_records += 1;
@@ -465,6 +480,11 @@ async fn final_state(world: &World) {
         }
         other => world.violation(format!("cannot export the tree: {other:?}")),
     }
+}
+
+/// The effective max-parallel of an application node in `tree` (1 for a role's node).
+fn k_of(tree: &tree::Tree, node: &str) -> usize {
+    checker::rollout(tree, node).map_or(1, |(k, _)| k)
 }
 
 /// SIGTERM to every agent: each exits 0 and its host node goes at once (README,

@@ -611,3 +611,51 @@ fn a_killed_lease_holder_must_be_named_by_a_halt() {
     assert_eq!(found, Vec::<String>::new());
     assert_eq!((counts.killed_leases, counts.named), (1, 1));
 }
+
+#[test]
+fn steps_under_the_other_kind_of_place_are_counted_not_flagged() {
+    // v1 (K = 1) under the node lock still inside when v2 (K = 2) takes two leases: the
+    // semaphore does not see the lock's holder (a known gap, counted as `cross`).
+    let commits = vec![
+        ("v1".to_string(), 0.0, tree(MaxParallel::Unset, None, "1.4")),
+        (
+            "v2".to_string(),
+            1.0,
+            tree(MaxParallel::Count(2), None, "1.4"),
+        ),
+    ];
+    let mut runs = vec![
+        run("a", "h1", "/acme/a", 1.0, Some(3.0), Some(0)),
+        run("b", "h2", "/acme/a", 1.5, Some(3.0), Some(0)),
+        run("c", "h3", "/acme/a", 1.6, Some(3.0), Some(0)),
+    ];
+    runs[1].version = "v2".into();
+    runs[2].version = "v2".into();
+    let mut verdicts = held(&runs, "lease");
+    verdicts[0].held = "lock";
+    let mut counts = Counts::default();
+    let found = check(
+        &mut runs.clone(),
+        &verdicts,
+        &Journal::default(),
+        &commits,
+        &[],
+        &mut counts,
+    );
+    assert_eq!(found, Vec::<String>::new());
+    assert_eq!(counts.cross, 1);
+    assert!(counts
+        .cross_example
+        .unwrap()
+        .contains("3 hosts inside /acme/a"));
+    // A third lease is flagged all the same.
+    runs.push(run("d", "h4", "/acme/a", 1.7, Some(3.0), Some(0)));
+    runs[3].version = "v2".into();
+    let mut verdicts = held(&runs, "lease");
+    verdicts[0].held = "lock";
+    let found = violations_at(runs, verdicts, &Journal::default(), &commits);
+    assert!(
+        found.len() == 1 && found[0].contains("4 hosts inside"),
+        "{found:?}"
+    );
+}
