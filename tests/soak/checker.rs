@@ -14,6 +14,10 @@
 //!   [`candidates`]); node-lock steps never overlap; a lease is taken only where K > 1, the
 //!   node lock only where K = 1 or for a canary; and no lease step starts a package version
 //!   before `canary` hosts have deployed it (health check included) under the node lock.
+//!   A step whose holder a halt declared dead (`... (HOST) died deploying PATH N (version
+//!   V)`: its session was lost while its script ran on) no longer counts once the halt was
+//!   resumed; steps inside under the node's other kind of place (the node lock against the
+//!   semaphore) are counted as `cross`, not flagged: the agent does not exclude across them.
 //! - Health checks: each follows a successful deploy run of its instance by the same agent,
 //!   and a step whose last check did not pass halts the cluster with `Health check failed for
 //!   PATH N: ...`.
@@ -103,6 +107,9 @@ pub struct Counts {
     pub cross: usize,
     /// The first of those.
     pub cross_example: Option<String>,
+    /// Steps still inside their node (by the scripts' log) when another started, after a
+    /// halt had declared their holder dead and an operator had resumed.
+    pub after_resume: usize,
     /// Runs whose lock the oracle could not check (ZooKeeper unreachable).
     pub unknown: usize,
     /// Why the first unchecked run could not be checked.
@@ -186,7 +193,9 @@ pub fn check(
     counts.health_runs = runs.iter().filter(|r| r.kind.starts_with("health")).count();
     check_verdicts(runs, verdicts, counts, &mut out);
     check_role_overlaps(runs, &mut out);
-    check_nodes(runs, &steps, verdicts, commits, counts, &mut out);
+    check_nodes(
+        runs, &steps, verdicts, commits, halt_lines, counts, &mut out,
+    );
     check_halts(runs, journal, &mut out);
     check_health_halts(runs, &steps, journal, counts, &mut out);
     check_holder_kills(journal, verdicts, halt_lines, commits, counts, &mut out);
@@ -368,6 +377,7 @@ fn check_nodes(
     steps: &[Step],
     verdicts: &[Verdict],
     commits: &Commits,
+    halt_lines: &[String],
     counts: &mut Counts,
     out: &mut Vec<String>,
 ) {
@@ -388,7 +398,22 @@ fn check_nodes(
                 .filter_map(|t| rollout(t, path))
                 .collect();
             let k = asked.iter().map(|(k, _)| *k).max().unwrap_or(1);
-            let inside: Vec<&&Step> = list[..i].iter().filter(|s| s.end > step.start).collect();
+            // A holder a halt declared dead (its session was lost while its script ran on,
+            // and another host found its in-flight record) no longer counts once an
+            // operator has resumed: that is what the halt asks the operator to check.
+            let declared_dead = |s: &Step| {
+                let r = &runs[s.deploy];
+                let named = format!(
+                    "({}) died deploying {} {} (version {})",
+                    r.host, r.path, r.n, r.version
+                );
+                halt_lines.iter().any(|l| l.contains(&named))
+            };
+            let (inside, dead): (Vec<&&Step>, Vec<&&Step>) = list[..i]
+                .iter()
+                .filter(|s| s.end > step.start)
+                .partition(|s| !declared_dead(s));
+            counts.after_resume += dead.len();
             counts.most_inside = counts.most_inside.max(inside.len() + 1);
             let name = |s: &Step| {
                 let r = &runs[s.deploy];

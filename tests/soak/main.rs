@@ -173,7 +173,7 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
          passes={} runs={} halts={} resumes={} agent-restarts={} unchecked={} \
          stale-records={} steps=(lock={} lease={} canary={} most-inside={}) \
          health=(runs={} passed={} failed={}) killed-holders=(lease={} lock={} named={} \
-         unnamed={}) cross=(steps={} records={}) violations={}",
+         unnamed={}) cross=(steps={} records={}) after-resume={} violations={}",
         kinds.join(" "),
         syncs.join(" "),
         world.commits.lock().unwrap().len(),
@@ -197,6 +197,7 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
         counts.unnamed,
         counts.cross,
         journal.cross_records.len(),
+        counts.after_resume,
         violations.len()
     );
     if let Some(example) = &counts.cross_example {

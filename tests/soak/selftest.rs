@@ -659,3 +659,29 @@ fn steps_under_the_other_kind_of_place_are_counted_not_flagged() {
         "{found:?}"
     );
 }
+
+#[test]
+fn a_holder_a_resumed_halt_declared_dead_no_longer_counts() {
+    let runs = vec![
+        run("a", "h1", "/acme/a", 1.0, Some(9.0), Some(0)),
+        run("b", "h2", "/acme/a", 5.0, Some(6.0), Some(0)),
+    ];
+    let halted = ["halting the cluster: h1.example.com (h1) died deploying /acme/a 0 (version v1) since 1.0: in-flight record left in /agent-locks/acme,a".to_string()];
+    let mut counts = Counts::default();
+    let found = check(
+        &mut runs.clone(),
+        &ok(&runs),
+        &Journal::default(),
+        &commits(MaxParallel::Unset, None),
+        &halted,
+        &mut counts,
+    );
+    assert_eq!(found, Vec::<String>::new());
+    assert_eq!(counts.after_resume, 1);
+    // Another instance of the same host is not covered by that halt.
+    let found = violations(runs.clone(), ok(&runs), &Journal::default());
+    assert!(
+        found.iter().any(|f| f.contains("2 hosts inside")),
+        "{found:?}"
+    );
+}
