@@ -28,8 +28,8 @@ fn run(id: &str, host: &str, path: &str, start: f64, end: Option<f64>, rc: Optio
 }
 
 /// A tree whose `/acme/a` and `/acme/b` are deployed to `h1`..`h4` with `parallel` and
-/// `canary`, foo at `foo`.
-fn tree(parallel: MaxParallel, canary: Option<u32>, foo: &'static str) -> Tree {
+/// `canary`, foo at `pkg`.
+fn tree(parallel: MaxParallel, canary: Option<u32>, pkg: &'static str) -> Tree {
     let hosts: BTreeMap<String, u32> = ["h1", "h2", "h3", "h4"]
         .iter()
         .map(|h| (h.to_string(), 1))
@@ -41,7 +41,7 @@ fn tree(parallel: MaxParallel, canary: Option<u32>, foo: &'static str) -> Tree {
         canary,
     };
     Tree {
-        foo,
+        foo: pkg,
         webrc: "1.0",
         acme: [("a".to_string(), node.clone()), ("b".to_string(), node)].into(),
         webapp: BTreeMap::new(),

@@ -99,7 +99,7 @@ impl Tree {
     /// A first tree for the plain hosts `plain`.
     pub fn initial(plain: &[String], rng: &mut Rng) -> Tree {
         let mut tree = Tree {
-            foo: *rng.pick(&FOO),
+            foo: FOO[rng.below(FOO.len())],
             webrc: "1.0",
             acme: BTreeMap::new(),
             webapp: BTreeMap::new(),
