@@ -91,6 +91,14 @@ async fn check(zk: &Zk, line: &str) -> Verdict {
     let id = f.first().copied().unwrap_or("").to_string();
     let (check, held) = if f.len() != 8 {
         (Check::Bad(format!("malformed oracle request {line:?}")), "")
+    } else if f[2] == "1" {
+        // The script's parent is init: its agent was SIGKILLed as it started the script (the
+        // nemesis kills an agent's children as it found them just before), so the run cannot
+        // say which agent it belongs to.
+        (
+            Check::Unknown(format!("{}: its agent died as it started", f[0])),
+            "",
+        )
     } else if f[3] != "-" {
         (role_check(zk, f[1], f[3]).await, "role")
     } else {
