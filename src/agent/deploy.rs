@@ -20,8 +20,8 @@ use super::error::Interrupt;
 use super::pass::Pass;
 use super::plan::{Lock, Rollout, Step};
 use super::rollout::{
-    canary_key, deploy_leased, execute_halting, halt_for_dead_holder, halted, in_canary_phase,
-    in_flight_record, record_canary,
+    canary_key, dead_lease_holder, deploy_leased, execute_halting, halt_for_dead_holder, halted,
+    has_lease_records, in_canary_phase, in_flight_record, record_canary,
 };
 use crate::tree::literal::py_str;
 use crate::zk::lock::{try_lock, wait_for_any, Held, TryLock};
@@ -225,10 +225,15 @@ async fn deploy_locked(
     // Three independent round trips at once: the checkpoint, the status on the host node,
     // and the lock node's data (the hand-off between hosts is made of these).
     let label = step.status_text().unwrap_or_default();
-    let (checked, (), got) = tokio::join!(
+    // And whether the node's semaphore keeps records (of lease holders that may have died
+    // before K became 1).
+    let sem = semaphore_path(node.path);
+    let guard = semaphore::lock_path(&sem);
+    let (checked, (), got, leased) = tokio::join!(
         pass.checkpoint(),
         pass.status(&label),
         call_retrying("get", lock, || agent.client.get_data(lock)),
+        has_lease_records(&agent.client, &guard),
     );
     checked?;
     let (data, stat) = got?;
@@ -250,6 +255,11 @@ async fn deploy_locked(
             let interrupt = halt_for_dead_holder(pass, message).await?;
             clear_in_flight(&agent.client, lock).await?;
             return Err(interrupt);
+        }
+    }
+    if leased? {
+        if let Some(message) = dead_lease_holder(pass, &sem, &guard, None).await? {
+            return Err(halt_for_dead_holder(pass, message).await?);
         }
     }
     let record = in_flight_record(pass, node.path, node.n);
