@@ -99,8 +99,7 @@ pub struct Counts {
     pub killed_locks: usize,
     /// See `killed_leases`.
     pub named: usize,
-    /// Killed holders no halt named, on nodes the last commit enters another way (or not
-    /// at all).
+    /// Killed holders no halt named, on nodes the last commit no longer deploys.
     pub unnamed: usize,
     /// Steps that started with more than K hosts inside their node only because some held
     /// the node's other kind of place (the node lock against the semaphore's leases).
@@ -577,9 +576,9 @@ fn check_health_halts(
 
 /// Every holder the nemesis killed mid-step under a lock or lease is named by a halt (some
 /// agent logged `halting the cluster: ... (HOST) died deploying PATH N`), unless the last
-/// commit no longer deploys its node (its record then stays, counted as stale) or enters it
-/// the other way (a lease where it was killed under the lock, or the reverse: that taker
-/// does not read the record; counted as `unnamed`).
+/// commit no longer deploys its node (its record then stays, counted as stale and
+/// `unnamed`). The next holder reads the records of both kinds of place, so a change of K
+/// between 1 and more (or a canary phase) does not hide a dead holder.
 fn check_holder_kills(
     journal: &Journal,
     verdicts: &[Verdict],
@@ -601,11 +600,7 @@ fn check_holder_kills(
             counts.named += 1;
             continue;
         }
-        // The record is read by the next taker of the same kind of place only.
-        let same_way = last
-            .and_then(|t| rollout(t, &kill.path))
-            .is_some_and(|(k, _)| (k > 1) == (held.get(kill.run.as_str()) == Some(&"lease")));
-        if !same_way {
+        if last.and_then(|t| rollout(t, &kill.path)).is_none() {
             counts.unnamed += 1;
         } else {
             out.push(format!(

@@ -72,9 +72,6 @@ pub struct Journal {
     pub resumes: u32,
     /// In-flight records left on nodes nobody deploys any more (at the end).
     pub stale_records: u32,
-    /// In-flight records left (at the end) in the kind of place the last commit does not
-    /// use for their node: the node lock's where K > 1, the semaphore's where K = 1.
-    pub cross_records: Vec<String>,
     /// Agents that exited 1 by themselves and were started again: (host, last line).
     pub restarts: Vec<(String, String)>,
     /// Holders the nemesis killed mid-step (`holder-kill`).
