@@ -498,7 +498,8 @@ fn check_nodes(
 
 /// A lease step of a package version needs `canary` hosts done with that version (deploy
 /// and health check) under the node lock before it starts (counted leniently: every
-/// successful node-lock step of that package version before it).
+/// successful node-lock step of that package version before it, and every one the oracle
+/// could not check).
 fn check_canaries(
     runs: &[RunLog],
     before: &[&Step],
@@ -516,7 +517,8 @@ fn check_canaries(
         .iter()
         .filter(|s| {
             let r = &runs[s.deploy];
-            held.get(r.id.as_str()) == Some(&"lock")
+            // Unchecked (the oracle could not tell): perhaps a canary.
+            matches!(held.get(r.id.as_str()), Some(&"lock") | Some(&"") | None)
                 && r.pkg == d.pkg
                 && s.end < step.start
                 && s.ok(runs)

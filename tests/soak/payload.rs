@@ -27,8 +27,11 @@
 //! - `health-slow`: this run fails, the next one of the instance passes;
 //! - `health-never`: every run of the instance fails for longer than the node's
 //!   `health-deadline` (so the step fails and halts the cluster), then they pass again;
-//! - `health-hang`: the run never ends by itself (the agent kills it at the deadline); a
-//!   watcher logs its `end` (status 137) when it is gone.
+//! - `health-hang`: the run never ends by itself (the agent kills it at the deadline).
+//!
+//! A health check logs its `start` before it asks the oracle (waiting 1 s at most for the
+//! answer: a slow oracle must not fail the check), and a watcher logs its `end` (status 137)
+//! if the agent kills it at its deadline (a hang, or a pause longer than the deadline).
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -52,19 +55,32 @@ if [ "$me" = zookeeper-deploy ] || [ "$me" = zookeeper-health ]; then
   path=$1 n=$2
 fi
 id="$host:$$:$RANDOM$RANDOM"
+watcher=
 finish() {
+  [ -n "$watcher" ] && kill "$watcher" 2>/dev/null
   echo "end $id $host $kind $path $n $ver $(date +%s.%N) $1" >> "$log"
   exit "$1"
 }
+oracle_wait=20
+if [ "$kind" = health ]; then
+  # The agent kills a check at its deadline: log the start first, have a watcher log the
+  # end (137) once this shell is gone or a zombie (the agent may reap it late), and wait
+  # for the oracle briefly (a slow oracle must not fail the check).
+  echo "start $id $host $PPID $kind $path $n $ver $(date +%s.%N) ${pkgver:--}" >> "$log"
+  ( while grep -qs '^State:[[:space:]]*[^Z]' /proc/$$/status; do sleep 0.02; done
+    echo "end $id $host $kind $path $n $ver $(date +%s.%N) 137" >> "$log" ) >/dev/null 2>&1 &
+  watcher=$!
+  oracle_wait=1
+fi
 if [ "$kind" != undeploy ]; then
   answer=noconnect
   if exec 3<>"/dev/tcp/127.0.0.1/$SOAK_ORACLE"; then
     printf '%s\n' "$id $host $PPID $role $kind $path $n $ver" >&3
-    read -r -t 20 answer <&3 || answer=noanswer
+    read -r -t "$oracle_wait" answer <&3 || answer=noanswer
     exec 3>&-
   fi
 fi
-echo "start $id $host $PPID $kind $path $n $ver $(date +%s.%N) ${pkgver:--}" >> "$log"
+[ "$kind" = health ] || echo "start $id $host $PPID $kind $path $n $ver $(date +%s.%N) ${pkgver:--}" >> "$log"
 take() { [ -e "$knobs/$1" ] && mv "$knobs/$1" "$knobs/$1.$$" 2>/dev/null; }
 if { [ "$kind" = deploy ] || [ "$kind" = health ]; } && take pause; then
   echo "$id $kind $path $n $ver" > "$knobs/paused.$$" && mv "$knobs/paused.$$" "$knobs/paused"
@@ -75,13 +91,8 @@ if [ "$kind" = health ]; then
   inst=$(printf %s "$path" | tr / ,).$n
   state="$knobs/health-state.$inst"
   if take health-hang; then
-    # Gone or a zombie (the agent that killed it may reap it late).
-    ( while grep -qs '^State:[[:space:]]*[^Z]' /proc/$$/status; do sleep 0.02; done
-      echo "end $id $host $kind $path $n $ver $(date +%s.%N) 137" >> "$log" ) >/dev/null 2>&1 &
-    watcher=$!
     echo "soak: hanging"
     for _ in $(seq 600); do sleep 0.1; done
-    kill $watcher 2>/dev/null
     finish 1
   fi
   if take health-slow; then echo "slow 1" > "$state"; fi
