@@ -52,6 +52,11 @@ const KINDS: [(&str, f64); 13] = [
 /// The kinds that act on a host without a role (a node lock or lease holder).
 const PLAIN_ONLY: [&str; 2] = ["holder-kill", "holder-cut"];
 
+/// Faults applied or under way a run reaches before it stops (given [`MORE_LIMIT`] more).
+const MIN_FAULTS: usize = 210;
+/// How much longer than its budget a run may go on to reach [`MIN_FAULTS`].
+const MORE_LIMIT: Duration = Duration::from_secs(20);
+
 /// How long a whole-run's faults may take to heal after the deadline.
 const HEAL_LIMIT: Duration = Duration::from_secs(180);
 
@@ -60,7 +65,14 @@ pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant) {
     let ensemble_busy = Arc::new(AtomicBool::new(false));
     let weights: Vec<f64> = KINDS.iter().map(|(_, w)| *w).collect();
     let mut tasks = tokio::task::JoinSet::new();
-    while Instant::now() < until {
+    // The budget is time; a run whose faults took long to heal (held slots) gets up to
+    // MORE_LIMIT more until MIN_FAULTS are applied or under way.
+    let more = until + MORE_LIMIT;
+    let short = |tasks: &tokio::task::JoinSet<()>| {
+        let applied: u32 = world.journal.lock().unwrap().faults.values().sum();
+        (applied as usize + tasks.len()) < MIN_FAULTS
+    };
+    while Instant::now() < until || (Instant::now() < more && short(&tasks)) {
         tokio::time::sleep(Duration::from_secs_f64(rng.between(0.03, 0.25))).await;
         let kind = KINDS[rng.weighted(&weights)].0;
         let r = rng.fork();
