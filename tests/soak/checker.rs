@@ -255,6 +255,9 @@ pub fn steps(runs: &mut [RunLog], out: &mut Vec<String>) -> Vec<Step> {
                         steps[s].health.push(i);
                         steps[s].end = steps[s].end.max(r.end.unwrap_or(r.start));
                     }
+                    // Its parent is init: its agent was SIGKILLed as it started the check,
+                    // so it cannot name its agent (nor its deploy run).
+                    None if r.agent == 1 => {}
                     None => out.push(format!(
                         "a health check without a successful deploy run of its instance before it: {r:?}"
                     )),
