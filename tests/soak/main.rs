@@ -1,8 +1,9 @@
 //! The randomized many-fault soak (issue 15): the test that looks for the defects no
 //! single-fault test finds, the way Jepsen tests databases.
 //!
-//! A 3-server ensemble; twelve real agents (`h1`..`h8` deploy `/acme` nodes under node locks,
-//! skipping busy ones; `w1`..`w4` have the role `web`, its controller and the persistent role
+//! A 3-server ensemble; twelve real agents (`h1`..`h8` deploy `/acme` nodes under node locks
+//! or, where `max-parallel` is above 1, semaphore leases, with canaries and health checks,
+//! skipping busy nodes; `w1`..`w4` have the role `web`, its controller and the persistent role
 //! lock), each reaching the servers through its own proxies; a syncer committing a random
 //! change to a real git repository every 1–3 s and running the real `zkdeployment sync`; an
 //! operator resuming every halt with the real `zkdeployment resume`; and the nemesis

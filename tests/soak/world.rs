@@ -1,4 +1,5 @@
-//! The soak's world: a 3-server ensemble, twelve real agents (`h1`..`h8` with node locks,
+//! The soak's world: a 3-server ensemble, twelve real agents (`h1`..`h8` with node locks and
+//! semaphore leases,
 //! `w1`..`w4` with the role `web` and its controller), each reaching ZooKeeper through its
 //! own three TCP proxies (one per server, so a session can be cut), a git repository and the
 //! real `zkdeployment sync`, the lock oracle, and the journal every part writes what it did
@@ -24,7 +25,7 @@ use super::support::rpm::FakeYum;
 use super::tree::{Tree, ROLE};
 use super::zk::Zk;
 
-/// Hosts with node locks.
+/// Hosts with node locks and semaphore leases (no role).
 pub const PLAIN: usize = 8;
 /// Hosts of the role.
 pub const ROLE_HOSTS: usize = 4;
