@@ -1,6 +1,5 @@
 //! The soak's world: a 3-server ensemble, twelve real agents (`h1`..`h8` with node locks and
-//! semaphore leases,
-//! `w1`..`w4` with the role `web` and its controller), each reaching ZooKeeper through its
+//! semaphore leases, `w1`..`w4` with the role `web` and its controller), each reaching ZooKeeper through its
 //! own three TCP proxies (one per server, so a session can be cut), a git repository and the
 //! real `zkdeployment sync`, the lock oracle, and the journal every part writes what it did
 //! and saw into.
