@@ -317,6 +317,17 @@ async fn hundred_by_one() {
             "  | {label} | {k} | {total:.2} s | {bound:.1} s | {:.2}x | {handoff} |",
             total / bound
         );
+        // Where the time beyond the bound went: before the first script, between scripts
+        // (the K places not all busy), after the last one.
+        let first = rs.iter().map(|r| r.start).fold(f64::MAX, f64::min);
+        let last = rs.iter().map(|r| r.end).fold(0.0, f64::max);
+        let busy: f64 = rs.iter().map(|r| r.end - r.start).sum();
+        eprintln!(
+            "    (K = {k}: bump -> first script {:.0} ms; scripts kept {:.1}% of the K places busy from the first start to the last end; last end -> all done {:.0} ms)",
+            (first - at) * 1000.0,
+            100.0 * busy / (k as f64 * (last - first)),
+            (done - last) * 1000.0
+        );
     }
 }
 

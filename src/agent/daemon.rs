@@ -84,6 +84,8 @@ pub async fn start(
         host_version,
         metrics: crate::metrics::Metrics::default(),
         walk: false,
+        host_node: Default::default(),
+        mixed: Default::default(),
     })
 }
 
@@ -165,6 +167,7 @@ async fn reconnect(ctx: &mut Agent) -> Result<(), StartError> {
             .as_ref()
             .map(|s| s.expose().to_string());
         ctx.client = connect(&opts).await?;
+        *ctx.host_node.lock().expect("host node cache") = None;
     }
     let wait = ctx.config.session_timeout + Duration::from_secs(2);
     let secured = ctx.config.zookeeper_auth.is_some();

@@ -20,11 +20,12 @@ use super::error::Interrupt;
 use super::pass::Pass;
 use super::plan::{Lock, Rollout, Step};
 use super::rollout::{
-    canary_key, dead_lease_holder, deploy_leased, execute_halting, halt_for_dead_holder, halted,
-    has_lease_records, in_canary_phase, in_flight_record, record_canary,
+    add_canary, canary_key, dead_lease_holder, deploy_leased, execute_halting,
+    halt_for_dead_holder, halted, has_lease_records, in_canary_phase, in_flight_record,
 };
 use crate::tree::literal::py_str;
-use crate::zk::lock::{try_lock, wait_for_any, Held, TryLock};
+use crate::zk::encode;
+use crate::zk::lock::{acquire_queued, try_lock, wait_for_any, Held, TryLock};
 use crate::zk::paths::semaphore_path;
 use crate::zk::semaphore::{self, Lease, TryLease};
 use crate::zk::update::{update_props, update_props_known};
@@ -67,6 +68,7 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                 path,
                 n: *n,
                 rollout,
+                busy: None,
             }),
             _ => None,
         })
@@ -75,18 +77,49 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
     // The waiting status last written: rewritten only when it changes, so that its age
     // (what the monitor reports) counts from the start of the wait.
     let mut waiting: Option<String> = None;
+    // The cluster is checked at the start of a round after a wait (and the first), and
+    // before a wait if not since the last step; right after a step the next node is
+    // entered at once.
+    let (mut check_first, mut fresh) = (true, false);
+    // The lock or lease taken while waiting in a queue, for the one pending node.
+    let mut ready: Option<Entry> = None;
+    // The node whose holder went away while the host waited.
+    let mut focus: Option<usize> = None;
     while !pending.is_empty() {
-        let mut busy = Vec::new();
-        let mut holders = Vec::new();
         let mut ran = None;
-        // Once per round (entering a node checks again before its script runs).
-        pass.checkpoint().await?;
-        for (i, node) in pending.iter().enumerate() {
-            match enter(pass, node, &identifier).await? {
+        // Where the last node tried can be waited for in a queue.
+        let mut queue = Queue::No;
+        // (A lock or lease taken in a queue goes straight to its step, which checks first.)
+        if check_first && ready.is_none() {
+            pass.checkpoint().await?;
+            check_first = false;
+            fresh = true;
+        }
+        // Woken by one node's holder: that node only (the others' holders are still
+        // watched); else every node, in plan order.
+        let order: Vec<usize> = match focus.take() {
+            Some(i) => vec![i],
+            None => (0..pending.len()).collect(),
+        };
+        for i in order {
+            let node = &pending[i];
+            let entry = match ready.take() {
+                Some(entry) => entry,
+                None => enter(pass, node, &identifier).await?,
+            };
+            match entry {
                 Entry::Busy { place, nodes, who } => {
                     tracing::info!("{place} is held by {who}; trying another node");
-                    busy.extend(nodes);
-                    holders.push(format!("{} held by {who}", node.path));
+                    queue = if place != node.lock {
+                        Queue::Semaphore(place)
+                    } else if node.rollout.parallel <= 1 {
+                        Queue::Lock
+                    } else {
+                        // A canary's turn: taken only as `enter` decides.
+                        Queue::No
+                    };
+                    let text = format!("{} held by {who}", node.path);
+                    pending[i].busy = Some((nodes, text));
                 }
                 entry => {
                     if let Some(since) = waited_since.take() {
@@ -94,21 +127,16 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                         tracing::info!("waited {waited:.1} s for node locks");
                         pass.metrics.lock_wait += waited;
                     }
-                    let (result, released) = match entry {
+                    match entry {
                         Entry::Lock { held, canary } => {
-                            let result = deploy_locked(pass, node, canary).await;
-                            (result, held.release(&agent.client).await)
+                            deploy_locked(pass, node, held, canary).await?
                         }
                         Entry::Lease { lease } => {
                             let sem = semaphore_path(node.path);
-                            let result = deploy_leased(pass, node.step, &sem, &lease).await;
-                            (result, lease.release(&agent.client).await)
+                            deploy_leased(pass, node.step, &sem, lease).await?
                         }
-                        Entry::Busy { .. } => (Ok(()), Ok(())),
-                    };
-                    // The step's own outcome first: a failed release only hides it.
-                    result?;
-                    released?;
+                        Entry::Busy { .. } => {}
+                    }
                     ran = Some(i);
                     break;
                 }
@@ -118,10 +146,24 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
             Some(i) => {
                 pending.remove(i);
                 waiting = None;
+                fresh = false;
             }
             None => {
+                if !fresh {
+                    pass.checkpoint().await?;
+                    fresh = true;
+                }
                 waited_since.get_or_insert_with(Instant::now);
                 tracing::info!("every pending node is locked by another host; waiting");
+                // What every pending node waits for, as last found.
+                let (mut busy, mut owner, mut holders) = (Vec::new(), Vec::new(), Vec::new());
+                for (i, node) in pending.iter().enumerate() {
+                    if let Some((nodes, text)) = &node.busy {
+                        busy.extend(nodes.iter().cloned());
+                        owner.extend(nodes.iter().map(|_| i));
+                        holders.push(text.clone());
+                    }
+                }
                 // The status says what the host waits for, and for whom (not the step it
                 // last ran).
                 let text = waiting_status(&holders);
@@ -129,11 +171,55 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                     pass.status(&text).await;
                     waiting = Some(text);
                 }
-                wait_for_any(&agent.client, &busy, LOCK_RECHECK).await?;
+                // One node left: wait in its queue, as kazoo's blocking `acquire` does (a
+                // release wakes the next in line only, not every host waiting).
+                match (queue, &pending[..]) {
+                    (Queue::Semaphore(sem), [node]) => {
+                        ready = semaphore::acquire_waiting(
+                            &agent.client,
+                            &sem,
+                            &identifier,
+                            node.rollout.parallel,
+                            LOCK_RECHECK,
+                        )
+                        .await?
+                        .map(|lease| Entry::Lease { lease });
+                    }
+                    (Queue::Lock, [node]) => {
+                        ready = match acquire_queued(
+                            &agent.client,
+                            node.lock,
+                            &identifier,
+                            LOCK_RECHECK,
+                            true,
+                        )
+                        .await
+                        {
+                            Ok(held) => Some(Entry::Lock { held, canary: None }),
+                            Err(ZkError::Timeout { op: "lock", .. }) => None,
+                            Err(e) => return Err(e.into()),
+                        };
+                    }
+                    _ => {
+                        let woken = wait_for_any(&agent.client, &busy, LOCK_RECHECK).await?;
+                        focus = woken.and_then(|k| owner.get(k).copied());
+                    }
+                }
+                check_first = true;
             }
         }
     }
     Ok(())
+}
+
+/// Where a host with one node left waits for it.
+enum Queue {
+    /// In the node lock's queue (K = 1).
+    Lock,
+    /// In the queue of the semaphore's guard (K > 1).
+    Semaphore(String),
+    /// Watching the holders (a canary's turn, or several nodes left).
+    No,
 }
 
 /// A deployment step under its node lock (or a lease of its semaphore).
@@ -143,6 +229,8 @@ struct NodeLocked<'p> {
     path: &'p str,
     n: u32,
     rollout: &'p Rollout,
+    /// When last found busy: the nodes to watch (the holders) and who holds it.
+    busy: Option<(Vec<String>, String)>,
 }
 
 /// Tries to enter a node: its node lock when K = 1 or while its canaries are not done,
@@ -213,30 +301,58 @@ async fn enter_semaphore(
 }
 
 /// One deployment with its node lock held: the in-flight record around the step (and, for
-/// a canary, its count in the same write that clears the record). A failure halts the
-/// cluster before the caller releases the lock.
+/// a canary, its count in the same write that clears the record), then the release. A
+/// failure halts the cluster before the lock is released.
 async fn deploy_locked(
     pass: &mut Pass<'_>,
     node: &NodeLocked<'_>,
+    mut held: Held,
     canary: Option<String>,
 ) -> Result<(), Interrupt> {
+    let read = held.read.take();
+    let (result, leave) = locked(pass, node, read, canary).await;
+    let released = leave_lock(
+        &pass.agent.client,
+        node.lock,
+        held,
+        leave,
+        &pass.agent.host.id,
+    )
+    .await;
+    // The step's own outcome first: a failed release only hides it.
+    result?;
+    released.map_err(Interrupt::from)
+}
+
+/// What the lock node's data becomes when its holder lets go.
+enum Leave {
+    /// Nothing written (nothing of ours is there, or a failed halt left the record).
+    AsIs,
+    /// Our in-flight record removed (and, for a canary that succeeded, this host counted),
+    /// written with the release in one transaction when the data we last wrote is known.
+    Clear {
+        known: Option<(crate::tree::Props, i32)>,
+        canary: Option<String>,
+    },
+}
+
+/// The deployment itself, with the lock held: what the release must write.
+async fn locked(
+    pass: &mut Pass<'_>,
+    node: &NodeLocked<'_>,
+    read: Option<(Vec<u8>, zookeeper_client::Stat)>,
+    canary: Option<String>,
+) -> (Result<(), Interrupt>, Leave) {
     let agent = pass.agent;
     let (step, lock) = (node.step, node.lock);
-    // Three independent round trips at once: the checkpoint, the status on the host node,
-    // and the lock node's data (the hand-off between hosts is made of these).
-    let label = step.status_text().unwrap_or_default();
-    // And whether the node's semaphore keeps records (of lease holders that may have died
-    // before K became 1).
-    let sem = semaphore_path(node.path);
-    let guard = semaphore::lock_path(&sem);
-    let (checked, (), got, leased) = tokio::join!(
-        pass.checkpoint(),
-        pass.status(&label),
-        call_retrying("get", lock, || agent.client.get_data(lock)),
-        has_lease_records(&agent.client, &guard),
-    );
-    checked?;
-    let (data, stat) = got?;
+    let got = match read {
+        Some(read) => Ok(read),
+        None => call_retrying("get", lock, || agent.client.get_data(lock)).await,
+    };
+    let (data, stat) = match got {
+        Ok(got) => got,
+        Err(e) => return (Err(e.into()), Leave::AsIs),
+    };
     let lock_props = decode(&data);
     if let Some(Value::Object(rec)) = lock_props.get("in-flight") {
         let ours = rec.get("host").and_then(Value::as_str) == Some(agent.host.id.as_str())
@@ -252,37 +368,122 @@ async fn deploy_locked(
                 field("version"),
                 field("since"),
             );
-            let interrupt = halt_for_dead_holder(pass, message).await?;
-            clear_in_flight(&agent.client, lock).await?;
-            return Err(interrupt);
+            return match halt_for_dead_holder(pass, message).await {
+                Ok(interrupt) => (
+                    Err(interrupt),
+                    Leave::Clear {
+                        known: None,
+                        canary: None,
+                    },
+                ),
+                Err(e) => (Err(e.into()), Leave::AsIs),
+            };
         }
     }
-    if leased? {
-        if let Some(message) = dead_lease_holder(pass, &sem, &guard, None).await? {
-            return Err(halt_for_dead_holder(pass, message).await?);
-        }
-    }
+    // The checkpoint, the status on the host node and our in-flight record (version-guarded
+    // from the data read with the lock) in one round trip; the hand-off between hosts is
+    // made of these. A checkpoint that abandons the pass clears the record again.
     let record = in_flight_record(pass, node.path, node.n);
-    // Version-guarded from the data just read (one round trip), and read again after a
-    // connection loss or a concurrent write: written exactly once.
-    let written = update_props_known(&agent.client, lock, &lock_props, stat.version, |p| {
-        p.insert("in-flight".into(), record.clone());
-    })
-    .await?;
-    let result = execute_halting(pass, step).await?;
-    let clear = |p: &mut crate::tree::Props| {
-        p.remove("in-flight");
-    };
-    match (&canary, &result, &written) {
-        // A canary counts once its step (health check included) went well.
-        (Some(key), Ok(()), _) => record_canary(&agent.client, lock, key, &agent.host.id).await?,
-        // Only the holder writes the lock node: the version of our own write is current.
-        (_, _, Some((props, v))) => {
-            update_props_known(&agent.client, lock, props, *v, clear).await?;
+    let label = step.status_text().unwrap_or_default();
+    // And whether the node's semaphore keeps records (of lease holders that may have died
+    // before K became 1).
+    let sem = semaphore_path(node.path);
+    let guard = semaphore::lock_path(&sem);
+    let (checked, (), written, leased) = tokio::join!(
+        pass.checkpoint(),
+        pass.status(&label),
+        update_props_known(&agent.client, lock, &lock_props, stat.version, |p| {
+            p.insert("in-flight".into(), record.clone());
+        }),
+        has_lease_records(&agent.client, &guard),
+    );
+    let known = match written {
+        Ok(written) => written,
+        Err(e) => {
+            let clear = Leave::Clear {
+                known: None,
+                canary: None,
+            };
+            return (Err(e.into()), clear);
         }
-        _ => clear_in_flight(&agent.client, lock).await?,
+    };
+    if let Err(interrupt) = checked {
+        let clear = Leave::Clear {
+            known: Some(known),
+            canary: None,
+        };
+        return (Err(interrupt), clear);
     }
-    result.map_err(halted)
+    let dead = match leased {
+        Ok(false) => Ok(None),
+        Ok(true) => dead_lease_holder(pass, &sem, &guard, None).await,
+        Err(e) => Err(e),
+    };
+    match dead {
+        Ok(None) => {}
+        Ok(Some(message)) => {
+            // Our own record goes with the release, halted or not.
+            let clear = Leave::Clear {
+                known: Some(known),
+                canary: None,
+            };
+            return match halt_for_dead_holder(pass, message).await {
+                Ok(interrupt) => (Err(interrupt), clear),
+                Err(e) => (Err(e.into()), clear),
+            };
+        }
+        Err(e) => {
+            let clear = Leave::Clear {
+                known: Some(known),
+                canary: None,
+            };
+            return (Err(e.into()), clear);
+        }
+    }
+    let result = match execute_halting(pass, step).await {
+        Ok(result) => result,
+        // The halt could not be recorded: the record stays for the next holder to report.
+        Err(e) => return (Err(e.into()), Leave::AsIs),
+    };
+    // A canary counts once its step (health check included) went well.
+    let canary = canary.filter(|_| result.is_ok());
+    (
+        result.map_err(halted),
+        Leave::Clear {
+            known: Some(known),
+            canary,
+        },
+    )
+}
+
+/// Lets the lock go, writing what `leave` says into the lock node first.
+async fn leave_lock(
+    client: &Client,
+    lock: &str,
+    held: Held,
+    leave: Leave,
+    host_id: &str,
+) -> Result<(), ZkError> {
+    let Leave::Clear { known, canary } = leave else {
+        return held.release(client).await;
+    };
+    let change = |p: &mut crate::tree::Props| {
+        p.remove("in-flight");
+        if let Some(key) = &canary {
+            add_canary(p, key, host_id);
+        }
+    };
+    if let Some((mut props, version)) = known {
+        change(&mut props);
+        if held
+            .release_writing(client, lock, &encode(&props), version)
+            .await?
+        {
+            return Ok(());
+        }
+    }
+    update_props(client, lock, change).await?;
+    held.release(client).await
 }
 
 /// The status of a host waiting for node locks: the first few nodes and their holders.
@@ -296,13 +497,4 @@ fn waiting_status(holders: &[String]) -> String {
         text.push_str(&format!(" and {} more", holders.len() - SHOWN));
     }
     text
-}
-
-/// Removes the in-flight record from a lock node.
-async fn clear_in_flight(client: &Client, lock: &str) -> Result<(), ZkError> {
-    update_props(client, lock, |p| {
-        p.remove("in-flight");
-    })
-    .await
-    .map(|_| ())
 }

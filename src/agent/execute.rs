@@ -114,7 +114,8 @@ impl Agent {
         .map_err(StepError::from)?;
         // How each deployment rolls out depends on the fleet (mixed or not, how many hosts
         // a percentage counts), read now.
-        let rollout = rollout_plan(&self.client, root, &discovered, &plan.steps).await?;
+        let rollout =
+            rollout_plan(&self.client, &self.mixed, root, &discovered, &plan.steps).await?;
         if let Some(why) = &rollout.mixed {
             tracing::warn!("mixed fleet: {why}");
         }

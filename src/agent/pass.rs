@@ -24,7 +24,6 @@ use crate::tree::literal::py_str;
 use crate::tree::Props;
 use crate::zk::paths::host_path;
 use crate::zk::role_lock::RoleLock;
-use crate::zk::update::update_props;
 
 /// One pass in progress.
 pub struct Pass<'a> {
@@ -78,14 +77,8 @@ impl<'a> Pass<'a> {
         }
         crate::systemd::status(text);
         crate::systemd::busy(!matches!(text, "done" | "error") && !text.starts_with("abandoned"));
-        let status = json!(text);
-        let path = host_path(&agent.host.id);
-        if let Err(e) = update_props(&agent.client, &path, |p| {
-            p.insert("status".into(), status.clone());
-        })
-        .await
-        {
-            tracing::warn!("cannot update {path}: {e}");
+        if let Err(e) = self.agent.set_host_status(json!(text)).await {
+            tracing::warn!("cannot update {}: {e}", host_path(&agent.host.id));
         }
     }
 

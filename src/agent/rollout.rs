@@ -10,9 +10,7 @@
 //!   `{"in-flight": {<lease>: record}}`; a host that takes a lease and finds a record whose
 //!   lease is gone (its writer died mid-step) halts the cluster naming it. A live holder
 //!   clears its record before giving its lease back, so "record present after its lease was
-//!   seen gone" proves the writer died. Whichever way a host enters a node (lock or lease),
-//!   it also reads the other place's records, so a holder that died before K changed (or a
-//!   dead canary) is still named.
+//!   seen gone" proves the writer died.
 //! - `canary = C` (with K > 1): while fewer than C hosts have deployed the node's package
 //!   version (health check included), hosts deploy it one at a time under the node lock; the
 //!   count lives in the node lock's data, `{"canary": {"version": "<rpm> <version>",
@@ -35,10 +33,11 @@ use super::plan::{Rollout, Step};
 use crate::files::now;
 use crate::tree::literal::py_str;
 use crate::tree::rollout::{self as settings, Rollout as Settings};
+use crate::tree::Props;
 use crate::zk::paths::{node_lock_path as lock_path, HOSTS};
 use crate::zk::semaphore::{self, Lease};
-use crate::zk::update::update_props;
-use crate::zk::{call_retrying, decode, join, Client, ZkError};
+use crate::zk::update::{update_props, update_props_known};
+use crate::zk::{call_retrying, decode, encode, join, Client, ZkError};
 
 pub use crate::zk::paths::AGENT_PROPERTY;
 
@@ -57,9 +56,23 @@ pub fn node_settings(found: &Discovered, path: &str) -> Settings {
     settings::parse(path, |k| props.and_then(|p| p.get(k)).cloned()).unwrap_or_default()
 }
 
+/// What this process last found about the fleet: whether it is mixed, as of a children
+/// version (`cversion`) of `/hosts`.
+pub type MixedCache = std::sync::Mutex<Option<(i32, Option<String>)>>;
+
 /// Why the fleet is mixed: the first registered host node without [`AGENT_PROPERTY`].
-pub async fn mixed_fleet(client: &Client) -> Result<Option<String>, ZkError> {
-    let mut ids = call_retrying("list", HOSTS, || client.list_children(HOSTS)).await?;
+///
+/// Every host node is read only when the hosts registered changed since the answer in
+/// `cache` (the children version of `/hosts`): a host node's data is written only by the
+/// agent whose session registered it, so a host changes agents only by registering anew.
+/// Otherwise one request answers, however big the fleet.
+pub async fn mixed_fleet(client: &Client, cache: &MixedCache) -> Result<Option<String>, ZkError> {
+    let (mut ids, stat) = call_retrying("list", HOSTS, || client.get_children(HOSTS)).await?;
+    if let Some((cversion, why)) = cache.lock().expect("mixed fleet cache").as_ref() {
+        if *cversion == stat.cversion {
+            return Ok(why.clone());
+        }
+    }
     ids.sort();
     let reads = ids.iter().map(|id| {
         let path = join(HOSTS, id);
@@ -68,22 +81,25 @@ pub async fn mixed_fleet(client: &Client) -> Result<Option<String>, ZkError> {
             (id, got)
         }
     });
+    let mut why = None;
     for (id, got) in futures::future::join_all(reads).await {
         match got {
             Ok((data, _)) => {
                 let props = decode(&data);
                 if props.get(AGENT_PROPERTY).is_none() {
                     let name = props.get("name").map(py_str).unwrap_or_default();
-                    return Ok(Some(format!(
+                    why = Some(format!(
                         "host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1"
-                    )));
+                    ));
+                    break;
                 }
             }
             Err(e) if e.is_no_node() => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(None)
+    *cache.lock().expect("mixed fleet cache") = Some((stat.cversion, why.clone()));
+    Ok(why)
 }
 
 /// The number of deploy targets of the application node at `path` (children of
@@ -100,6 +116,7 @@ async fn deploy_targets(client: &Client, path: &str) -> Result<usize, ZkError> {
 /// Works out the rollout of every application node among `steps`' deployments.
 pub async fn rollout_plan(
     client: &Client,
+    mixed_cache: &MixedCache,
     root: &std::path::Path,
     found: &Discovered,
     steps: &[Step],
@@ -115,7 +132,7 @@ pub async fn rollout_plan(
         .values()
         .any(|(_, r)| r.max_parallel != settings::Parallel::Count(1));
     if parallel_wanted {
-        plan.mixed = mixed_fleet(client).await?;
+        plan.mixed = mixed_fleet(client, mixed_cache).await?;
     }
     let needs_count = plan.mixed.is_none();
     let counts = futures::future::join_all(wanted.iter().map(|(path, (_, r))| async move {
@@ -191,77 +208,193 @@ pub async fn in_canary_phase(
     Ok(canary_count(&props, &canary_key(step)) < node.canary as usize)
 }
 
-/// Adds this host to the canaries of `key` in the node lock's data, and removes the
-/// in-flight record, in one write.
-pub async fn record_canary(
-    client: &Client,
-    lock: &str,
-    key: &str,
-    host_id: &str,
-) -> Result<(), ZkError> {
-    update_props(client, lock, |p| {
-        p.remove("in-flight");
-        let mut hosts: Vec<Value> = match p.get("canary") {
-            Some(Value::Object(c)) if c.get("version").and_then(Value::as_str) == Some(key) => c
-                .get("hosts")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default(),
-            _ => Vec::new(),
-        };
-        if !hosts.iter().any(|h| h.as_str() == Some(host_id)) {
-            hosts.push(json!(host_id));
-        }
-        p.insert("canary".into(), json!({"version": key, "hosts": hosts}));
-    })
-    .await
-    .map(|_| ())
+/// Adds this host to the canaries of `key` in the node lock's data `p`.
+pub fn add_canary(p: &mut crate::tree::Props, key: &str, host_id: &str) {
+    let mut hosts: Vec<Value> = match p.get("canary") {
+        Some(Value::Object(c)) if c.get("version").and_then(Value::as_str) == Some(key) => c
+            .get("hosts")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    if !hosts.iter().any(|h| h.as_str() == Some(host_id)) {
+        hosts.push(json!(host_id));
+    }
+    p.insert("canary".into(), json!({"version": key, "hosts": hosts}));
 }
 
 /// One deployment holding a lease of the semaphore `sem`: first the in-flight records of
-/// dead holders (halt, naming the first), then ours around the script and its health check.
-/// A failure halts the cluster before the caller gives the lease back.
+/// dead holders (halt, naming the first), then ours around the script and its health check,
+/// then the lease given back (with our record cleared in the same transaction when it can).
+/// A failure halts the cluster before the lease is given back.
 pub async fn deploy_leased(
     pass: &mut Pass<'_>,
     step: &Step,
     sem: &str,
-    lease: &Lease,
+    lease: Lease,
 ) -> Result<(), Interrupt> {
-    let agent = pass.agent;
-    pass.checkpoint().await?;
-    pass.status(&step.to_string()).await;
-    let Step::Deploy { path, n, .. } = step else {
-        return Ok(());
-    };
     let guard = semaphore::lock_path(sem);
-    // The node lock's record too: a holder that died under the lock (K was 1, or it was a
+    let (result, written) = leased(pass, step, sem, &guard, &lease).await;
+    let client = &pass.agent.client;
+    let name = lease.name().to_string();
+    let released = match written {
+        None => lease.release(client).await,
+        Some(known) => release_clearing(client, &guard, lease, known, &name).await,
+    };
+    // The step's own outcome first: a failed release only hides it.
+    result?;
+    released.map_err(Interrupt::from)
+}
+
+/// The deployment itself, with the lease held; gives what is known of the guard node after
+/// our in-flight record was written (`Some(None)` when written but not known, `None` when
+/// there is no record of ours to clear).
+async fn leased(
+    pass: &mut Pass<'_>,
+    step: &Step,
+    sem: &str,
+    guard: &str,
+    lease: &Lease,
+) -> (Result<(), Interrupt>, Option<Option<(Props, i32)>>) {
+    let agent = pass.agent;
+    let Step::Deploy { path, n, .. } = step else {
+        return (Ok(()), None);
+    };
+    // The checkpoint, the status, the guard's records and the live leases in one round trip.
+    let label = step.to_string();
+    // And the node lock's record: a holder that died under the lock (K was 1, or it was a
     // canary) is named by the next host whichever way it enters.
     let lock = lock_path(path);
-    let (dead, lock_record) = tokio::join!(
-        dead_lease_holder(pass, sem, &guard, Some(lease.name())),
+    let (checked, (), got, live, lock_record) = tokio::join!(
+        pass.checkpoint(),
+        pass.status(&label),
+        call_retrying("get", guard, || agent.client.get_data(guard)),
+        semaphore::leases(&agent.client, sem),
         has_lock_record(&agent.client, &lock),
     );
-    let dead = match dead? {
-        None if lock_record? => dead_lock_holder(pass, &lock).await?,
-        other => other,
+    if let Err(interrupt) = checked {
+        return (Err(interrupt), None);
+    }
+    let (read, live) = match (got, live) {
+        (Ok(read), Ok(live)) => (Some(read), live),
+        (Err(e), _) if !e.is_no_node() => return (Err(e.into()), None),
+        (_, Err(e)) => return (Err(e.into()), None),
+        (Err(_), Ok(live)) => (None, live),
     };
-    if let Some(message) = dead {
-        return Err(halt_for_dead_holder(pass, message).await?);
+    let props = read
+        .as_ref()
+        .map(|(data, _)| decode(data))
+        .unwrap_or_default();
+    let suspected = match props.get("in-flight") {
+        Some(Value::Object(m)) => m
+            .keys()
+            .any(|k| !live.contains(k) && k.as_str() != lease.name()),
+        _ => false,
+    };
+    if suspected {
+        match dead_lease_holder(pass, sem, guard, Some(lease.name())).await {
+            Ok(None) => {}
+            Ok(Some(message)) => {
+                return match halt_for_dead_holder(pass, message).await {
+                    Ok(interrupt) => (Err(interrupt), None),
+                    Err(e) => (Err(e.into()), None),
+                }
+            }
+            Err(e) => return (Err(e.into()), None),
+        }
+    }
+    let dead_under_lock = match lock_record {
+        Ok(false) => Ok(None),
+        Ok(true) => dead_lock_holder(pass, &lock).await,
+        Err(e) => Err(e),
+    };
+    match dead_under_lock {
+        Ok(None) => {}
+        Ok(Some(message)) => {
+            return match halt_for_dead_holder(pass, message).await {
+                Ok(interrupt) => (Err(interrupt), None),
+                Err(e) => (Err(e.into()), None),
+            }
+        }
+        Err(e) => return (Err(e.into()), None),
     }
     let record = in_flight_record(pass, path, *n);
     let name = lease.name().to_string();
-    update_props(&agent.client, &guard, |p| {
+    let add = |p: &mut Props| {
         let mut all = match p.remove("in-flight") {
             Some(Value::Object(m)) => m,
             _ => Default::default(),
         };
         all.insert(name.clone(), record.clone());
         p.insert("in-flight".into(), Value::Object(all));
-    })
-    .await?;
-    let result = execute_halting(pass, step).await?;
-    clear_lease_record(&agent.client, &guard, &name).await?;
-    result.map_err(halted)
+    };
+    // Version-guarded from the data just read (one round trip), unless records were
+    // cleared in between: then read again.
+    let written = match (&read, suspected) {
+        (Some((_, stat)), false) => {
+            update_props_known(&agent.client, guard, &props, stat.version, add)
+                .await
+                .map(Some)
+        }
+        _ => update_props(&agent.client, guard, add).await.map(|_| None),
+    };
+    let known = match written {
+        Ok(known) => known,
+        // Unknown whether it was written: cleared (if there) with the release.
+        Err(e) => return (Err(e.into()), Some(None)),
+    };
+    match execute_halting(pass, step).await {
+        Ok(result) => (result.map_err(halted), Some(known)),
+        // The halt could not be recorded: the record stays for the next holder to report.
+        Err(e) => (Err(e.into()), None),
+    }
+}
+
+/// Gives the lease back and removes its in-flight record from the guard node, in one
+/// transaction guarded by the guard node's data version: first the version of our own write
+/// (current when no other holder wrote since), else read again (other holders write the
+/// same node), and after repeated conflicts one after the other.
+async fn release_clearing(
+    client: &Client,
+    guard: &str,
+    lease: Lease,
+    known: Option<(Props, i32)>,
+    name: &str,
+) -> Result<(), ZkError> {
+    let mut known = known;
+    for _ in 0..RELEASE_ATTEMPTS {
+        let Some((mut props, version)) = known.take() else {
+            break;
+        };
+        clear_record(&mut props, name);
+        if lease
+            .release_writing(client, guard, &encode(&props), version)
+            .await?
+        {
+            return Ok(());
+        }
+        known = match call_retrying("get", guard, || client.get_data(guard)).await {
+            Ok((data, stat)) => Some((decode(&data), stat.version)),
+            Err(e) if e.is_no_node() => None,
+            Err(e) => return Err(e),
+        };
+    }
+    clear_lease_record(client, guard, name).await?;
+    lease.release(client).await
+}
+
+/// Attempts at clearing a record and giving the lease back in one transaction.
+const RELEASE_ATTEMPTS: usize = 3;
+
+/// Removes the in-flight record of lease `name` from the guard node's properties.
+fn clear_record(p: &mut Props, name: &str) {
+    if let Some(Value::Object(m)) = p.get_mut("in-flight") {
+        m.remove(name);
+        if m.is_empty() {
+            p.remove("in-flight");
+        }
+    }
 }
 
 /// The in-flight record a holder writes into its lock node (or its semaphore's guard node)
@@ -370,8 +503,9 @@ async fn dead_lock_holder(pass: &Pass<'_>, lock: &str) -> Result<Option<String>,
 
 /// The message naming a lease holder that died mid-step, if the guard's records show one
 /// (its record is cleared). Records left by this very process (an earlier session) are
-/// cleared silently. `ours`: the lease we hold, if any (a host entering under the node lock
-/// holds none, and still names a lease holder that died before K became 1).
+/// cleared silently.
+/// `ours`: the lease we hold, if any (a host entering under the node lock holds none, and
+/// still names a lease holder that died before K became 1).
 pub(super) async fn dead_lease_holder(
     pass: &Pass<'_>,
     sem: &str,
@@ -424,14 +558,7 @@ pub(super) async fn dead_lease_holder(
 
 /// Removes the in-flight record of lease `name` from the guard node.
 async fn clear_lease_record(client: &Client, guard: &str, name: &str) -> Result<(), ZkError> {
-    update_props(client, guard, |p| {
-        if let Some(Value::Object(m)) = p.get_mut("in-flight") {
-            m.remove(name);
-            if m.is_empty() {
-                p.remove("in-flight");
-            }
-        }
-    })
-    .await
-    .map(|_| ())
+    update_props(client, guard, |p| clear_record(p, name))
+        .await
+        .map(|_| ())
 }

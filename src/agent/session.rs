@@ -14,7 +14,10 @@ use super::status::RunDir;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::packages::yum::Yum;
-use crate::zk::Client;
+use crate::tree::Props;
+use crate::zk::paths::host_path;
+use crate::zk::update::{update_props_known, update_props_state};
+use crate::zk::{Client, ZkError};
 
 /// The agent: what stays from one pass to the next.
 pub struct Agent {
@@ -36,6 +39,11 @@ pub struct Agent {
     pub metrics: Metrics,
     /// Always walk the tree, never use the deployment index (`deploy --walk`).
     pub walk: bool,
+    /// This host's node as this process last wrote it (properties and data version), so a
+    /// status update is one version-guarded write instead of a read and a write.
+    pub host_node: std::sync::Mutex<Option<(Props, i32)>>,
+    /// Whether the fleet is mixed, as last found (see [`super::rollout::mixed_fleet`]).
+    pub mixed: super::rollout::MixedCache,
 }
 
 impl Agent {
@@ -47,6 +55,25 @@ impl Agent {
     /// The file remembering the failure last mailed (see [`crate::notify`]).
     pub fn mail_state(&self) -> PathBuf {
         self.run_dir.status_path().with_file_name("last-mail.json")
+    }
+
+    /// Sets `status` in this host's node: one write guarded by the data version this process
+    /// last wrote, else (someone else wrote it, or nothing is known yet) a read and a write.
+    pub async fn set_host_status(&self, status: Value) -> Result<(), ZkError> {
+        let path = host_path(&self.host.id);
+        let known = self.host_node.lock().expect("host node cache").clone();
+        let change = |p: &mut Props| {
+            p.insert("status".into(), status.clone());
+        };
+        let after = match known {
+            Some((props, version)) => {
+                update_props_known(&self.client, &path, &props, version, change).await
+            }
+            None => update_props_state(&self.client, &path, change).await,
+        };
+        // Unknown after an error: the next write reads first.
+        *self.host_node.lock().expect("host node cache") = after.as_ref().ok().cloned();
+        after.map(|_| ())
     }
 
     /// Rewrites the metrics file, if one is configured.

@@ -6,7 +6,7 @@
 //! [`try_lock`] never blocks (kazoo's `acquire(blocking=False)`): it enters, and leaves again at
 //! once if it is not first, reporting the current holder.
 
-use zookeeper_client::{Acls, CreateMode};
+use zookeeper_client::{Acls, CreateMode, Stat};
 
 use super::{call, call_retrying, join, open_persistent, Client, ZkError, LOSS_RETRIES};
 
@@ -18,6 +18,9 @@ pub const LOCK_MARKER: &str = "__lock__";
 pub struct Held {
     /// Full path of our contender node.
     pub node: String,
+    /// The lock node's data and stat, when they were read in the same round trip as the
+    /// acquisition (after our contender was created, so no later holder wrote them).
+    pub read: Option<(Vec<u8>, Stat)>,
 }
 
 impl Held {
@@ -25,6 +28,55 @@ impl Held {
     /// through answers `NoNode` the second time).
     pub async fn release(self, client: &Client) -> Result<(), ZkError> {
         delete_own(client, &self.node).await
+    }
+
+    /// Writes `data` into the lock node `path` if its data version is still `version`, and
+    /// deletes our contender, in one transaction: one round trip for the holder's last
+    /// write and its release. False (and nothing changed, or nothing known after a
+    /// connection loss) when the version no longer matches: the caller then writes and
+    /// releases on its own.
+    pub async fn release_writing(
+        &self,
+        client: &Client,
+        path: &str,
+        data: &[u8],
+        version: i32,
+    ) -> Result<bool, ZkError> {
+        write_and_delete(client, path, data, version, &self.node).await
+    }
+}
+
+/// Writes `data` into `path` if its data version is still `version`, and deletes our node
+/// `node`, in one transaction. False (nothing changed, or nothing known after a connection
+/// loss) when the version no longer matches.
+pub async fn write_and_delete(
+    client: &Client,
+    path: &str,
+    data: &[u8],
+    version: i32,
+    node: &str,
+) -> Result<bool, ZkError> {
+    let op = |source| ZkError::Op {
+        op: "write",
+        path: path.to_string(),
+        source,
+    };
+    let mut writer = client.new_multi_writer();
+    writer.add_set_data(path, data, Some(version)).map_err(op)?;
+    writer.add_delete(node, None).map_err(op)?;
+    match call("write", path, async {
+        writer.commit().await.map_err(zookeeper_client::Error::from)
+    })
+    .await
+    {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.is_connection_loss()
+                || matches!(e.source_error(), Some(zookeeper_client::Error::BadVersion)) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -119,14 +171,23 @@ pub async fn contenders(client: &Client, path: &str) -> Result<Vec<Contender>, Z
 /// session lives. On any error after the create, our contender is removed again (best
 /// effort).
 pub async fn try_lock(client: &Client, path: &str, identifier: &str) -> Result<TryLock, ZkError> {
-    // The lock node usually exists: create first, and make it only when missing.
-    let node = match create_contender(client, path, identifier).await {
-        Err(e) if e.is_no_node() => {
-            ensure_node(client, path).await?;
-            create_contender(client, path, identifier).await?
+    // One round trip when the lock node exists and nobody else holds it: our create, the
+    // list of contenders and the lock node's data go out together, and the session
+    // answers them in that order.
+    let (node, listed, read) = create_listing(client, path, identifier, true).await?;
+    if let (Some(names), Some(read)) = (listed, read) {
+        let name = node.rsplit('/').next().unwrap_or_default();
+        let first = names
+            .iter()
+            .filter_map(|n| sequence_of(n).map(|s| (s, n)))
+            .min();
+        if first.is_some_and(|(_, n)| n == name) {
+            return Ok(TryLock::Acquired(Held {
+                node,
+                read: Some(read),
+            }));
         }
-        other => other?,
-    };
+    }
     let decided = decide(client, path, &node).await;
     if !matches!(decided, Ok(TryLock::Acquired(_))) {
         // Busy, or failed: leave the queue (an error here is the session's, reported by
@@ -138,6 +199,59 @@ pub async fn try_lock(client: &Client, path: &str, identifier: &str) -> Result<T
         }
     }
     decided
+}
+
+/// Creates our contender under `path` (and `path` when missing), lists the contenders and,
+/// if `read`, reads the lock node's data, in the same round trip (sent in that order, so
+/// answered in that order). The list and the data are given only when they were answered
+/// after our create (else the caller reads again).
+async fn create_listing(
+    client: &Client,
+    path: &str,
+    identifier: &str,
+    read: bool,
+) -> Result<(String, Option<Vec<String>>, Option<(Vec<u8>, Stat)>), ZkError> {
+    let prefix = format!("{}{LOCK_MARKER}", uuid::Uuid::new_v4().simple());
+    let ours = join(path, &prefix);
+    let mode = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let create = client.create(&ours, identifier.as_bytes(), &mode);
+    let list = client.list_children(path);
+    let get = read.then(|| client.get_data(path));
+    let (created, listed, got) = futures::join!(
+        call("create", &ours, create),
+        call("list", path, list),
+        async {
+            match get {
+                Some(get) => call("get", path, get).await.ok(),
+                None => None,
+            }
+        },
+    );
+    match created {
+        Ok((_, seq)) => Ok((format!("{ours}{seq}"), listed.ok(), got)),
+        // The lock node usually exists: it is made only when missing.
+        Err(e) if e.is_no_node() => {
+            ensure_node(client, path).await?;
+            Ok((
+                create_contender(client, path, identifier).await?,
+                None,
+                None,
+            ))
+        }
+        Err(e) if e.is_connection_loss() => {
+            tracing::info!("{e}; looking for our contender once reconnected");
+            let names = call_retrying("list", path, || client.list_children(path)).await?;
+            match names.iter().find(|n| n.starts_with(&prefix)) {
+                Some(name) => Ok((join(path, name), None, None)),
+                None => Ok((
+                    create_contender(client, path, identifier).await?,
+                    None,
+                    None,
+                )),
+            }
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Creates our ephemeral sequential contender under `path`, returning its full path.
@@ -180,20 +294,38 @@ pub async fn acquire_queued(
     path: &str,
     identifier: &str,
     limit: std::time::Duration,
+    read: bool,
 ) -> Result<Held, ZkError> {
     let deadline = tokio::time::Instant::now() + limit;
-    let node = match create_contender(client, path, identifier).await {
-        Err(e) if e.is_no_node() => {
-            ensure_node(client, path).await?;
-            create_contender(client, path, identifier).await?
-        }
-        other => other?,
-    };
+    // The create and the first list (and read) in one round trip, answered in that order.
+    let (node, mut listed, mut got) = create_listing(client, path, identifier, read).await?;
     let name = node.rsplit('/').next().unwrap_or_default().to_string();
     let ours = sequence_of(&name).unwrap_or(i64::MAX);
     let waited = async {
         loop {
-            let names = call_retrying("list", path, || client.list_children(path)).await?;
+            let names = match listed.take() {
+                Some(names) => names,
+                None => {
+                    // The list and the lock node's data together: when the list says we
+                    // are first, the data is as the last holder left it.
+                    let list = client.list_children(path);
+                    let get = read.then(|| client.get_data(path));
+                    let (names, read) = futures::join!(call("list", path, list), async {
+                        match get {
+                            Some(get) => call("get", path, get).await.ok(),
+                            None => None,
+                        }
+                    });
+                    got = read;
+                    match names {
+                        Err(e) if e.is_connection_loss() => {
+                            got = None;
+                            call_retrying("list", path, || client.list_children(path)).await?
+                        }
+                        other => other?,
+                    }
+                }
+            };
             let before = names
                 .iter()
                 .filter_map(|n| sequence_of(n).map(|s| (s, n)))
@@ -214,7 +346,7 @@ pub async fn acquire_queued(
     }
     .await;
     match waited {
-        Ok(()) => Ok(Held { node }),
+        Ok(()) => Ok(Held { node, read: got }),
         Err(e) => {
             let _ = delete_own(client, &node).await;
             Err(e)
@@ -235,6 +367,7 @@ async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkEr
     if first.is_some_and(|(_, n)| n == name) {
         return Ok(TryLock::Acquired(Held {
             node: node.to_string(),
+            read: None,
         }));
     }
     let session = client.session_id().0;
@@ -252,6 +385,7 @@ async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkEr
     match others.first() {
         Some(first) if first.name == name => Ok(TryLock::Acquired(Held {
             node: node.to_string(),
+            read: None,
         })),
         first => Ok(TryLock::Busy {
             holder: first.cloned().unwrap_or(Contender {
@@ -291,24 +425,37 @@ pub async fn ensure_node(client: &Client, path: &str) -> Result<(), ZkError> {
 
 /// Waits until one of the given contender nodes goes away (or changes), or `limit` passes:
 /// how a process that found every lock it wants busy waits, on watches rather than polling.
+/// Gives the index of a node that went away or changed (`None` after `limit`).
 pub async fn wait_for_any(
     client: &Client,
     nodes: &[String],
     limit: std::time::Duration,
-) -> Result<(), ZkError> {
+) -> Result<Option<usize>, ZkError> {
+    // Every watch is set in the same round trip.
+    let set = futures::future::join_all(
+        nodes
+            .iter()
+            .map(|node| call_retrying("watch", node, || client.check_and_watch_stat(node))),
+    )
+    .await;
     let mut watches = Vec::new();
-    for node in nodes {
-        match call_retrying("watch", node, || client.check_and_watch_stat(node)).await? {
-            (None, _) => return Ok(()),
-            (Some(_), watcher) => watches.push(Box::pin(watcher.changed())),
+    for (i, watched) in set.into_iter().enumerate() {
+        match watched? {
+            (None, _) => return Ok(Some(i)),
+            (Some(_), watcher) => watches.push(Box::pin(async move {
+                watcher.changed().await;
+                i
+            })),
         }
     }
     if watches.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let any = futures::future::select_all(watches);
-    let _ = tokio::time::timeout(limit, any).await;
-    Ok(())
+    Ok(tokio::time::timeout(limit, any)
+        .await
+        .ok()
+        .map(|(i, _, _)| i))
 }
 
 #[cfg(test)]

@@ -16,9 +16,11 @@
 //! The lock node's data is free for the agent's use (kazoo never reads or writes it): the
 //! agent keeps its leases' in-flight records there ([`crate::agent`]).
 
-use zookeeper_client::{Acls, CreateMode};
+use std::time::Duration;
 
-use super::lock::{acquire_queued, ensure_node};
+use zookeeper_client::{Acls, CreateMode, OneshotWatcher};
+
+use super::lock::{acquire_queued, ensure_node, write_and_delete, Held};
 use super::{call, call_retrying, join, open_persistent, Client, ZkError, LOSS_RETRIES};
 
 /// The suffix kazoo gives the lock that guards a semaphore (`PATH-__lock__`).
@@ -26,7 +28,7 @@ pub const LOCK_SUFFIX: &str = "-__lock__";
 
 /// Longest time spent waiting for the guard lock (held by another taker for a few round
 /// trips at a time) before giving up.
-const GUARD_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+const GUARD_LIMIT: Duration = Duration::from_secs(60);
 
 /// The guard lock of the semaphore at `path`.
 pub fn lock_path(path: &str) -> String {
@@ -52,6 +54,20 @@ impl Lease {
             Err(e) if e.is_no_node() => Ok(()),
             other => other,
         }
+    }
+
+    /// Writes `data` into `path` if its data version is still `version`, and deletes our
+    /// lease, in one transaction. False (nothing changed, or nothing known after a
+    /// connection loss) when the version no longer matches: the caller then writes and
+    /// releases on its own.
+    pub async fn release_writing(
+        &self,
+        client: &Client,
+        path: &str,
+        data: &[u8],
+        version: i32,
+    ) -> Result<bool, ZkError> {
+        write_and_delete(client, path, data, version, &self.node).await
     }
 }
 
@@ -125,22 +141,70 @@ pub async fn try_acquire(
     // Full already: no need to queue for the guard (the count is checked again under it).
     let names = leases(client, path).await?;
     if names.len() >= max_leases as usize {
-        return Ok(TryLease::Full {
-            holders: names
-                .into_iter()
-                .map(|n| LeaseHolder {
-                    node: join(path, &n),
-                    identifier: String::new(),
-                })
-                .collect(),
-        });
+        return Ok(full(path, names));
     }
-    let guard = acquire_queued(client, &lock_path(path), identifier, GUARD_LIMIT).await?;
-    let result = take_lease(client, path, identifier, max_leases).await;
-    let released = guard.release(client).await;
-    match (result, released) {
-        (Ok(outcome), Ok(())) => Ok(outcome),
-        (Ok(TryLease::Acquired(lease)), Err(e)) => {
+    let guard = acquire_queued(client, &lock_path(path), identifier, GUARD_LIMIT, false).await?;
+    under_guard(client, path, identifier, max_leases, guard, None).await
+}
+
+/// Takes a lease of the semaphore at `path` as kazoo's blocking `acquire` does: in the guard
+/// lock's queue (each taker watching the one before it), and, first in the queue, watching
+/// the leases until one is free. Only the first in the queue wakes when a lease is given
+/// back, so a release costs a few requests however many hosts wait. Gives up after `limit`
+/// (leaving the queue): `None`.
+pub async fn acquire_waiting(
+    client: &Client,
+    path: &str,
+    identifier: &str,
+    max_leases: u32,
+    limit: Duration,
+) -> Result<Option<Lease>, ZkError> {
+    let deadline = tokio::time::Instant::now() + limit;
+    let guard = match acquire_queued(client, &lock_path(path), identifier, limit, false).await {
+        Ok(guard) => guard,
+        Err(ZkError::Timeout { op: "lock", .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    match under_guard(client, path, identifier, max_leases, guard, Some(deadline)).await? {
+        TryLease::Acquired(lease) => Ok(Some(lease)),
+        TryLease::Full { .. } => Ok(None),
+    }
+}
+
+/// The holders as a [`TryLease::Full`] (lease nodes only: their data is not read).
+fn full(path: &str, names: Vec<String>) -> TryLease {
+    TryLease::Full {
+        holders: names
+            .into_iter()
+            .map(|n| LeaseHolder {
+                node: join(path, &n),
+                identifier: String::new(),
+            })
+            .collect(),
+    }
+}
+
+/// With the guard held: makes sure the semaphore node holds `max_leases`, counts the leases,
+/// and creates ours if one is free, giving the guard back in the same transaction; else,
+/// until `wait_until` (if any), waits for a lease to be given back. The guard is always given
+/// back.
+async fn under_guard(
+    client: &Client,
+    path: &str,
+    identifier: &str,
+    max_leases: u32,
+    guard: Held,
+    wait_until: Option<tokio::time::Instant>,
+) -> Result<TryLease, ZkError> {
+    let outcome = take_lease(client, path, identifier, max_leases, &guard, wait_until).await;
+    let released = match &outcome {
+        // Our lease was created in the transaction that deleted the guard contender.
+        Ok((_, true)) => Ok(()),
+        _ => guard.release(client).await,
+    };
+    match (outcome, released) {
+        (Ok((outcome, _)), Ok(())) => Ok(outcome),
+        (Ok((TryLease::Acquired(lease), _)), Err(e)) => {
             // Our lease must not outlive an error we report (best effort: the session may
             // be gone, and then the lease with it).
             let _ = lease.release(client).await;
@@ -150,66 +214,146 @@ pub async fn try_acquire(
     }
 }
 
-/// With the guard held: makes sure the semaphore node holds `max_leases`, counts the leases,
-/// and creates ours if one is free.
+/// The semaphore's data and leases, read together (one round trip; the leases watched when
+/// `watch`). The data is `None` when the node does not exist.
+async fn read_semaphore(
+    client: &Client,
+    path: &str,
+    watch: bool,
+) -> Result<(Option<Vec<u8>>, Vec<String>, Option<OneshotWatcher>), ZkError> {
+    let data = call_retrying("get", path, || client.get_data(path));
+    let listed = async {
+        if watch {
+            call_retrying("list", path, || client.get_and_watch_children(path))
+                .await
+                .map(|(names, _, watcher)| (names, Some(watcher)))
+        } else {
+            call_retrying("list", path, || client.list_children(path))
+                .await
+                .map(|names| (names, None))
+        }
+    };
+    let (data, listed) = futures::join!(data, listed);
+    let data = match data {
+        Ok((data, _)) => Some(data),
+        Err(e) if e.is_no_node() => None,
+        Err(e) => return Err(e),
+    };
+    let (names, watcher) = match listed {
+        Ok(listed) => listed,
+        Err(e) if e.is_no_node() => (Vec::new(), None),
+        Err(e) => return Err(e),
+    };
+    Ok((data, names, watcher))
+}
+
+/// With the guard held: the semaphore node made to hold `max_leases`, then our lease if one
+/// is free (created with the guard's release in one transaction: the flag says so). Waits
+/// for a free lease until `wait_until`, if given.
 async fn take_lease(
     client: &Client,
     path: &str,
     identifier: &str,
     max_leases: u32,
-) -> Result<TryLease, ZkError> {
+    guard: &Held,
+    wait_until: Option<tokio::time::Instant>,
+) -> Result<(TryLease, bool), ZkError> {
     let wanted = max_leases.to_string();
-    match call_retrying("get", path, || client.get_data(path)).await {
-        Ok((data, _)) if data == wanted.as_bytes() => {}
-        Ok((data, _)) => {
-            tracing::info!(
-                "{path}: max_leases {:?} -> {wanted}",
-                String::from_utf8_lossy(&data)
-            );
+    loop {
+        let (data, names, watcher) = read_semaphore(client, path, wait_until.is_some()).await?;
+        match data {
+            Some(data) if data == wanted.as_bytes() => {}
+            Some(data) => {
+                tracing::info!(
+                    "{path}: max_leases {:?} -> {wanted}",
+                    String::from_utf8_lossy(&data)
+                );
+                call_retrying("set", path, || {
+                    client.set_data(path, wanted.as_bytes(), None)
+                })
+                .await?;
+            }
+            None => create_semaphore(client, path, &wanted).await?,
+        }
+        if names.len() < max_leases as usize {
+            return create_lease(client, path, identifier, guard).await;
+        }
+        let left = wait_until
+            .map(|t| t.saturating_duration_since(tokio::time::Instant::now()))
+            .unwrap_or_default();
+        match watcher {
+            Some(watcher) if !left.is_zero() => {
+                if tokio::time::timeout(left, watcher.changed()).await.is_err() {
+                    return Ok((full(path, names), false));
+                }
+            }
+            _ => return Ok((full(path, names), false)),
+        }
+    }
+}
+
+/// Creates the semaphore node (and its parent) holding `wanted`.
+async fn create_semaphore(client: &Client, path: &str, wanted: &str) -> Result<(), ZkError> {
+    if let Some((parent, _)) = path.rsplit_once('/') {
+        if !parent.is_empty() {
+            ensure_node(client, parent).await?;
+        }
+    }
+    match call(
+        "create",
+        path,
+        client.create(path, wanted.as_bytes(), &open_persistent()),
+    )
+    .await
+    {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.is_connection_loss()
+                || matches!(e.source_error(), Some(zookeeper_client::Error::NodeExists)) =>
+        {
             call_retrying("set", path, || {
                 client.set_data(path, wanted.as_bytes(), None)
             })
-            .await?;
-        }
-        Err(e) if e.is_no_node() => {
-            if let Some((parent, _)) = path.rsplit_once('/') {
-                if !parent.is_empty() {
-                    ensure_node(client, parent).await?;
-                }
-            }
-            match call(
-                "create",
-                path,
-                client.create(path, wanted.as_bytes(), &open_persistent()),
-            )
             .await
-            {
-                Ok(_) => {}
-                Err(e)
-                    if e.is_connection_loss()
-                        || matches!(
-                            e.source_error(),
-                            Some(zookeeper_client::Error::NodeExists)
-                        ) =>
-                {
-                    call_retrying("set", path, || {
-                        client.set_data(path, wanted.as_bytes(), None)
-                    })
-                    .await?;
-                }
-                Err(e) => return Err(e),
-            }
+            .map(|_| ())
         }
-        Err(e) => return Err(e),
+        Err(e) => Err(e),
     }
-    let names = leases(client, path).await?;
-    if names.len() >= max_leases as usize {
-        return Ok(TryLease::Full {
-            holders: holders(client, path).await?,
-        });
-    }
+}
+
+/// Creates our lease node with the guard still held: in one transaction with the guard
+/// contender's deletion when it can (the flag), else alone.
+async fn create_lease(
+    client: &Client,
+    path: &str,
+    identifier: &str,
+    guard: &Held,
+) -> Result<(TryLease, bool), ZkError> {
     let node = join(path, &uuid::Uuid::new_v4().simple().to_string());
     let mode = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    let mut writer = client.new_multi_writer();
+    let built = writer
+        .add_create(&node, identifier.as_bytes(), &mode)
+        .and_then(|()| writer.add_delete(&guard.node, None));
+    if built.is_ok() {
+        let committed = call("write", &node, async {
+            writer.commit().await.map_err(zookeeper_client::Error::from)
+        })
+        .await;
+        match committed {
+            Ok(_) => return Ok((TryLease::Acquired(Lease { node }), true)),
+            // Lost: it may have gone through; our lease's name is unique.
+            Err(e) if e.is_connection_loss() => {
+                if call_retrying("stat", &node, || client.check_stat(&node))
+                    .await?
+                    .is_some()
+                {
+                    return Ok((TryLease::Acquired(Lease { node }), true));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let mut lost = 0;
     loop {
         match call(
@@ -219,7 +363,7 @@ async fn take_lease(
         )
         .await
         {
-            Ok(_) => return Ok(TryLease::Acquired(Lease { node })),
+            Ok(_) => return Ok((TryLease::Acquired(Lease { node }), false)),
             Err(e) if e.is_connection_loss() && lost < LOSS_RETRIES => {
                 lost += 1;
                 tracing::info!("{e}; looking for our lease once reconnected");
@@ -227,7 +371,7 @@ async fn take_lease(
                     .await?
                     .is_some()
                 {
-                    return Ok(TryLease::Acquired(Lease { node }));
+                    return Ok((TryLease::Acquired(Lease { node }), false));
                 }
             }
             Err(e) => return Err(e),

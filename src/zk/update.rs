@@ -34,6 +34,32 @@ pub async fn try_update_props<E: From<ZkError>>(
     path: &str,
     change: impl Fn(&mut Props) -> Result<(), E>,
 ) -> Result<bool, E> {
+    read_modify_write(client, path, change)
+        .await
+        .map(|(wrote, _, _)| wrote)
+}
+
+/// [`update_props`], also giving the node's properties and data version after it (what was
+/// written, or what was read when nothing needed writing), for the next write.
+pub async fn update_props_state(
+    client: &Client,
+    path: &str,
+    change: impl Fn(&mut Props),
+) -> Result<(Props, i32), ZkError> {
+    read_modify_write(client, path, |p| {
+        change(p);
+        Ok::<(), ZkError>(())
+    })
+    .await
+    .map(|(_, props, version)| (props, version))
+}
+
+/// The guarded read-modify-write loop: whether it wrote, and the properties and version after.
+async fn read_modify_write<E: From<ZkError>>(
+    client: &Client,
+    path: &str,
+    change: impl Fn(&mut Props) -> Result<(), E>,
+) -> Result<(bool, Props, i32), E> {
     let mut lost = 0;
     let mut conflicts = 0;
     loop {
@@ -42,7 +68,7 @@ pub async fn try_update_props<E: From<ZkError>>(
         let mut props = before.clone();
         change(&mut props)?;
         if props == before {
-            return Ok(false);
+            return Ok((false, props, stat.version));
         }
         match call(
             "set",
@@ -51,7 +77,7 @@ pub async fn try_update_props<E: From<ZkError>>(
         )
         .await
         {
-            Ok(_) => return Ok(true),
+            Ok(written) => return Ok((true, props, written.version)),
             Err(ZkError::Op {
                 source: zookeeper_client::Error::BadVersion,
                 ..
@@ -80,19 +106,19 @@ pub async fn try_update_props<E: From<ZkError>>(
 
 /// [`update_props`] from properties already read (`props`, at data version `version`): one
 /// round trip when nobody wrote in between, else (a `BadVersion`, or a connection loss) the
-/// read-modify-write of [`update_props`]. Returns what was written and its new data version
-/// when known, for the next write.
+/// read-modify-write of [`update_props`]. Returns what the node holds after the write and its
+/// data version, for the next write.
 pub async fn update_props_known(
     client: &Client,
     path: &str,
     props: &Props,
     version: i32,
     change: impl Fn(&mut Props),
-) -> Result<Option<(Props, i32)>, ZkError> {
+) -> Result<(Props, i32), ZkError> {
     let mut new = props.clone();
     change(&mut new);
     if new == *props {
-        return Ok(Some((new, version)));
+        return Ok((new, version));
     }
     match call(
         "set",
@@ -101,13 +127,12 @@ pub async fn update_props_known(
     )
     .await
     {
-        Ok(stat) => Ok(Some((new, stat.version))),
+        Ok(stat) => Ok((new, stat.version)),
         Err(e)
             if e.is_connection_loss()
                 || matches!(e.source_error(), Some(zookeeper_client::Error::BadVersion)) =>
         {
-            update_props(client, path, change).await?;
-            Ok(None)
+            update_props_state(client, path, change).await
         }
         Err(e) => Err(e),
     }
