@@ -4,6 +4,14 @@
 //! deploy script of the running agent (a sync-like bump answered by the index, then foreign
 //! bumps that force the walk), and the agent's resident memory after those passes.
 //! Run with `cargo bench --bench agent` (`ZK_HEAP=2g` for the big tree).
+//!
+//! `ZKD_BENCH_BIN=PATH` runs that binary as the agent instead of the one cargo built for the
+//! bench: cargo builds benches with the dev-dependencies' features, so the bench's binary has
+//! tokio's multi-threaded scheduler (which the tests need and the product does not), and its
+//! resident memory is not the product's. Measure the product with
+//! `cargo build --release --locked && cp target/release/zkdeployment /tmp/zkd &&
+//! ZKD_BENCH_BIN=/tmp/zkd cargo bench --bench agent` (copied: the bench's build replaces
+//! `target/release/zkdeployment`).
 
 #[allow(dead_code)] // a bench uses a few of the test helpers
 #[path = "../tests/support/mod.rs"]
@@ -34,13 +42,28 @@ fn rss_kib(pid: u32) -> Option<u64> {
     status_kib(pid, "VmRSS:")
 }
 
-/// Resident memory of its own (heap, stacks) and mapped from files (the binary, libc).
+/// Resident memory of its own (heap, stacks) and mapped from files (the binary, libc), and
+/// the peak resident set so far (`VmHWM`).
 fn rss_split(pid: u32) -> String {
     format!(
-        "{} KiB anonymous + {} KiB file-backed",
+        "{} KiB anonymous + {} KiB file-backed; peak {} KiB",
         status_kib(pid, "RssAnon:").unwrap_or(0),
-        status_kib(pid, "RssFile:").unwrap_or(0)
+        status_kib(pid, "RssFile:").unwrap_or(0),
+        status_kib(pid, "VmHWM:").unwrap_or(0)
     )
+}
+
+/// The shared libraries mapped by a process (their file names).
+fn shared_libraries(pid: u32) -> Vec<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let mut libs: Vec<String> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| p.contains(".so"))
+        .filter_map(|p| p.rsplit('/').next().map(str::to_string))
+        .collect();
+    libs.dedup();
+    libs
 }
 
 fn main() {
@@ -96,7 +119,9 @@ fn main() {
         std::fs::write(&cfg, format!(
             "[zkdeployment]\nhost-id = {}\nhost-name = bench-host.example.com\nrun-directory = {}\nroot = {}\nyum = {}\nzookeeper = {conn}\n",
             fleet::BENCH_HOST, dir.path().join("run").display(), root.display(), yum.display())).unwrap();
-        let mut agent = tokio::process::Command::new(support::bin())
+        let agent_bin = std::env::var_os("ZKD_BENCH_BIN").map(std::path::PathBuf::from).unwrap_or_else(support::bin);
+        println!("agent binary: {} ({} bytes)", agent_bin.display(), std::fs::metadata(&agent_bin).map(|m| m.len()).unwrap_or(0));
+        let mut agent = tokio::process::Command::new(&agent_bin)
             .args(["agent", cfg.to_str().unwrap()])
             .env("ZKDEPLOYMENT_LOG", "warn")
             .kill_on_drop(true)
@@ -121,6 +146,7 @@ fn main() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let pid = agent.id().unwrap();
         let idle = rss_kib(pid).unwrap_or(0);
+        let idle_split = rss_split(pid);
         let mut samples = Vec::new();
         let mut walked = Vec::new();
         for round in 2..8 {
@@ -144,7 +170,7 @@ fn main() {
             if round == 4 {
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 let after = rss_kib(pid).unwrap_or(0);
-                println!("agent resident memory: idle after the first pass {idle} KiB, idle after 3 more passes answered by the index {after} KiB ({})", rss_split(pid));
+                println!("agent resident memory: idle after the first pass {idle} KiB ({idle_split}), idle after 3 more passes answered by the index {after} KiB ({})", rss_split(pid));
             }
         }
         for s in [&mut samples, &mut walked] {
@@ -155,6 +181,7 @@ fn main() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let after = rss_kib(pid).unwrap_or(0);
         println!("agent resident memory: idle after 3 more passes that walked {after} KiB ({})", rss_split(pid));
+        println!("agent shared libraries: {}", shared_libraries(pid).join(" "));
         agent.start_kill().unwrap();
         let _ = agent.wait().await;
     });

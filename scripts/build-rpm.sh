@@ -4,7 +4,8 @@
 #   scripts/build-rpm.sh [--sandbox]
 #
 # Builds target/release/zkdeployment (cargo build --release --locked), generates the man pages
-# and shell completions from the clap definitions (zkdeployment docs target/docs), then runs
+# and shell completions from the clap definitions (examples/docs.rs: cargo run --example docs
+# target/docs), then runs
 # rpmbuild on packaging/zkdeployment.spec. Prints the path of the RPM on stdout.
 # --sandbox builds a package without dependencies or scriptlets (for an empty dnf installroot).
 set -euo pipefail
@@ -15,7 +16,7 @@ command -v rpmbuild >/dev/null || { echo "build-rpm.sh: rpmbuild not found (apt-
 cargo build --release --locked >&2
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 rm -rf target/docs
-target/release/zkdeployment docs target/docs
+cargo run --release --locked --example docs -- target/docs >&2
 top=$PWD/target/rpm
 rm -rf "$top"
 mkdir -p "$top"

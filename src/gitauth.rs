@@ -3,8 +3,15 @@
 //! (`~/.ssh/id_ed25519`, `id_ecdsa`, `id_rsa`); https uses what the URL carries (a token as
 //! user info) or anonymous access. Host keys are checked by libgit2 against `known_hosts`.
 //! Network operations are bounded ([`bound_network`]).
+//!
+//! libgit2 (and with it the OpenSSL and libssh2 linked into the binary) is initialised on the
+//! first git operation of the process ([`init`]), not at start-up: its initialisation runs
+//! several megabytes of OpenSSL code and allocates its tables, which an agent that never
+//! checks out a git package would otherwise keep resident for its whole life.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Once;
 use std::time::Duration;
 
 use git2::{Cred, CredentialType, FetchOptions, RemoteCallbacks};
@@ -12,16 +19,42 @@ use git2::{Cred, CredentialType, FetchOptions, RemoteCallbacks};
 /// The default bound on git network operations (see [`bound_network`]).
 pub const DEFAULT_NETWORK_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The bound [`init`] gives libgit2, in milliseconds.
+static NETWORK_TIMEOUT_MS: AtomicI32 = AtomicI32::new(60_000);
+
+static INIT: Once = Once::new();
+
 /// Bounds every git network operation of this process: a connection must be made within
 /// `timeout`, and a server silent for `timeout` while a request is waiting fails it. Without
 /// this, libgit2 waits forever on a server that accepts a connection and never answers.
 ///
-/// Call it before the process starts any thread (it sets a libgit2 global).
+/// Call it before the process starts any thread. It records the bound for [`init`], and it sets
+/// the certificate variables (`SSL_CERT_FILE`, `SSL_CERT_DIR`) that git2 sets on its first use
+/// for the OpenSSL it links, so that the first use, whenever it comes, finds them set and
+/// leaves the environment alone (changing it while other threads may read it is unsound).
 pub fn bound_network(timeout: Duration) {
     let ms = i32::try_from(timeout.as_millis())
         .unwrap_or(i32::MAX)
         .max(1);
+    NETWORK_TIMEOUT_MS.store(ms, Ordering::SeqCst);
     // SAFETY: called at start-up, before the runtime or any other thread exists.
+    unsafe {
+        openssl_probe::try_init_openssl_env_vars();
+    }
+    if INIT.is_completed() {
+        set_timeouts(ms);
+    }
+}
+
+/// Initialises libgit2 with the bound of [`bound_network`] (once per process). Every git
+/// operation calls it first.
+pub fn init() {
+    INIT.call_once(|| set_timeouts(NETWORK_TIMEOUT_MS.load(Ordering::SeqCst)));
+}
+
+fn set_timeouts(ms: i32) {
+    // SAFETY: the options are plain integers read by later network operations; they are set
+    // before the first git operation of the process (under `INIT`), or at start-up.
     unsafe {
         let _ = git2::opts::set_server_connect_timeout_in_milliseconds(ms);
         let _ = git2::opts::set_server_timeout_in_milliseconds(ms);
@@ -30,6 +63,7 @@ pub fn bound_network(timeout: Duration) {
 
 /// Fetch options with the credential callback (and no endless retry loop).
 pub fn fetch_options<'a>() -> FetchOptions<'a> {
+    init();
     let mut callbacks = RemoteCallbacks::new();
     let mut attempt = 0;
     callbacks.credentials(move |_url, username, allowed| {

@@ -245,10 +245,11 @@ async fn send_unbounded(config: &Config, message: Message) -> Result<(), NotifyE
                 .timeout(Some(SEND_TIMEOUT))
                 .hello_name(ClientId::Domain(config.host_name.clone()))
                 .build::<Tokio1Executor>();
-            let result = transport.send(message).await;
-            // Says QUIT to the pooled connection instead of leaving it open.
-            transport.shutdown().await;
-            result
+            // One connection per message (no pool: a failure mail is rare, and the pool's code
+            // would be resident in every agent); lettre says QUIT after it.
+            transport
+                .send(message)
+                .await
                 .map(drop)
                 .map_err(|e| NotifyError::Send(format!("{name}: {}", error_chain(&e))))
         }

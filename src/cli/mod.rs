@@ -2,7 +2,6 @@
 //! commands (one module each). This is the imperative shell; the work lives in the library.
 
 mod agent;
-mod docs;
 mod monitor;
 mod plan;
 mod runtime;
@@ -81,9 +80,12 @@ enum Command {
     /// Work with tree files and the tree in ZooKeeper.
     #[command(subcommand)]
     Tree(tree::TreeCommand),
-    /// Write man pages and shell completions (for packaging).
-    #[command(hide = true)]
-    Docs(docs::DocsArgs),
+}
+
+/// The clap definition of the command line (the man pages and completions are generated from
+/// it by `examples/docs.rs`).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
 }
 
 /// Runs the command line and returns the process exit code.
@@ -92,6 +94,10 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
+    if matches!(cli.command, Command::Agent(_)) {
+        // Before any thread exists (it may execute the binary again).
+        crate::agent::daemon::without_malloc_cache();
+    }
     let level = match &cli.command {
         Command::Agent(a) if a.verbose() => "debug",
         Command::Agent(_) => "info",
@@ -99,7 +105,8 @@ pub fn main() -> ExitCode {
         _ => "warn",
     };
     init_logging(level);
-    // Before any thread exists: no git network operation may wait forever.
+    // Before any thread exists: no git network operation may wait forever (libgit2 itself
+    // starts at the first git operation, see `gitauth`).
     crate::gitauth::bound_network(crate::gitauth::DEFAULT_NETWORK_TIMEOUT);
     let outcome = match cli.command {
         Command::Agent(args) => agent::agent(args),
@@ -110,7 +117,6 @@ pub fn main() -> ExitCode {
         Command::Plan(args) => plan::run(args),
         Command::Sync(args) => sync::run(args),
         Command::Tree(cmd) => tree::run(cmd),
-        Command::Docs(args) => docs::run(args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -144,18 +150,29 @@ fn usage_error(e: clap::Error) -> ExitCode {
     }
 }
 
+/// Logs to stderr at `level` (ZooKeeper's client at `warn`), or as `ZKDEPLOYMENT_LOG` says: a
+/// comma-separated list of `LEVEL` and `TARGET=LEVEL` (e.g. `debug,zookeeper_client=info`).
 fn init_logging(level: &str) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("ZKDEPLOYMENT_LOG").unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new(format!("{level},zookeeper_client=warn"))
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter: tracing_subscriber::filter::Targets = std::env::var("ZKDEPLOYMENT_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            format!("{level},zookeeper_client=warn")
+                .parse()
+                .unwrap_or_default()
         });
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let output = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        // Colours only on a terminal: under systemd stderr goes to the journal, where escape
-        // sequences would garble every line.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
+        // No colours: under systemd stderr goes to the journal, where escape sequences would
+        // garble every line, and the colouring code would be resident in every agent.
+        .with_ansi(false)
+        .with_target(false);
+    let _ = tracing_subscriber::registry()
+        .with(output)
+        .with(filter)
         .try_init();
 }
 

@@ -227,6 +227,7 @@ fn checkout_blocking(
     version: &str,
     wanted: &GitVersion,
 ) -> Result<(String, bool), GitError> {
+    crate::gitauth::init();
     let location = wanted.location.as_str();
     let git = |what: &'static str| {
         move |e: git2::Error| GitError::Git {
@@ -333,6 +334,7 @@ fn resolve<'r>(repo: &'r Repository, reference: &str) -> Result<Commit<'r>, git2
 }
 
 fn head_commit(dir: &Path) -> Option<String> {
+    crate::gitauth::init();
     let repo = Repository::open(dir).ok()?;
     let commit = repo.head().ok()?.peel_to_commit().ok()?;
     Some(commit.id().to_string())

@@ -91,6 +91,7 @@ fn local_path(url: &str) -> Option<&Path> {
 }
 
 fn update_blocking(url: &str, dir: &Path, branch: &str) -> Step<Checkout> {
+    crate::gitauth::init();
     if let Some(path) = local_path(url) {
         if !path.exists() {
             // libgit2 would say "unsupported URL protocol".

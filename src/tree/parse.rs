@@ -9,9 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::OnceLock;
 
-use regex::Regex;
 use serde_json::Value;
 
 use super::encoding::{encode, MAX_NODE_DATA};
@@ -83,29 +81,100 @@ fn is_py_space(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c')
 }
 
-struct Patterns {
-    plink: Regex,
-    property: Regex,
-    link: Regex,
-    node: Regex,
+// zc.zk's line patterns (Python regular expressions, `\s` being Python 2's ASCII whitespace and
+// `.` anything but a newline), matched by hand with the same backtracking outcome; the tests
+// check them against the regular expressions on generated lines. By hand because a regular
+// expression engine would be the biggest piece of code in the binary, and all of the binary's
+// code stays resident in the agent (README "Agent memory").
+//
+//   property link: (?P<name>\S+)\s*=>\s*(?P<target>\S+(\s+\S+)?)(\s+(?P<pname>/\S+))?
+//   property:      (?P<name>\S+)\s*=\s*(?P<expr>\S.*)
+//   link:          (?P<name>\S+)\s*->\s*(?P<target>\S+)
+//   node:          /(?P<name>\S+)(\s*:\s*(?P<type>\S.*))?
+
+/// End of the run of whitespace (`ws = true`) or non-whitespace starting at `i`.
+fn run(s: &[u8], i: usize, ws: bool) -> usize {
+    i + s[i.min(s.len())..]
+        .iter()
+        .take_while(|&&b| is_py_space(b as char) == ws)
+        .count()
 }
 
-/// zc.zk's line patterns, with `\s`/`\S` restricted to Python 2's ASCII whitespace.
-fn patterns() -> &'static Patterns {
-    static P: OnceLock<Patterns> = OnceLock::new();
-    P.get_or_init(|| {
-        let make = |p: &str| {
-            let p = p
-                .replace(r"\S", r"[^ \t\n\r\x0B\x0C]")
-                .replace(r"\s", r"[ \t\n\r\x0B\x0C]");
-            Regex::new(&format!("^(?:{p})$")).expect("static regex")
-        };
-        Patterns {
-            plink: make(r"(?P<name>\S+)\s*=>\s*(?P<target>\S+(\s+\S+)?)(\s+(?P<pname>/\S+))?"),
-            property: make(r"(?P<name>\S+)\s*=\s*(?P<expr>\S.*)"),
-            link: make(r"(?P<name>\S+)\s*->\s*(?P<target>\S+)"),
-            node: make(r"/(?P<name>\S+)(\s*:\s*(?P<type>\S.*))?"),
+/// `\S.*$` from `i`: the rest of the line if it starts with a non-space and has no newline.
+fn rest_from(s: &[u8], i: usize) -> Option<usize> {
+    (i < s.len() && !is_py_space(s[i] as char) && !s[i..].contains(&b'\n')).then_some(i)
+}
+
+/// `^(\S+)\s*SEP\s*` then `tail(s, after)`; the name is as long as possible (greedy `\S+`).
+/// Returns the end of the name and what `tail` found.
+fn split_at<T>(
+    s: &[u8],
+    sep: &[u8],
+    tail: impl Fn(&[u8], usize) -> Option<T>,
+) -> Option<(usize, T)> {
+    let k = run(s, 0, false);
+    (1..=k).rev().find_map(|i| {
+        let j = run(s, i, true);
+        if !s[j..].starts_with(sep) {
+            return None;
         }
+        tail(s, run(s, j + sep.len(), true)).map(|t| (i, t))
+    })
+}
+
+/// A property link: `(name end, target range)`.
+fn match_plink(s: &[u8]) -> Option<(usize, (usize, usize))> {
+    split_at(s, b"=>", |s, t0| {
+        let n = s.len();
+        let a = run(s, t0, false);
+        if a == t0 {
+            return None;
+        }
+        // `(\s+/\S+)?$` after `end`.
+        let pname_then_end = |end: usize| {
+            end == n || {
+                let w = run(s, end, true);
+                w > end && s.get(w) == Some(&b'/') && run(s, w + 1, false) == n && w + 1 < n
+            }
+        };
+        // The optional second word of the target first (greedy), then without it.
+        if a < n {
+            let w = run(s, a, true);
+            let b = run(s, w, false);
+            if b > w && pname_then_end(b) {
+                return Some((t0, b));
+            }
+        }
+        pname_then_end(a).then_some((t0, a))
+    })
+}
+
+/// A property: `(name end, start of the expression)`.
+fn match_property(s: &[u8]) -> Option<(usize, usize)> {
+    split_at(s, b"=", rest_from)
+}
+
+/// A symbolic link: `(name end, start of the target)`.
+fn match_link(s: &[u8]) -> Option<(usize, usize)> {
+    split_at(s, b"->", |s, t| {
+        (t < s.len() && run(s, t, false) == s.len()).then_some(t)
+    })
+}
+
+/// A node: `(name end, start of the type)`.
+fn match_node(s: &[u8]) -> Option<(usize, Option<usize>)> {
+    if s.first() != Some(&b'/') {
+        return None;
+    }
+    let k = run(s, 1, false);
+    (2..=k).rev().find_map(|i| {
+        let j = run(s, i, true);
+        if s.get(j) == Some(&b':') {
+            if let Some(t) = rest_from(s, run(s, j + 1, true)) {
+                return Some((i, Some(t)));
+            }
+        }
+        (i == s.len()).then_some((i, None))
     })
 }
 
@@ -116,15 +185,16 @@ enum Item {
 }
 
 fn classify(stripped: &str, lineno: usize) -> Result<Item, ParseError> {
-    let p = patterns();
-    if let Some(m) = p.plink.captures(stripped) {
+    // Every boundary the matchers return is next to an ASCII character: slicing is safe.
+    let b = stripped.as_bytes();
+    if let Some((name, (t0, t1))) = match_plink(b) {
         return Ok(Item::Prop {
-            key: format!("{}{PLINK_SUFFIX}", &m["name"]),
-            value: Value::String(m["target"].to_string()),
+            key: format!("{}{PLINK_SUFFIX}", &stripped[..name]),
+            value: Value::String(stripped[t0..t1].to_string()),
         });
     }
-    if let Some(m) = p.property.captures(stripped) {
-        let expr = &m["expr"];
+    if let Some((name, e)) = match_property(b) {
+        let expr = &stripped[e..];
         let value = parse_literal(expr).map_err(|e| {
             err(
                 lineno,
@@ -132,20 +202,20 @@ fn classify(stripped: &str, lineno: usize) -> Result<Item, ParseError> {
             )
         })?;
         return Ok(Item::Prop {
-            key: m["name"].to_string(),
+            key: stripped[..name].to_string(),
             value,
         });
     }
-    if let Some(m) = p.link.captures(stripped) {
+    if let Some((name, t)) = match_link(b) {
         return Ok(Item::Prop {
-            key: format!("{}{LINK_SUFFIX}", &m["name"]),
-            value: Value::String(m["target"].to_string()),
+            key: format!("{}{LINK_SUFFIX}", &stripped[..name]),
+            value: Value::String(stripped[t..].to_string()),
         });
     }
-    if let Some(m) = p.node.captures(stripped) {
+    if let Some((name, kind)) = match_node(b) {
         return Ok(Item::Node {
-            name: m["name"].to_string(),
-            kind: m.name("type").map(|t| t.as_str().to_string()),
+            name: stripped[1..name].to_string(),
+            kind: kind.map(|t| stripped[t..].to_string()),
         });
     }
     if stripped.contains("->") {
@@ -312,5 +382,107 @@ fn assemble(arena: &mut Vec<Building>, idx: usize) -> Node {
         props,
         children,
         line,
+    }
+}
+
+#[cfg(test)]
+mod pattern_tests {
+    //! The hand matchers against zc.zk's regular expressions (the `regex` crate, a
+    //! dev-dependency), on generated lines made of the characters that matter.
+
+    use super::*;
+    use proptest::prelude::*;
+    use regex::Regex;
+
+    fn re(p: &str) -> Regex {
+        let p = p
+            .replace(r"\S", r"[^ \t\n\r\x0B\x0C]")
+            .replace(r"\s", r"[ \t\n\r\x0B\x0C]");
+        Regex::new(&format!("^(?:{p})$")).unwrap()
+    }
+
+    fn check(line: &str) {
+        let b = line.as_bytes();
+        let plink = re(r"(?P<name>\S+)\s*=>\s*(?P<target>\S+(\s+\S+)?)(\s+(?P<pname>/\S+))?");
+        let want = plink.captures(line).map(|m| {
+            (
+                m["name"].len(),
+                (
+                    m.name("target").unwrap().start(),
+                    m.name("target").unwrap().end(),
+                ),
+            )
+        });
+        assert_eq!(match_plink(b), want, "property link {line:?}");
+        let property = re(r"(?P<name>\S+)\s*=\s*(?P<expr>\S.*)");
+        let want = property
+            .captures(line)
+            .map(|m| (m["name"].len(), m.name("expr").unwrap().start()));
+        assert_eq!(match_property(b), want, "property {line:?}");
+        let link = re(r"(?P<name>\S+)\s*->\s*(?P<target>\S+)");
+        let want = link
+            .captures(line)
+            .map(|m| (m["name"].len(), m.name("target").unwrap().start()));
+        assert_eq!(match_link(b), want, "link {line:?}");
+        let node = re(r"/(?P<name>\S+)(\s*:\s*(?P<type>\S.*))?");
+        let want = node.captures(line).map(|m| {
+            (
+                m.name("name").unwrap().end(),
+                m.name("type").map(|t| t.start()),
+            )
+        });
+        assert_eq!(match_node(b), want, "node {line:?}");
+    }
+
+    #[test]
+    fn known_lines() {
+        for line in [
+            "",
+            "/",
+            "/a",
+            "/a : t",
+            "/a:t",
+            "/a :",
+            "/a: t x",
+            "/a\t:\tt",
+            "//",
+            "/a b",
+            "a = 1",
+            "a=1",
+            "a =",
+            "a = b = c",
+            "a=b=c",
+            "= 1",
+            "a == 1",
+            "a = \n1",
+            "a -> b",
+            "a->b",
+            "a -> b c",
+            "a->",
+            "a -> -> b",
+            "a => b",
+            "a => b c",
+            "a => b /c",
+            "a => b c /d",
+            "a => b /c d",
+            "a => b c d",
+            "a=>b",
+            "a => /b",
+            "x => a /p q",
+            "a=>b=>c",
+            "é = 'é'",
+            "/é : ü",
+            "a -> é",
+            "a => é /ü",
+        ] {
+            check(line);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn matchers_agree_with_the_regular_expressions(line in "[ \t\n/ab=>:\\-é]{0,14}") {
+            check(&line);
+        }
     }
 }

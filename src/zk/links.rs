@@ -7,9 +7,6 @@
 //! but has a `"<key> =>"` link reads the linked node's property (the link's second word, or the
 //! same key), following chains. Loops and dangling links are errors.
 
-use std::sync::OnceLock;
-
-use regex::Regex;
 use serde_json::Value;
 
 use super::snapshot::ZNode;
@@ -63,17 +60,10 @@ pub enum LinkError {
 
 /// Normalises `/./` and `/x/../` the way zc.zk does; the empty result is the root.
 pub fn normalize(path: &str) -> String {
-    static RE: OnceLock<(Regex, Regex)> = OnceLock::new();
-    let (dot, dotdot) = RE.get_or_init(|| {
-        (
-            Regex::new(r"/\.(/|$)").unwrap(),
-            Regex::new(r"/[^/]+/\.\.(/|$)").unwrap(),
-        )
-    });
     let mut path = path.to_string();
     loop {
-        let once = dot.replace_all(&path, "$1");
-        let next = dotdot.replace_all(&once, "$1").into_owned();
+        let once = replace_dot(&path);
+        let next = replace_dotdot(&once);
         if next == path {
             break;
         }
@@ -84,6 +74,52 @@ pub fn normalize(path: &str) -> String {
     } else {
         path
     }
+}
+
+/// zc.zk's `re.sub(r'/\.(/|$)', r'\1', path)`: every `/.` followed by `/` or the end, left to
+/// right, becomes what followed it.
+fn replace_dot(path: &str) -> String {
+    let s = path.as_bytes();
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i..].starts_with(b"/.") && matches!(s.get(i + 2), None | Some(b'/')) {
+            // The match takes the `/` after it too (the search goes on after it).
+            if s.get(i + 2).is_some() {
+                out.push(b'/');
+            }
+            i += 3;
+        } else {
+            out.push(s[i]);
+            i += 1;
+        }
+    }
+    // Only ASCII `/.` pairs were removed: the rest is the input's UTF-8.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// zc.zk's `re.sub(r'/[^/]+/\.\.(/|$)', r'\1', path)`: every `/x/..` followed by `/` or the
+/// end, left to right, becomes what followed it.
+fn replace_dotdot(path: &str) -> String {
+    let s = path.as_bytes();
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'/' {
+            let r = i + 1 + s[i + 1..].iter().take_while(|&&b| b != b'/').count();
+            if r > i + 1 && s[r..].starts_with(b"/..") && matches!(s.get(r + 3), None | Some(b'/'))
+            {
+                if s.get(r + 3).is_some() {
+                    out.push(b'/');
+                }
+                i = r + 4;
+                continue;
+            }
+        }
+        out.push(s[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_default()
 }
 
 fn join(base: &str, name: &str) -> String {
@@ -202,6 +238,34 @@ fn property_seen(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn normalize_agrees_with_zc_zk_regular_expressions() {
+        use proptest::prelude::*;
+        let dot = regex::Regex::new(r"/\.(/|$)").unwrap();
+        let dotdot = regex::Regex::new(r"/[^/]+/\.\.(/|$)").unwrap();
+        let check = |path: &str| {
+            assert_eq!(replace_dot(path), dot.replace_all(path, "$1"), "{path:?}");
+            assert_eq!(
+                replace_dotdot(path),
+                dotdot.replace_all(path, "$1"),
+                "{path:?}"
+            );
+        };
+        for path in [
+            "/./././x",
+            "/a/../..",
+            "/../..",
+            "/a/./../b/.",
+            "/.",
+            "/..",
+            "/a/..b/..",
+            "/é/../ü",
+        ] {
+            check(path);
+        }
+        proptest!(|(path in "[/.aé]{0,16}")| check(&path));
+    }
+
     use super::*;
 
     #[test]

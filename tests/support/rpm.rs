@@ -127,7 +127,7 @@ pub fn payload_script(nvr: &str) -> String {
 # $ZKDEPLOYMENT_ROOT/etc/<app>/<marker>.<n>.deployed. Test knobs (from the agent's
 # environment): ZK_TEST_FAIL=PATH fails deploying PATH with some output; ZK_TEST_SLEEP=S
 # sleeps S seconds; ZK_TEST_TIMES=FILE gets "start|end <rpm> <path> <n> <host> <time>" lines;
-# ZK_TEST_ENV=FILE gets the ZKDEPLOYMENT_* environment and the properties file;
+# ZK_TEST_ENV=FILE gets the ZKDEPLOYMENT_* environment (and GLIBC_TUNABLES) and the properties file;
 # ZK_TEST_FAIL_ROLE=starting|ending fails starting-deployments / ending-deployments;
 # ZK_TEST_DAEMON=FILE leaves a daemon (`sleep 100000`, holding the script's stdout and
 # stderr) and appends its pid to FILE.
@@ -148,7 +148,7 @@ if [ "$1" = -r ]; then shift 2; fi
 path=$1 n=$2
 [ -n "${{ZK_TEST_TIMES:-}}" ] && echo "start $rpm $path $n ${{ZKDEPLOYMENT_HOST_ID:-}} $(date +%s.%N)" >> "$ZK_TEST_TIMES"
 if [ -n "${{ZK_TEST_ENV:-}}" ]; then
-  env | grep '^ZKDEPLOYMENT_\|^ZC_ZK\|^HOME=' | sort >> "$ZK_TEST_ENV"
+  env | grep '^ZKDEPLOYMENT_\|^ZC_ZK\|^HOME=\|^GLIBC_TUNABLES=' | sort >> "$ZK_TEST_ENV"
   [ -n "${{ZKDEPLOYMENT_PROPERTIES:-}}" ] && cat "$ZKDEPLOYMENT_PROPERTIES" >> "$ZK_TEST_ENV"
 fi
 [ -n "${{ZK_TEST_SLEEP:-}}" ] && sleep "$ZK_TEST_SLEEP"
