@@ -20,8 +20,8 @@ use super::error::Interrupt;
 use super::pass::Pass;
 use super::plan::{Lock, Rollout, Step};
 use super::rollout::{
-    add_canary, canary_key, deploy_leased, execute_halting, halt_for_dead_holder, halted,
-    in_canary_phase, in_flight_record,
+    add_canary, canary_key, dead_lease_holder, deploy_leased, execute_halting,
+    halt_for_dead_holder, halted, has_lease_records, in_canary_phase, in_flight_record,
 };
 use crate::tree::literal::py_str;
 use crate::zk::encode;
@@ -385,12 +385,17 @@ async fn locked(
     // made of these. A checkpoint that abandons the pass clears the record again.
     let record = in_flight_record(pass, node.path, node.n);
     let label = step.status_text().unwrap_or_default();
-    let (checked, (), written) = tokio::join!(
+    // And whether the node's semaphore keeps records (of lease holders that may have died
+    // before K became 1).
+    let sem = semaphore_path(node.path);
+    let guard = semaphore::lock_path(&sem);
+    let (checked, (), written, leased) = tokio::join!(
         pass.checkpoint(),
         pass.status(&label),
         update_props_known(&agent.client, lock, &lock_props, stat.version, |p| {
             p.insert("in-flight".into(), record.clone());
         }),
+        has_lease_records(&agent.client, &guard),
     );
     let known = match written {
         Ok(written) => written,
@@ -408,6 +413,32 @@ async fn locked(
             canary: None,
         };
         return (Err(interrupt), clear);
+    }
+    let dead = match leased {
+        Ok(false) => Ok(None),
+        Ok(true) => dead_lease_holder(pass, &sem, &guard, None).await,
+        Err(e) => Err(e),
+    };
+    match dead {
+        Ok(None) => {}
+        Ok(Some(message)) => {
+            // Our own record goes with the release, halted or not.
+            let clear = Leave::Clear {
+                known: Some(known),
+                canary: None,
+            };
+            return match halt_for_dead_holder(pass, message).await {
+                Ok(interrupt) => (Err(interrupt), clear),
+                Err(e) => (Err(e.into()), clear),
+            };
+        }
+        Err(e) => {
+            let clear = Leave::Clear {
+                known: Some(known),
+                canary: None,
+            };
+            return (Err(e.into()), clear);
+        }
     }
     let result = match execute_halting(pass, step).await {
         Ok(result) => result,

@@ -2,14 +2,29 @@
 //! `/opt/<rpm>/bin/zookeeper-health`, it runs with the deploy script's arguments and
 //! environment every [`HEALTH_INTERVAL`] until it exits 0, while the caller still holds its
 //! node lock or lease. Not passing within the node's `health-deadline` fails the step with
-//! `Health check failed for PATH N: <last output line>`.
+//! `Health check failed for PATH N: <last output line>`. Before each try the caller proves
+//! its session alive (a lost session has taken the lock or lease with it): a check never
+//! starts once the lock or lease is gone; the step is abandoned instead, as any step whose
+//! session is lost, and runs again.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use std::future::Future;
+
 use super::observe;
 use super::status::StepReport;
 use crate::command::{run, Cmd};
+use crate::zk::ZkError;
+
+/// Why a health check did not pass.
+#[derive(Debug)]
+pub enum Unhealthy {
+    /// Not within the deadline: `Health check failed for PATH N: <last line>`.
+    Failed(String),
+    /// The session (and the lock or lease with it) was lost before a try.
+    Lost(ZkError),
+}
 
 /// The health check script's name in `/opt/<rpm>/bin`.
 pub const HEALTH_SCRIPT: &str = "zookeeper-health";
@@ -28,19 +43,26 @@ pub fn has_health_check(root: &Path, rpm: &str) -> bool {
 
 /// Runs the health check `cmd` until it passes or `deadline` has passed, recording the
 /// last run in `record`. Each run may take at most what is left of the deadline (at least
-/// one interval).
-pub async fn wait_healthy(
+/// one interval). `held` is awaited before each run and must prove the lock or lease still
+/// held (an error: it is not, and no run starts).
+pub async fn wait_healthy<F, Fut>(
     cmd: &Cmd,
     path: &str,
     n: u32,
     deadline: Duration,
     record: &mut StepReport,
-) -> Result<u32, String> {
+    mut held: F,
+) -> Result<u32, Unhealthy>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), ZkError>>,
+{
     let started = Instant::now();
     let end = started + deadline;
     let mut tries = 0u32;
     record.command = cmd.argv.clone();
     loop {
+        held().await.map_err(Unhealthy::Lost)?;
         tries += 1;
         let left = end
             .saturating_duration_since(Instant::now())
@@ -66,7 +88,9 @@ pub async fn wait_healthy(
         };
         let now = Instant::now();
         if now >= end {
-            return Err(format!("Health check failed for {path} {n}: {last}"));
+            return Err(Unhealthy::Failed(format!(
+                "Health check failed for {path} {n}: {last}"
+            )));
         }
         tracing::info!("{path} {n} not healthy yet: {last}");
         tokio::time::sleep(HEALTH_INTERVAL.min(end - now)).await;

@@ -263,11 +263,15 @@ async fn leased(
     };
     // The checkpoint, the status, the guard's records and the live leases in one round trip.
     let label = step.to_string();
-    let (checked, (), got, live) = tokio::join!(
+    // And the node lock's record: a holder that died under the lock (K was 1, or it was a
+    // canary) is named by the next host whichever way it enters.
+    let lock = lock_path(path);
+    let (checked, (), got, live, lock_record) = tokio::join!(
         pass.checkpoint(),
         pass.status(&label),
         call_retrying("get", guard, || agent.client.get_data(guard)),
         semaphore::leases(&agent.client, sem),
+        has_lock_record(&agent.client, &lock),
     );
     if let Err(interrupt) = checked {
         return (Err(interrupt), None);
@@ -289,7 +293,7 @@ async fn leased(
         _ => false,
     };
     if suspected {
-        match dead_lease_holder(pass, sem, guard, lease).await {
+        match dead_lease_holder(pass, sem, guard, Some(lease.name())).await {
             Ok(None) => {}
             Ok(Some(message)) => {
                 return match halt_for_dead_holder(pass, message).await {
@@ -299,6 +303,21 @@ async fn leased(
             }
             Err(e) => return (Err(e.into()), None),
         }
+    }
+    let dead_under_lock = match lock_record {
+        Ok(false) => Ok(None),
+        Ok(true) => dead_lock_holder(pass, &lock).await,
+        Err(e) => Err(e),
+    };
+    match dead_under_lock {
+        Ok(None) => {}
+        Ok(Some(message)) => {
+            return match halt_for_dead_holder(pass, message).await {
+                Ok(interrupt) => (Err(interrupt), None),
+                Err(e) => (Err(e.into()), None),
+            }
+        }
+        Err(e) => return (Err(e.into()), None),
     }
     let record = in_flight_record(pass, path, *n);
     let name = lease.name().to_string();
@@ -433,14 +452,65 @@ pub(super) fn halted(i: Interrupt) -> Interrupt {
     }
 }
 
+/// True if the node lock `lock` holds an in-flight record.
+async fn has_lock_record(client: &Client, lock: &str) -> Result<bool, ZkError> {
+    Ok(lock_data(client, lock).await?.contains_key("in-flight"))
+}
+
+/// True if the semaphore guard `guard` holds in-flight records.
+pub(super) async fn has_lease_records(client: &Client, guard: &str) -> Result<bool, ZkError> {
+    Ok(lock_data(client, guard).await?.contains_key("in-flight"))
+}
+
+/// The message naming a node-lock holder that died mid-step, for a host entering the node
+/// with a lease: the lock node's in-flight record while the lock has no contender (a live
+/// holder clears its record before it releases), read again to be sure. The record is
+/// cleared; one left by this very process (an earlier session) silently.
+async fn dead_lock_holder(pass: &Pass<'_>, lock: &str) -> Result<Option<String>, ZkError> {
+    let agent = pass.agent;
+    let contenders = match call_retrying("list", lock, || agent.client.list_children(lock)).await {
+        Ok(c) => c,
+        Err(e) if e.is_no_node() => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    if !contenders.is_empty() {
+        // A holder (it will clear its record), or waiters: the first of them will look.
+        return Ok(None);
+    }
+    let Some(Value::Object(rec)) = lock_data(&agent.client, lock).await?.remove("in-flight") else {
+        return Ok(None);
+    };
+    update_props(&agent.client, lock, |p| {
+        p.remove("in-flight");
+    })
+    .await?;
+    let mine = rec.get("host").and_then(Value::as_str) == Some(agent.host.id.as_str())
+        && rec.get("pid").and_then(Value::as_u64) == Some(u64::from(std::process::id()));
+    if mine {
+        return Ok(None);
+    }
+    let field = |k: &str| rec.get(k).map(py_str).unwrap_or_default();
+    Ok(Some(format!(
+        "{} ({}) died deploying {} {} (version {}) since {}: in-flight record left in {lock}",
+        field("name"),
+        field("host"),
+        field("path"),
+        field("n"),
+        field("version"),
+        field("since"),
+    )))
+}
+
 /// The message naming a lease holder that died mid-step, if the guard's records show one
 /// (its record is cleared). Records left by this very process (an earlier session) are
 /// cleared silently.
-async fn dead_lease_holder(
+/// `ours`: the lease we hold, if any (a host entering under the node lock holds none, and
+/// still names a lease holder that died before K became 1).
+pub(super) async fn dead_lease_holder(
     pass: &Pass<'_>,
     sem: &str,
     guard: &str,
-    ours: &Lease,
+    ours: Option<&str>,
 ) -> Result<Option<String>, ZkError> {
     let agent = pass.agent;
     let records = |props: crate::tree::Props| match props.get("in-flight") {
@@ -454,7 +524,7 @@ async fn dead_lease_holder(
     let live = semaphore::leases(&agent.client, sem).await?;
     let suspects: Vec<&String> = first
         .keys()
-        .filter(|k| !live.contains(k) && k.as_str() != ours.name())
+        .filter(|k| !live.contains(k) && Some(k.as_str()) != ours)
         .collect();
     if suspects.is_empty() {
         return Ok(None);

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::error::{Interrupt, StepError};
-use super::health::{health_script, wait_healthy};
+use super::health::{health_script, wait_healthy, Unhealthy};
 use super::model::{deployed_name, marker_base};
 use super::observe;
 use super::pass::{run_recorded, Pass};
@@ -15,6 +15,7 @@ use super::software::{self, Ran};
 use super::status::StepReport;
 use crate::files::write_replacing;
 use crate::tree::literal::py_str;
+use crate::zk::call_retrying;
 use crate::zk::paths::{host_path, role_path, DEPLOYED_AT};
 use crate::zk::role_lock::enter;
 use crate::zk::update::update_props;
@@ -91,11 +92,23 @@ impl Step {
                     output: String::new(),
                 };
                 let clock = Instant::now();
+                // Our host node, read on the pass's session: a lost session fails it.
+                let client = &pass.agent.client;
+                let node = host_path(&pass.agent.host.id);
+                let held = || async {
+                    call_retrying("stat", &node, || client.check_stat(&node))
+                        .await
+                        .map(|_| ())
+                };
                 let healthy =
-                    wait_healthy(&cmd, path, *n, rollout.health_deadline(), &mut check).await;
+                    wait_healthy(&cmd, path, *n, rollout.health_deadline(), &mut check, held).await;
                 check.duration = clock.elapsed().as_secs_f64();
                 pass.steps.push(check);
-                healthy.map_err(StepError::Unhealthy)?;
+                match healthy {
+                    Ok(_) => {}
+                    Err(Unhealthy::Failed(why)) => return Err(StepError::Unhealthy(why).into()),
+                    Err(Unhealthy::Lost(e)) => return Err(Interrupt::Lost(e)),
+                }
             }
         }
         Ok(())

@@ -2,17 +2,35 @@
 //! observed (the final ZooKeeper state is checked in `main.rs`). Each check only flags what
 //! the program promises (README, "Reliability"); every violation is one line of text.
 //!
-//! - Locks: no run without its lock (the oracle's verdicts), and never more runs of one
-//!   application node (hosts without a role) or of the role (hosts with it: the persistent
-//!   role lock covers the controller's scripts and the deployments) at one instant than the
-//!   lock allows ([`allowed`]: 1 today; parallel leases would return their size).
+//! - Locks and leases: no run (deploy script, controller script or health check) without its
+//!   lock or lease (the oracle's verdicts); never more runs of the role (hosts with it: the
+//!   persistent role lock covers the controller's scripts and the deployments) at one instant
+//!   than one host's.
+//! - Application nodes (hosts without a role), by deploy *step*: a deploy run and the health
+//!   checks after it, held under one lock or lease from the script's start to the last
+//!   check's end ([`steps`]). When a step starts, the steps inside its node (any version) and
+//!   itself are at most K, the effective max-parallel of the version being deployed
+//!   ([`Rollout`]: from the trees the agent may have read for that version, see
+//!   [`candidates`]); node-lock steps never overlap; a lease is taken only where K > 1, the
+//!   node lock only where K = 1 or for a canary; and no lease step starts a package version
+//!   before `canary` hosts have deployed it (health check included) under the node lock.
+//!   A step whose holder a halt declared dead (`... (HOST) died deploying PATH N (version
+//!   V)`: its session was lost while its script ran on) no longer counts once the halt was
+//!   resumed; steps inside under the node's other kind of place (the node lock against the
+//!   semaphore) are counted as `cross`, not flagged: the agent does not exclude across them.
+//! - Health checks: each follows a successful deploy run of its instance by the same agent,
+//!   and a step whose last check did not pass halts the cluster with `Health check failed for
+//!   PATH N: ...`.
 //! - Runs end: a run without an `end` line must have been killed with its agent.
 //! - Halts: each has its record (host, name, version, error, time) and a cause the nemesis
 //!   made (a failed run of the recording host, or, for an in-flight record, a host the
 //!   nemesis killed or cut off, or a server fault); each failed run is followed by a halt
-//!   (unless its agent was killed or lost its session before it could write it).
-//! - Versions: an agent that records version V had no failed run at V that was not followed
-//!   by a new pass (so it never records a version whose scripts did not all succeed).
+//!   (unless its agent was killed or lost its session before it could write it). A holder the
+//!   nemesis killed mid-step is named by a halt (an agent's `halting the cluster: ... (HOST)
+//!   died deploying PATH N`), unless nobody deploys its node any more.
+//! - Versions: an agent that records version V had no failed step at V (a failed script, a
+//!   health check that never passed, or none run where the package has one) that was not
+//!   followed by a new pass (so it never records a version whose steps did not all succeed).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -20,8 +38,11 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::oracle::{Check, Verdict};
-use super::tree::Tree;
+use super::tree::{has_health, Tree};
 use super::world::{Journal, AGENT_SESSION};
+
+/// Every commit: (id, time made, tree), oldest first.
+pub type Commits = [(String, f64, Tree)];
 
 /// One run of a script.
 #[derive(Debug, Clone)]
@@ -32,7 +53,9 @@ pub struct RunLog {
     pub host: String,
     /// The agent's pid (the script's parent).
     pub agent: u64,
-    /// `deploy`, `undeploy`, `starting-deployments`, `ending-deployments`.
+    /// `deploy`, `undeploy`, `starting-deployments`, `ending-deployments`, `health`, and
+    /// `health-retry` for a health check another one of its step followed (its failure is
+    /// no step's failure).
     pub kind: String,
     /// Application path (or role path).
     pub path: String,
@@ -40,6 +63,8 @@ pub struct RunLog {
     pub n: String,
     /// `ZKDEPLOYMENT_VERSION`.
     pub version: String,
+    /// Its package's version.
+    pub pkg: String,
     /// Start time.
     pub start: f64,
     /// End time (the kill time for a run killed with its agent).
@@ -53,6 +78,37 @@ pub struct RunLog {
 pub struct Counts {
     /// Script runs.
     pub runs: usize,
+    /// Deploy steps of hosts without a role under a lease, under the node lock, and canary
+    /// steps (the node lock where K > 1).
+    pub lease_steps: usize,
+    /// See `lease_steps`.
+    pub lock_steps: usize,
+    /// See `lease_steps`.
+    pub canary_steps: usize,
+    /// The most steps seen inside one node at once.
+    pub most_inside: usize,
+    /// Health check runs; steps whose checks passed; steps whose checks failed.
+    pub health_runs: usize,
+    /// See `health_runs`.
+    pub healthy: usize,
+    /// See `health_runs`.
+    pub unhealthy: usize,
+    /// Holders killed mid-step (under a lease, a lock) and how many halts named them.
+    pub killed_leases: usize,
+    /// See `killed_leases`.
+    pub killed_locks: usize,
+    /// See `killed_leases`.
+    pub named: usize,
+    /// Killed holders no halt named, on nodes the last commit no longer deploys.
+    pub unnamed: usize,
+    /// Steps that started with more than K hosts inside their node only because some held
+    /// the node's other kind of place (the node lock against the semaphore's leases).
+    pub cross: usize,
+    /// The first of those.
+    pub cross_example: Option<String>,
+    /// Steps still inside their node (by the scripts' log) when another started, after a
+    /// halt had declared their holder dead and an operator had resumed.
+    pub after_resume: usize,
     /// Runs whose lock the oracle could not check (ZooKeeper unreachable).
     pub unknown: usize,
     /// Why the first unchecked run could not be checked.
@@ -67,7 +123,7 @@ pub fn read_runs(file: &Path) -> Result<Vec<RunLog>, String> {
     for line in text.lines() {
         let f: Vec<&str> = line.split(' ').collect();
         match (f.first().copied(), f.len()) {
-            (Some("start"), 9) => {
+            (Some("start"), 10) => {
                 index.insert(f[1].to_string(), runs.len());
                 runs.push(RunLog {
                     id: f[1].into(),
@@ -77,6 +133,7 @@ pub fn read_runs(file: &Path) -> Result<Vec<RunLog>, String> {
                     path: f[5].into(),
                     n: f[6].into(),
                     version: f[7].into(),
+                    pkg: f[9].into(),
                     start: f[8].parse().map_err(|_| format!("bad time in {line:?}"))?,
                     end: None,
                     rc: None,
@@ -95,10 +152,28 @@ pub fn read_runs(file: &Path) -> Result<Vec<RunLog>, String> {
     Ok(runs)
 }
 
-/// How many hosts may be inside one lock at once (`node` is an application path, or
-/// `role:<role>`). Parallel leases (a later issue) would return the lease size here.
-pub fn allowed(_lock: &str) -> usize {
-    1
+/// What a run's node asked for, as one commit's tree says: (K, canary count), or None if
+/// that tree does not have the node.
+pub fn rollout(tree: &Tree, path: &str) -> Option<(usize, usize)> {
+    let name = path.strip_prefix("/acme/")?;
+    tree.acme.get(name).map(|node| (node.k(), node.c()))
+}
+
+/// The trees an agent deploying `version` may have read its node's properties from before
+/// `at`: that version's commit and every later commit made by then (a sync writes the tree
+/// before it bumps the version, and a killed sync leaves a newer tree half written). All
+/// commits up to `at` if the version is unknown.
+pub fn candidates<'c>(commits: &'c Commits, version: &str, at: f64) -> Vec<&'c Tree> {
+    let from = commits
+        .iter()
+        .position(|(id, _, _)| id == version)
+        .unwrap_or(0);
+    commits[from..]
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, t, _))| *i == 0 || *t <= at)
+        .map(|(_, (_, _, tree))| tree)
+        .collect()
 }
 
 /// Runs every check; returns the violations.
@@ -106,18 +181,100 @@ pub fn check(
     runs: &mut [RunLog],
     verdicts: &[Verdict],
     journal: &Journal,
+    commits: &Commits,
+    halt_lines: &[String],
     counts: &mut Counts,
 ) -> Vec<String> {
     let mut out = Vec::new();
     counts.runs = runs.len();
     close_killed_runs(runs, journal, &mut out);
+    let steps = steps(runs, &mut out);
+    counts.health_runs = runs.iter().filter(|r| r.kind.starts_with("health")).count();
     check_verdicts(runs, verdicts, counts, &mut out);
-    check_overlaps(runs, &mut out);
+    check_role_overlaps(runs, &mut out);
+    check_nodes(
+        runs, &steps, verdicts, commits, halt_lines, counts, &mut out,
+    );
     check_halts(runs, journal, &mut out);
-    check_versions(runs, journal, &mut out);
+    check_health_halts(runs, &steps, journal, counts, &mut out);
+    check_holder_kills(journal, verdicts, halt_lines, commits, counts, &mut out);
+    check_versions(runs, &steps, journal, &mut out);
     out
 }
 
+/// One deploy step: a deploy run and the health checks of its instance after it (same host,
+/// agent, version), held under one lock or lease.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// The deploy run (index into the runs).
+    pub deploy: usize,
+    /// Its health check runs, in order.
+    pub health: Vec<usize>,
+    /// From the deploy run's start...
+    pub start: f64,
+    /// ... to the end of its last run.
+    pub end: f64,
+}
+
+impl Step {
+    /// True if the deploy run and, when there were any, the last health check passed.
+    pub fn ok(&self, runs: &[RunLog]) -> bool {
+        let last = self.health.last().copied().unwrap_or(self.deploy);
+        runs[self.deploy].rc == Some(0) && runs[last].rc == Some(0)
+    }
+}
+
+/// Groups the deploy runs with their health checks; marks every check but the last of a
+/// step `health-retry`. A check without a successful deploy run of its instance before it is
+/// a violation.
+pub fn steps(runs: &mut [RunLog], out: &mut Vec<String>) -> Vec<Step> {
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by(|a, b| runs[*a].start.total_cmp(&runs[*b].start));
+    let mut steps: Vec<Step> = Vec::new();
+    let mut open: BTreeMap<(String, u64, String, String), usize> = BTreeMap::new();
+    for i in order {
+        let r = &runs[i];
+        let key = (r.host.clone(), r.agent, r.path.clone(), r.n.clone());
+        match r.kind.as_str() {
+            "deploy" => {
+                open.insert(key, steps.len());
+                steps.push(Step {
+                    deploy: i,
+                    health: Vec::new(),
+                    start: r.start,
+                    end: r.end.unwrap_or(r.start),
+                });
+            }
+            "health" => {
+                let step = open.get(&key).copied().filter(|s| {
+                    let d = &runs[steps[*s].deploy];
+                    d.version == r.version && d.rc == Some(0) && d.end.is_some_and(|e| e <= r.start)
+                });
+                match step {
+                    Some(s) => {
+                        steps[s].health.push(i);
+                        steps[s].end = steps[s].end.max(r.end.unwrap_or(r.start));
+                    }
+                    // Its parent is init: its agent was SIGKILLed as it started the check,
+                    // so it cannot name its agent (nor its deploy run).
+                    None if r.agent == 1 => {}
+                    None => out.push(format!(
+                        "a health check without a successful deploy run of its instance before it: {r:?}"
+                    )),
+                }
+            }
+            _ => {}
+        }
+    }
+    for step in &steps {
+        if let Some((_, retries)) = step.health.split_last() {
+            for &i in retries {
+                runs[i].kind = "health-retry".into();
+            }
+        }
+    }
+    steps
+}
 /// A run without an `end` ends when its agent was killed (the kill takes the scripts too).
 fn close_killed_runs(runs: &mut [RunLog], journal: &Journal, out: &mut Vec<String>) {
     for run in runs.iter_mut().filter(|r| r.end.is_none()) {
@@ -189,41 +346,272 @@ fn check_verdicts(
     }
 }
 
-fn check_overlaps(runs: &[RunLog], out: &mut Vec<String>) {
-    let mut by_lock: BTreeMap<String, Vec<&RunLog>> = BTreeMap::new();
-    for run in runs.iter().filter(|r| r.kind != "undeploy") {
-        let lock = if run.path.starts_with("/acme/") {
-            run.path.clone()
-        } else {
-            "role:web".to_string()
-        };
-        by_lock.entry(lock).or_default().push(run);
+/// A run that failed a step (a health check another one followed is a retry, not a failure).
+fn failed(r: &RunLog) -> bool {
+    r.rc.is_some_and(|rc| rc != 0) && r.kind != "health-retry"
+}
+
+/// The role lock: never two role hosts' runs at once.
+fn check_role_overlaps(runs: &[RunLog], out: &mut Vec<String>) {
+    let mut list: Vec<&RunLog> = runs
+        .iter()
+        .filter(|r| r.kind != "undeploy" && !r.path.starts_with("/acme/"))
+        .collect();
+    list.sort_by(|a, b| a.start.total_cmp(&b.start));
+    for (i, run) in list.iter().enumerate() {
+        let inside: Vec<&&RunLog> = list[..i]
+            .iter()
+            .filter(|r| r.end.unwrap_or(f64::INFINITY) > run.start && r.host != run.host)
+            .collect();
+        if !inside.is_empty() {
+            out.push(format!(
+                "{} hosts inside the role lock at {:.3}: {run:?} while {inside:?}",
+                inside.len() + 1,
+                run.start
+            ));
+        }
     }
-    for (lock, mut list) in by_lock {
-        list.sort_by(|a, b| a.start.total_cmp(&b.start));
-        for (i, run) in list.iter().enumerate() {
-            let inside: Vec<&&RunLog> = list[..i]
-                .iter()
-                .filter(|r| r.end.unwrap_or(f64::INFINITY) > run.start)
+}
+
+/// The application nodes' exclusion, by step: K, the lock or lease each took, canaries.
+fn check_nodes(
+    runs: &[RunLog],
+    steps: &[Step],
+    verdicts: &[Verdict],
+    commits: &Commits,
+    halt_lines: &[String],
+    counts: &mut Counts,
+    out: &mut Vec<String>,
+) {
+    let held: BTreeMap<&str, &str> = verdicts.iter().map(|v| (v.id.as_str(), v.held)).collect();
+    let mut by_node: BTreeMap<&str, Vec<&Step>> = BTreeMap::new();
+    for step in steps {
+        let d = &runs[step.deploy];
+        if d.path.starts_with("/acme/") {
+            by_node.entry(&d.path).or_default().push(step);
+        }
+    }
+    for (path, list) in by_node {
+        for (i, step) in list.iter().enumerate() {
+            let d = &runs[step.deploy];
+            let how = held.get(d.id.as_str()).copied().unwrap_or("");
+            let asked: Vec<(usize, usize)> = candidates(commits, &d.version, d.start)
+                .into_iter()
+                .filter_map(|t| rollout(t, path))
                 .collect();
-            // Runs of one host inside the role lock (controller, deployments) are one holder.
-            let holders: BTreeSet<&str> = inside
-                .iter()
-                .map(|r| r.host.as_str())
-                .chain([run.host.as_str()])
-                .collect();
-            let count = if lock.starts_with("role:") {
-                holders.len()
-            } else {
-                inside.len() + 1
+            let k = asked.iter().map(|(k, _)| *k).max().unwrap_or(1);
+            // A holder a halt declared dead (its session was lost while its script ran on,
+            // and another host found its in-flight record) no longer counts once an
+            // operator has resumed: that is what the halt asks the operator to check.
+            let declared_dead = |s: &Step| {
+                let r = &runs[s.deploy];
+                let named = format!(
+                    "({}) died deploying {} {} (version {})",
+                    r.host, r.path, r.n, r.version
+                );
+                halt_lines.iter().any(|l| l.contains(&named))
             };
-            if count > allowed(&lock) {
-                out.push(format!(
-                    "{count} runs inside {lock} at {:.3} (allowed {}): {run:?} while {inside:?}",
-                    run.start,
-                    allowed(&lock)
-                ));
+            let (inside, dead): (Vec<&&Step>, Vec<&&Step>) = list[..i]
+                .iter()
+                .filter(|s| s.end > step.start)
+                .partition(|s| !declared_dead(s));
+            counts.after_resume += dead.len();
+            counts.most_inside = counts.most_inside.max(inside.len() + 1);
+            let name = |s: &Step| {
+                let r = &runs[s.deploy];
+                format!(
+                    "{} {} {} ({})",
+                    r.host,
+                    r.n,
+                    r.version,
+                    held.get(r.id.as_str()).copied().unwrap_or("?")
+                )
+            };
+            // The same kind of place (leases of the semaphore, or the node lock) is what
+            // excludes; steps under the other kind (K changed between 1 and more, or a
+            // canary) are not excluded by design: counted as `cross`, reported, not flagged.
+            let same = inside
+                .iter()
+                .filter(|s| held.get(runs[s.deploy].id.as_str()).copied() == Some(how))
+                .count();
+            let report = || {
+                format!(
+                    "{} hosts inside {path} at {:.3} (max-parallel {k} for {}): {} while {}",
+                    inside.len() + 1,
+                    step.start,
+                    d.version,
+                    name(step),
+                    inside
+                        .iter()
+                        .map(|s| name(s))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            if same + 1 > k && !how.is_empty() {
+                out.push(report());
+            } else if inside.len() + 1 > k && !how.is_empty() {
+                counts.cross += 1;
+                counts.cross_example.get_or_insert_with(report);
             }
+            match how {
+                "lease" => {
+                    counts.lease_steps += 1;
+                    if !asked.iter().any(|(k, _)| *k > 1) {
+                        out.push(format!(
+                            "a lease of {path} where max-parallel is 1 ({asked:?}): {d:?}"
+                        ));
+                    }
+                    check_canaries(runs, &list[..i], step, &asked, &held, out);
+                }
+                "lock" => {
+                    let canary = asked.iter().any(|(k, c)| *k > 1 && *c > 0);
+                    if canary && !asked.iter().any(|(k, _)| *k == 1) {
+                        counts.canary_steps += 1;
+                    } else {
+                        counts.lock_steps += 1;
+                    }
+                    if !canary && !asked.iter().any(|(k, _)| *k == 1) {
+                        out.push(format!(
+                            "the node lock of {path} where max-parallel is above 1 and no canary is due ({asked:?}): {d:?}"
+                        ));
+                    }
+                    let locked: Vec<&&&Step> = inside
+                        .iter()
+                        .filter(|s| held.get(runs[s.deploy].id.as_str()) == Some(&"lock"))
+                        .collect();
+                    if !locked.is_empty() {
+                        out.push(format!(
+                            "two holders of the node lock of {path} at {:.3}: {} while {}",
+                            step.start,
+                            name(step),
+                            locked
+                                .iter()
+                                .map(|s| name(s))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A lease step of a package version needs `canary` hosts done with that version (deploy
+/// and health check) under the node lock before it starts (counted leniently: every
+/// successful node-lock step of that package version before it, and every one the oracle
+/// could not check).
+fn check_canaries(
+    runs: &[RunLog],
+    before: &[&Step],
+    step: &Step,
+    asked: &[(usize, usize)],
+    held: &BTreeMap<&str, &str>,
+    out: &mut Vec<String>,
+) {
+    if asked.is_empty() || asked.iter().any(|(k, c)| *k <= 1 || *c == 0) {
+        return;
+    }
+    let need = asked.iter().map(|(_, c)| *c).min().unwrap_or(0);
+    let d = &runs[step.deploy];
+    let canaries: BTreeSet<&str> = before
+        .iter()
+        .filter(|s| {
+            let r = &runs[s.deploy];
+            // Unchecked (the oracle could not tell): perhaps a canary.
+            matches!(held.get(r.id.as_str()), Some(&"lock") | Some(&"") | None)
+                && r.pkg == d.pkg
+                && s.end < step.start
+                && s.ok(runs)
+        })
+        .map(|s| runs[s.deploy].host.as_str())
+        .collect();
+    if canaries.len() < need {
+        out.push(format!(
+            "{} started {} {} under a lease after {} canaries ({canaries:?}), {need} needed: {d:?}",
+            d.host,
+            d.path,
+            d.pkg,
+            canaries.len()
+        ));
+    }
+}
+
+/// A step whose last health check failed halts the cluster with `Health check failed for
+/// PATH N: ...` (unless its agent was killed or lost its session first).
+fn check_health_halts(
+    runs: &[RunLog],
+    steps: &[Step],
+    journal: &Journal,
+    counts: &mut Counts,
+    out: &mut Vec<String>,
+) {
+    for step in steps.iter().filter(|s| !s.health.is_empty()) {
+        let last = &runs[*step.health.last().unwrap()];
+        if last.rc == Some(0) {
+            counts.healthy += 1;
+            continue;
+        }
+        if last.rc.is_none() {
+            continue;
+        }
+        counts.unhealthy += 1;
+        let want = format!("Health check failed for {} {}: ", last.path, last.n);
+        let halted = journal.halts.iter().any(|(seen, props)| {
+            let halt = props.get("halt");
+            *seen >= last.start - 1.0
+                && text(halt.and_then(|h| h.get("host"))) == last.host
+                && text(halt.and_then(|h| h.get("error"))).starts_with(&want)
+        });
+        let end = last.end.unwrap_or(last.start);
+        let lost = journal
+            .kills
+            .iter()
+            .any(|(h, t)| *h == last.host && *t >= last.start && *t <= end + 30.0)
+            || session_fault(journal, &last.host, runs[step.deploy].start, end + 1.0);
+        if !halted && !lost {
+            out.push(format!(
+                "a health check that never passed halted nothing with {want:?}: {last:?}"
+            ));
+        }
+    }
+}
+
+/// Every holder the nemesis killed mid-step under a lock or lease is named by a halt (some
+/// agent logged `halting the cluster: ... (HOST) died deploying PATH N`), unless the last
+/// commit no longer deploys its node (its record then stays, counted as stale and
+/// `unnamed`). The next holder reads the records of both kinds of place, so a change of K
+/// between 1 and more (or a canary phase) does not hide a dead holder.
+fn check_holder_kills(
+    journal: &Journal,
+    verdicts: &[Verdict],
+    halt_lines: &[String],
+    commits: &Commits,
+    counts: &mut Counts,
+    out: &mut Vec<String>,
+) {
+    let held: BTreeMap<&str, &str> = verdicts.iter().map(|v| (v.id.as_str(), v.held)).collect();
+    let last = commits.last().map(|(_, _, t)| t);
+    for kill in &journal.holder_kills {
+        match held.get(kill.run.as_str()).copied() {
+            Some("lease") => counts.killed_leases += 1,
+            Some("lock") => counts.killed_locks += 1,
+            _ => continue,
+        }
+        let named = format!("({}) died deploying {} {} ", kill.host, kill.path, kill.n);
+        if halt_lines.iter().any(|l| l.contains(&named)) {
+            counts.named += 1;
+            continue;
+        }
+        if last.and_then(|t| rollout(t, &kill.path)).is_none() {
+            counts.unnamed += 1;
+        } else {
+            out.push(format!(
+                "{} was killed holding {} {} ({} at {}, {:.3}) and no halt named it",
+                kill.host, kill.path, kill.n, kill.kind, kill.version, kill.time
+            ));
         }
     }
 }
@@ -270,14 +658,20 @@ fn check_halts(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
                     .any(|(h, a, _)| *h == dead && *a <= time)
                 || journal.ensemble.iter().any(|(a, _)| *a <= time)
         } else {
-            runs.iter()
-                .any(|r| r.host == host && r.rc.is_some_and(|rc| rc != 0) && r.start <= time + 1.0)
+            runs.iter().any(|r| {
+                r.host == host && failed(r) && r.start <= time + 1.0 && {
+                    // A failed health check explains only a health halt for its instance.
+                    let health = format!("Health check failed for {} {}: ", r.path, r.n);
+                    (r.kind == "health") == error.starts_with("Health check failed for ")
+                        && (r.kind != "health" || error.starts_with(&health))
+                }
+            })
         };
         if !explained {
             out.push(format!("a halt no fault explains: {halt:?}"));
         }
     }
-    for run in runs.iter().filter(|r| r.rc.is_some_and(|rc| rc != 0)) {
+    for run in runs.iter().filter(|r| failed(r)) {
         if halt_times.iter().any(|t| *t >= run.start - 1.0) {
             continue;
         }
@@ -295,7 +689,22 @@ fn check_halts(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
     }
 }
 
-fn check_versions(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
+fn check_versions(runs: &[RunLog], steps: &[Step], journal: &Journal, out: &mut Vec<String>) {
+    // A deploy run of a package with a health check that no check followed failed its step
+    // as surely as a failed script (unless its agent died there).
+    let unchecked: BTreeSet<usize> = steps
+        .iter()
+        .filter(|s| {
+            let d = &runs[s.deploy];
+            let rpm = if d.path.starts_with("/acme/") {
+                "foo"
+            } else {
+                "webapp"
+            };
+            s.health.is_empty() && d.rc == Some(0) && has_health(rpm, &d.pkg)
+        })
+        .map(|s| s.deploy)
+        .collect();
     let mut flagged = BTreeSet::new();
     for (host, version, pid, seen) in &journal.samples {
         // The runs of this agent process at this version, before the sample.
@@ -304,16 +713,20 @@ fn check_versions(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
         };
         let failed = runs
             .iter()
-            .filter(agent)
-            .filter(|r| r.rc != Some(0))
-            .map(|r| r.end.unwrap_or(r.start))
+            .enumerate()
+            .filter(|(_, r)| agent(r))
+            .filter(|(i, r)| {
+                (r.rc != Some(0) && r.kind != "health-retry")
+                    || (unchecked.contains(i) && r.end.is_some_and(|e| e < *seen))
+            })
+            .map(|(_, r)| r.end.unwrap_or(r.start))
             .fold(f64::NEG_INFINITY, f64::max);
         if failed.is_finite()
             && !runs.iter().filter(agent).any(|r| r.start > failed)
             && flagged.insert((host.clone(), version.clone(), *pid))
         {
             out.push(format!(
-                "{host} (agent {pid}) recorded version {version} after a run at that version \
+                "{host} (agent {pid}) recorded version {version} after a step at that version \
                  failed at {failed:.3}, with no pass since"
             ));
         }

@@ -1,20 +1,25 @@
 //! The randomized many-fault soak (issue 15): the test that looks for the defects no
 //! single-fault test finds, the way Jepsen tests databases.
 //!
-//! A 3-server ensemble; twelve real agents (`h1`..`h8` deploy `/acme` nodes under node locks,
-//! skipping busy ones; `w1`..`w4` have the role `web`, its controller and the persistent role
+//! A 3-server ensemble; twelve real agents (`h1`..`h8` deploy `/acme` nodes under node locks
+//! or, where `max-parallel` is above 1, semaphore leases, with canaries and health checks,
+//! skipping busy nodes; `w1`..`w4` have the role `web`, its controller and the persistent role
 //! lock), each reaching the servers through its own proxies; a syncer committing a random
 //! change to a real git repository every 1–3 s and running the real `zkdeployment sync`; an
 //! operator resuming every halt with the real `zkdeployment resume`; and the nemesis
 //! (`nemesis.rs`) applying random faults, several at once, for `SOAK_SECONDS` (default 120).
 //! Then the faults stop, every fault heals, the fleet must converge on the last commit
 //! (bounded), and the checker (`checker.rs`, and the final-state checks here) looks for
-//! violations: runs without their lock or beyond what it allows, halts without record or
-//! cause, versions recorded after failed runs, nodes a sync left behind, locks and host nodes
-//! left over, sessions left open by exited processes.
+//! violations: runs without their lock or lease or beyond what it allows (`max-parallel`,
+//! canaries), health checks outside their step, halts without record or cause, holders
+//! killed mid-step that no halt named, versions recorded after failed steps, nodes a sync
+//! left behind, locks, leases and host nodes left over, sessions left open by exited
+//! processes.
 //!
 //! `SOAK_SEED` replays a run (default: a new seed each run); the seed is printed first, and
-//! the summary is one line: `soak: seed=... faults=N (kind=n ...) ... violations=N`.
+//! the summary is one line: `soak: seed=... faults=N (kind=n ...) ... steps=(lock=.. lease=..
+//! canary=.. most-inside=..) health=(runs=.. passed=.. failed=..) killed-holders=(lease=..
+//! lock=.. named=..) violations=N`.
 
 #[allow(dead_code)] // the soak uses a few of the shared helpers
 #[path = "../support/mod.rs"]
@@ -52,10 +57,11 @@ const DEFAULT_SECONDS: u64 = 120;
 const CONVERGE_LIMIT: Duration = Duration::from_secs(150);
 /// Top-level nodes the agents and the syncer keep beside the tree (the syncer writes the
 /// deployment index, README "Fleet scale: the deployment index").
-const RUNTIME_ROOTS: [&str; 6] = [
+const RUNTIME_ROOTS: [&str; 7] = [
     "hosts",
     "hosts-lock",
     "agent-locks",
+    "agent-semaphores",
     "role-locks",
     "deployment-index",
     "zookeeper",
@@ -124,7 +130,16 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
     let journal = world.journal.lock().unwrap();
     let mut counts = checker::Counts::default();
     let mut violations = journal.violations.clone();
-    violations.extend(checker::check(&mut runs, &verdicts, &journal, &mut counts));
+    let commits = world.commits.lock().unwrap().clone();
+    let halt_lines = halt_lines(&world);
+    violations.extend(checker::check(
+        &mut runs,
+        &verdicts,
+        &journal,
+        &commits,
+        &halt_lines,
+        &mut counts,
+    ));
     if converged {
         let (last, tree) = world.last_commit();
         let hosts: Vec<(String, bool)> = world
@@ -157,7 +172,9 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
     println!(
         "soak: seed={seed} seconds={seconds} faults={faults} ({}) syncs=({}) commits={} \
          passes={} runs={} halts={} resumes={} agent-restarts={} unchecked={} \
-         stale-records={} violations={}",
+         stale-records={} steps=(lock={} lease={} canary={} most-inside={}) \
+         health=(runs={} passed={} failed={}) killed-holders=(lease={} lock={} named={} \
+         unnamed={}) cross={} after-resume={} violations={}",
         kinds.join(" "),
         syncs.join(" "),
         world.commits.lock().unwrap().len(),
@@ -168,8 +185,25 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
         journal.restarts.len(),
         counts.unknown,
         journal.stale_records,
+        counts.lock_steps,
+        counts.lease_steps,
+        counts.canary_steps,
+        counts.most_inside,
+        counts.health_runs,
+        counts.healthy,
+        counts.unhealthy,
+        counts.killed_leases,
+        counts.killed_locks,
+        counts.named,
+        counts.unnamed,
+        counts.cross,
+        counts.after_resume,
         violations.len()
     );
+    if let Some(example) = &counts.cross_example {
+        eprintln!("soak: first cross-kind overlap: {example}");
+    }
+
     if !violations.is_empty() {
         // Keep the evidence: the scripts' log and the journal.
         let keep = std::env::temp_dir().join(format!("zkd-soak-{seed}"));
@@ -187,6 +221,29 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
             violations.join("\n- ")
         );
     }
+}
+
+/// Every line in which an agent said it halts the cluster (`halting the cluster: ERROR`),
+/// from the output of every agent process the soak started.
+fn halt_lines(world: &World) -> Vec<String> {
+    let mut out = Vec::new();
+    for slot in &world.slots {
+        let Ok(dir) = std::fs::read_dir(slot.host.dir.path()) else {
+            continue;
+        };
+        for entry in dir.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("agent-") && name.ends_with(".log") {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                out.extend(
+                    text.lines()
+                        .filter(|l| l.contains("halting the cluster:"))
+                        .map(String::from),
+                );
+            }
+        }
+    }
+    out
 }
 
 /// After the faults: every server up, every agent running; halts are resumed (by the
@@ -345,6 +402,26 @@ async fn final_state(world: &World) {
             let node = format!("/{}", name.replace(',', "/"));
             if deployed.contains(&node) {
                 world.violation(format!("{path} keeps an in-flight record: {record}"));
+            } else {
+                world.journal.lock().unwrap().stale_records += 1;
+            }
+        }
+    }
+    // Semaphores: no lease, no guard contender; an in-flight record only on a node nobody
+    // deploys any more (stale, as for the locks). Whichever way a node is entered, the
+    // next holder reads the records of both places.
+    for name in children(world, "/agent-semaphores").await {
+        let path = format!("/agent-semaphores/{name}");
+        let held = children(world, &path).await;
+        if !held.is_empty() {
+            world.violation(format!(
+                "{path} still has leases or contenders {held:?} after convergence"
+            ));
+        }
+        if let Some(record) = props(world, &path).await.get("in-flight") {
+            let node = format!("/{}", name.trim_end_matches("-__lock__").replace(',', "/"));
+            if deployed.contains(&node) {
+                world.violation(format!("{path} keeps in-flight records: {record}"));
             } else {
                 world.journal.lock().unwrap().stale_records += 1;
             }

@@ -9,8 +9,16 @@
 //! the leader, restarted 0.5–4 s later), `ensemble-restart` (all three killed, restarted
 //! 0.2–2 s later), `script-fail`, `script-hang` (ended by the deadline: SIGTERM, a failure,
 //! or SIGUSR1, a late success), `script-daemon` (see `payload.rs`). The syncer adds
-//! `sync-kill` (`actors.rs`). Parallel leases and health checks (a later issue) would add
-//! kinds here (a failing or slow health check: a knob like `fail`) and nothing else.
+//! `sync-kill` (`actors.rs`).
+//!
+//! Aimed at rolling deploys (leases, canaries, health checks): `holder-kill` (a host without
+//! a role pauses its next deploy script or health check, which runs under its node lock or
+//! lease, and its agent is SIGKILLed there: the next holder must halt naming it, see
+//! `checker.rs`), `holder-cut` (the same pause, then the host's session is cut for longer than
+//! it lives, so its lease or lock goes while its script still runs), `health-slow` (a check
+//! passes on its second try, 2 s later), `health-never` (a check fails past the node's
+//! `health-deadline`: the step fails and halts the cluster), `health-hang` (a check never
+//! returns: the agent kills it at the deadline, and halts).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,10 +30,10 @@ use nix::unistd::Pid;
 
 use super::rng::Rng;
 use super::support::agent::now;
-use super::world::World;
+use super::world::{HolderKill, World, PLAIN};
 
 /// The kinds and their weights.
-const KINDS: [(&str, f64); 8] = [
+const KINDS: [(&str, f64); 13] = [
     ("session-cut", 3.0),
     ("agent-kill", 2.0),
     ("agent-term", 1.5),
@@ -34,7 +42,20 @@ const KINDS: [(&str, f64); 8] = [
     ("script-fail", 1.2),
     ("script-hang", 1.0),
     ("script-daemon", 1.0),
+    ("holder-kill", 1.4),
+    ("holder-cut", 0.8),
+    ("health-slow", 0.8),
+    ("health-never", 0.5),
+    ("health-hang", 0.4),
 ];
+
+/// The kinds that act on a host without a role (a node lock or lease holder).
+const PLAIN_ONLY: [&str; 2] = ["holder-kill", "holder-cut"];
+
+/// Faults applied or under way a run reaches before it stops (given [`MORE_LIMIT`] more).
+const MIN_FAULTS: usize = 210;
+/// How much longer than its budget a run may go on to reach [`MIN_FAULTS`].
+const MORE_LIMIT: Duration = Duration::from_secs(20);
 
 /// How long a whole-run's faults may take to heal after the deadline.
 const HEAL_LIMIT: Duration = Duration::from_secs(180);
@@ -44,7 +65,14 @@ pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant) {
     let ensemble_busy = Arc::new(AtomicBool::new(false));
     let weights: Vec<f64> = KINDS.iter().map(|(_, w)| *w).collect();
     let mut tasks = tokio::task::JoinSet::new();
-    while Instant::now() < until {
+    // The budget is time; a run whose faults took long to heal (held slots) gets up to
+    // MORE_LIMIT more until MIN_FAULTS are applied or under way.
+    let more = until + MORE_LIMIT;
+    let short = |tasks: &tokio::task::JoinSet<()>| {
+        let applied: u32 = world.journal.lock().unwrap().faults.values().sum();
+        (applied as usize + tasks.len()) < MIN_FAULTS
+    };
+    while Instant::now() < until || (Instant::now() < more && short(&tasks)) {
         tokio::time::sleep(Duration::from_secs_f64(rng.between(0.03, 0.25))).await;
         let kind = KINDS[rng.weighted(&weights)].0;
         let r = rng.fork();
@@ -60,10 +88,12 @@ pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant) {
             });
         } else {
             // A busy host: try two others before giving up this round.
-            let Some(i) = (0..3)
-                .map(|_| rng.below(world.slots.len()))
-                .find(|i| world.claim(*i))
-            else {
+            let among = if PLAIN_ONLY.contains(&kind) {
+                PLAIN
+            } else {
+                world.slots.len()
+            };
+            let Some(i) = (0..3).map(|_| rng.below(among)).find(|i| world.claim(*i)) else {
                 continue;
             };
             tasks.spawn(async move {
@@ -179,8 +209,84 @@ async fn host_fault(world: &World, kind: &'static str, i: usize, mut rng: Rng) {
             }
             world.fault(name);
         }
+        "health-slow" | "health-never" | "health-hang" => {
+            if knob(&slot.knobs, kind).await {
+                world.fault(kind);
+            }
+        }
+        "holder-kill" | "holder-cut" => holder_fault(world, kind, i, rng).await,
         other => unreachable!("fault kind {other}"),
     }
+}
+
+/// Pauses a holder mid-step (the `pause` knob), then kills its agent or cuts its session.
+async fn holder_fault(world: &World, kind: &'static str, i: usize, mut rng: Rng) {
+    let slot = &world.slots[i];
+    if !knob(&slot.knobs, "pause").await {
+        return;
+    }
+    let paused = slot.knobs.join("paused");
+    let Some(line) = read_when_there(&paused).await else {
+        world.violation(format!(
+            "{}: a run took the pause knob but never said it paused",
+            slot.host.id
+        ));
+        return;
+    };
+    let f: Vec<&str> = line.split(' ').collect();
+    if f.len() != 5 {
+        world.violation(format!("{}: a malformed pause line {line:?}", slot.host.id));
+        let _ = std::fs::remove_file(&paused);
+        return;
+    }
+    if kind == "holder-kill" {
+        let killed = world.kill_agent(i).await;
+        let _ = std::fs::remove_file(&paused);
+        if killed {
+            world.journal.lock().unwrap().holder_kills.push(HolderKill {
+                host: slot.host.id.clone(),
+                run: f[0].into(),
+                kind: f[1].into(),
+                path: f[2].into(),
+                n: f[3].into(),
+                version: f[4].into(),
+                time: now(),
+            });
+            world.fault(kind);
+        }
+        tokio::time::sleep(Duration::from_secs_f64(rng.between(0.0, 1.5))).await;
+        if !world.check_alive(i).await {
+            world.start_agent(i).await;
+        }
+    } else {
+        // Longer than the agents' session: it expires while the script still runs.
+        let start = now();
+        for p in &slot.proxies {
+            p.cut();
+        }
+        tokio::time::sleep(Duration::from_secs_f64(rng.between(5.0, 7.0))).await;
+        for p in &slot.proxies {
+            p.restore();
+        }
+        let _ = std::fs::remove_file(&paused);
+        let cut = (slot.host.id.clone(), start, now());
+        world.journal.lock().unwrap().cuts.push(cut);
+        world.fault(kind);
+    }
+}
+
+/// The first line of `file` once it has one (5 s at most).
+async fn read_when_there(file: &Path) -> Option<String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(text) = std::fs::read_to_string(file) {
+            if let Some(line) = text.lines().next().filter(|l| !l.is_empty()) {
+                return Some(line.to_string());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
 }
 
 /// Sets a one-shot knob and waits (6 s at most) for a deploy run to take it; false (and the

@@ -9,11 +9,21 @@
 //!   the lock node's in-flight record names this host, agent pid, path, instance and version;
 //! - a host with a role: the first request of the persistent `/role-locks/ROLE` is the host's.
 //!
-//! It records a [`Verdict`] per run and answers `ok` (the answer is only a go signal). A check
-//! it could not make (ZooKeeper unreachable) is recorded as unknown, never as a violation;
-//! so is one that took too long (see `checker.rs`): a holder's session can only have
-//! expired behind its back if the oracle looked seconds after the agent's last write.
-//! Parallel leases (a later issue) would check "one of the first `size` contenders" here.
+//! - or, for a host without a role that does not hold the node lock: one of the leases of
+//!   the semaphore `/agent-semaphores/<name>` is the host's (its data `... (HOST)`), made by
+//!   the same session as its host node, and the in-flight record kept under that lease's name
+//!   in the data of the semaphore's guard `/agent-semaphores/<name>-__lock__` names this host,
+//!   agent pid, path, instance and version. That record is how a script proves it holds a
+//!   lease, as the lock node's record does for the lock.
+//!
+//! Health checks (KIND `health`) ask too: they run while the deploy step's lock or lease is
+//! held, with its in-flight record still in place.
+//!
+//! It records a [`Verdict`] per run (with what was held: `lock`, `lease` or `role`) and
+//! answers `ok` (the answer is only a go signal). A check it could not make (ZooKeeper
+//! unreachable) is recorded as unknown, never as a violation; so is one that took too long
+//! (see `checker.rs`): a holder's session can only have expired behind its back if the
+//! oracle looked seconds after the agent's last write.
 
 use std::sync::{Arc, Mutex};
 
@@ -44,6 +54,8 @@ pub struct Verdict {
     pub check: Check,
     /// How long the check took, in seconds (from the script's connection to the verdict).
     pub elapsed: f64,
+    /// What the run held when the check passed: `lock`, `lease`, `role` (empty otherwise).
+    pub held: &'static str,
 }
 
 /// Serves until the listener is dropped with the task; verdicts go to `out`.
@@ -77,18 +89,172 @@ pub async fn serve(listener: TcpListener, zk: Arc<Zk>, out: Arc<Mutex<Vec<Verdic
 async fn check(zk: &Zk, line: &str) -> Verdict {
     let f: Vec<&str> = line.split(' ').collect();
     let id = f.first().copied().unwrap_or("").to_string();
-    let check = if f.len() != 8 {
-        Check::Bad(format!("malformed oracle request {line:?}"))
+    let (check, held) = if f.len() != 8 {
+        (Check::Bad(format!("malformed oracle request {line:?}")), "")
+    } else if f[2] == "1" {
+        // The script's parent is init: its agent was SIGKILLed as it started the script (the
+        // nemesis kills an agent's children as it found them just before), so the run cannot
+        // say which agent it belongs to.
+        (
+            Check::Unknown(format!("{}: its agent died as it started", f[0])),
+            "",
+        )
     } else if f[3] != "-" {
-        role_check(zk, f[1], f[3]).await
+        (role_check(zk, f[1], f[3]).await, "role")
     } else {
-        node_check(zk, f[1], f[2], f[5], f[6], f[7]).await
+        let run = Holder {
+            host: f[1],
+            pid: f[2],
+            path: f[5],
+            n: f[6],
+            version: f[7],
+        };
+        match node_check(zk, &run).await {
+            Check::Bad(lock_why) => match lease_check(zk, &run).await {
+                Check::Bad(lease_why) => (
+                    Check::Bad(format!(
+                        "neither the lock ({lock_why}) nor a lease ({lease_why})"
+                    )),
+                    "",
+                ),
+                other => (other, "lease"),
+            },
+            other => (other, "lock"),
+        }
     };
+    let held = if matches!(check, Check::Ok) { held } else { "" };
     Verdict {
         id,
         check,
         elapsed: 0.0,
+        held,
     }
+}
+
+/// Who a run says it is.
+struct Holder<'a> {
+    host: &'a str,
+    pid: &'a str,
+    path: &'a str,
+    n: &'a str,
+    version: &'a str,
+}
+
+impl Holder<'_> {
+    /// Checks an in-flight record against the run; `place` names where it was found.
+    fn matches(&self, record: &Value, place: &str) -> Check {
+        let text = |k: &str| match record.get(k) {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+            None => String::new(),
+        };
+        let want = [
+            ("host", self.host),
+            ("pid", self.pid),
+            ("path", self.path),
+            ("n", self.n),
+            ("version", self.version),
+        ];
+        for (k, v) in want {
+            if text(k) != v {
+                return Check::Bad(format!(
+                    "the in-flight record in {place} says {k} = {:?}, the run {v:?}: {record}",
+                    text(k)
+                ));
+            }
+        }
+        Check::Ok
+    }
+
+    /// The session of the host's node (`Err`: the check to give).
+    async fn session(&self, zk: &Zk, holding: &str) -> Result<i64, Check> {
+        let hp = format!("/hosts/{}", self.host);
+        let h2 = hp.clone();
+        match zk.call(|c| async move { c.check_stat(&h2).await }).await {
+            Ok(Some(s)) => Ok(s.ephemeral_owner),
+            Ok(None) => Err(Check::Bad(format!(
+                "{hp} is missing while {} holds {holding}",
+                self.host
+            ))),
+            Err(e) => Err(Check::Unknown(format!("stat {hp}: {e}"))),
+        }
+    }
+}
+
+/// The semaphore of an application path (README, "Rolling deploys").
+pub fn semaphore_node(path: &str) -> String {
+    format!(
+        "/agent-semaphores/{}",
+        path.trim_start_matches('/').replace('/', ",")
+    )
+}
+
+/// The run holds a lease of its node's semaphore, with its in-flight record in the guard.
+async fn lease_check(zk: &Zk, run: &Holder<'_>) -> Check {
+    let sem = semaphore_node(run.path);
+    let s = sem.clone();
+    if let Err(e) = zk.call(|c| async move { c.sync(&s).await }).await {
+        return Check::Unknown(format!("sync {sem}: {e}"));
+    }
+    let s = sem.clone();
+    let leases = match zk
+        .call_opt(|c| async move { c.list_children(&s).await })
+        .await
+    {
+        Ok(Some(l)) => l,
+        Ok(None) => return Check::Bad(format!("{sem} does not exist")),
+        Err(e) => return Check::Unknown(format!("list {sem}: {e}")),
+    };
+    let mut ours = Vec::new();
+    for lease in &leases {
+        let node = format!("{sem}/{lease}");
+        let n2 = node.clone();
+        match zk.call_opt(|c| async move { c.get_data(&n2).await }).await {
+            Ok(Some((data, stat))) => {
+                if String::from_utf8_lossy(&data).ends_with(&format!("({})", run.host)) {
+                    ours.push((lease.clone(), stat.ephemeral_owner));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => return Check::Unknown(format!("get {node}: {e}")),
+        }
+    }
+    if ours.is_empty() {
+        return Check::Bad(format!(
+            "no lease of {sem} is {}'s ({} leases)",
+            run.host,
+            leases.len()
+        ));
+    }
+    let session = match run.session(zk, &sem).await {
+        Ok(s) => s,
+        Err(check) => return check,
+    };
+    let guard = format!("{sem}-__lock__");
+    let g = guard.clone();
+    let records = match zk.call(|c| async move { c.get_data(&g).await }).await {
+        Ok((data, _)) => decode(&data)
+            .get("in-flight")
+            .cloned()
+            .unwrap_or(Value::Null),
+        Err(e) => return Check::Unknown(format!("get {guard}: {e}")),
+    };
+    let mut why = Vec::new();
+    for (lease, owner) in ours {
+        if owner != session {
+            why.push(format!(
+                "lease {lease} belongs to session {owner:#x}, /hosts/{} to {session:#x}",
+                run.host
+            ));
+            continue;
+        }
+        let record = records.get(&lease).cloned().unwrap_or(Value::Null);
+        match run.matches(&record, &format!("{guard} for lease {lease}")) {
+            Check::Ok => return Check::Ok,
+            Check::Bad(w) | Check::Unknown(w) => why.push(w),
+        }
+    }
+    Check::Bad(why.join("; "))
 }
 
 /// The lock node of an application path (README, "Concepts").
@@ -106,8 +272,9 @@ fn seq(name: &str) -> &str {
         .unwrap_or(name)
 }
 
-async fn node_check(zk: &Zk, host: &str, pid: &str, path: &str, n: &str, version: &str) -> Check {
-    let lock = lock_node(path);
+async fn node_check(zk: &Zk, run: &Holder<'_>) -> Check {
+    let host = run.host;
+    let lock = lock_node(run.path);
     let l = lock.clone();
     if let Err(e) = zk.call(|c| async move { c.sync(&l).await }).await {
         return Check::Unknown(format!("sync {lock}: {e}"));
@@ -137,16 +304,13 @@ async fn node_check(zk: &Zk, host: &str, pid: &str, path: &str, n: &str, version
     if !identifier.ends_with(&format!("({host})")) {
         return Check::Bad(format!("{lock} is held by {identifier:?}, not by {host}"));
     }
-    let hp = format!("/hosts/{host}");
-    let h2 = hp.clone();
-    let owner = match zk.call(|c| async move { c.check_stat(&h2).await }).await {
-        Ok(Some(s)) => s.ephemeral_owner,
-        Ok(None) => return Check::Bad(format!("{hp} is missing while {host} holds {lock}")),
-        Err(e) => return Check::Unknown(format!("stat {hp}: {e}")),
+    let owner = match run.session(zk, &lock).await {
+        Ok(s) => s,
+        Err(check) => return check,
     };
     if owner != stat.ephemeral_owner {
         return Check::Bad(format!(
-            "{node} belongs to session {:#x}, {hp} to session {owner:#x}",
+            "{node} belongs to session {:#x}, /hosts/{host} to session {owner:#x}",
             stat.ephemeral_owner
         ));
     }
@@ -156,27 +320,7 @@ async fn node_check(zk: &Zk, host: &str, pid: &str, path: &str, n: &str, version
         Err(e) => return Check::Unknown(format!("get {lock}: {e}")),
     };
     let record = props.get("in-flight").cloned().unwrap_or(Value::Null);
-    let text = |k: &str| match record.get(k) {
-        Some(Value::String(s)) => s.clone(),
-        Some(v) => v.to_string(),
-        None => String::new(),
-    };
-    let want = [
-        ("host", host),
-        ("pid", pid),
-        ("path", path),
-        ("n", n),
-        ("version", version),
-    ];
-    for (k, v) in want {
-        if text(k) != v {
-            return Check::Bad(format!(
-                "the in-flight record of {lock} says {k} = {:?}, the run {v:?}: {record}",
-                text(k)
-            ));
-        }
-    }
-    Check::Ok
+    run.matches(&record, &lock)
 }
 
 async fn role_check(zk: &Zk, host: &str, role: &str) -> Check {

@@ -4,10 +4,11 @@
 //!
 //! Every run (but undeploys, which take no lock) first asks the lock oracle (`oracle.rs`,
 //! over TCP at `$SOAK_ORACLE`) to check, while the script runs, that its host holds the lock
-//! it must hold; then it appends `start ID HOST AGENT-PID KIND PATH N VERSION TIME` to
+//! it must hold; then it appends `start ID HOST AGENT-PID KIND PATH N VERSION TIME PKG` (PKG:
+//! its package's version) to
 //! `$SOAK_DIR/scripts.log`, works for a moment, and appends `end ID ... TIME RC` just before
 //! it exits (TIME from `date +%s.%N`, one clock for the whole machine). KIND is `deploy`,
-//! `undeploy`, `starting-deployments` or `ending-deployments`.
+//! `undeploy`, `starting-deployments`, `ending-deployments` or `health`.
 //!
 //! One-shot fault knobs, files in `$SOAK_DIR/knobs/HOST/` taken (renamed) by the first
 //! deploy run that finds them:
@@ -15,7 +16,22 @@
 //! - `hang`: the run writes its pid to `hanging` and waits; SIGTERM makes it fail (exit 7),
 //!   SIGUSR1 lets it finish normally (the nemesis's deadline decides which);
 //! - `daemon`: the run starts a background process that keeps the script's stdout open for
-//!   3 s after the script exits.
+//!   3 s after the script exits;
+//! - `pause` (deploy or health run): the run writes `ID KIND PATH N VERSION` to `paused` and
+//!   waits while that file exists (20 s at most): the nemesis kills its agent (a holder
+//!   killed mid-step) or cuts its session, then removes the file.
+//!
+//! The same script is the packages' `zookeeper-health` check (KIND `health`, installed for
+//! the versions [`super::tree::has_health`] names): it asks the oracle and logs like the
+//! others, and passes at once unless a health knob says otherwise:
+//! - `health-slow`: this run fails, the next one of the instance passes;
+//! - `health-never`: every run of the instance fails for longer than the node's
+//!   `health-deadline` (so the step fails and halts the cluster), then they pass again;
+//! - `health-hang`: the run never ends by itself (the agent kills it at the deadline).
+//!
+//! A health check logs its `start` before it asks the oracle (waiting 1 s at most for the
+//! answer: a slow oracle must not fail the check), and a watcher logs its `end` (status 137)
+//! if the agent kills it at its deadline (a hang, or a pause longer than the deadline).
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -31,26 +47,75 @@ knobs=$SOAK_DIR/knobs/$host
 log=$SOAK_DIR/scripts.log
 role=${ZKDEPLOYMENT_ROLE:--}
 kind=$me n=- path=${1:--}
-if [ "$me" = zookeeper-deploy ]; then
+if [ "$me" = zookeeper-deploy ] || [ "$me" = zookeeper-health ]; then
   kind=deploy
+  [ "$me" = zookeeper-health ] && kind=health
   if [ "$1" = -u ]; then kind=undeploy; shift; fi
   if [ "$1" = -r ]; then shift 2; fi
   path=$1 n=$2
 fi
 id="$host:$$:$RANDOM$RANDOM"
+watcher=
 finish() {
+  [ -n "$watcher" ] && kill "$watcher" 2>/dev/null
   echo "end $id $host $kind $path $n $ver $(date +%s.%N) $1" >> "$log"
   exit "$1"
 }
+oracle_wait=20
+if [ "$kind" = health ]; then
+  # The agent kills a check at its deadline: log the start first, have a watcher log the
+  # end (137) once this shell is gone or a zombie (the agent may reap it late), and wait
+  # for the oracle briefly (a slow oracle must not fail the check).
+  echo "start $id $host $PPID $kind $path $n $ver $(date +%s.%N) ${pkgver:--}" >> "$log"
+  ( while grep -qs '^State:[[:space:]]*[^Z]' /proc/$$/status; do sleep 0.02; done
+    echo "end $id $host $kind $path $n $ver $(date +%s.%N) 137" >> "$log" ) >/dev/null 2>&1 &
+  watcher=$!
+  oracle_wait=1
+fi
 if [ "$kind" != undeploy ]; then
   answer=noconnect
   if exec 3<>"/dev/tcp/127.0.0.1/$SOAK_ORACLE"; then
     printf '%s\n' "$id $host $PPID $role $kind $path $n $ver" >&3
-    read -r -t 20 answer <&3 || answer=noanswer
+    read -r -t "$oracle_wait" answer <&3 || answer=noanswer
     exec 3>&-
   fi
 fi
-echo "start $id $host $PPID $kind $path $n $ver $(date +%s.%N)" >> "$log"
+[ "$kind" = health ] || echo "start $id $host $PPID $kind $path $n $ver $(date +%s.%N) ${pkgver:--}" >> "$log"
+take() { [ -e "$knobs/$1" ] && mv "$knobs/$1" "$knobs/$1.$$" 2>/dev/null; }
+if { [ "$kind" = deploy ] || [ "$kind" = health ]; } && take pause; then
+  echo "$id $kind $path $n $ver" > "$knobs/paused.$$" && mv "$knobs/paused.$$" "$knobs/paused"
+  for _ in $(seq 200); do [ -e "$knobs/paused" ] || break; sleep 0.1; done
+  rm -f "$knobs/paused"
+fi
+if [ "$kind" = health ]; then
+  inst=$(printf %s "$path" | tr / ,).$n
+  state="$knobs/health-state.$inst"
+  if take health-hang; then
+    echo "soak: hanging"
+    for _ in $(seq 600); do sleep 0.1; done
+    finish 1
+  fi
+  if take health-slow; then echo "slow 1" > "$state"; fi
+  if take health-never; then echo "never $(( $(date +%s) + 7 ))" > "$state"; fi
+  read -r mode left < "$state" 2>/dev/null
+  case $mode in
+    slow)
+      if [ "$left" -gt 0 ]; then
+        echo "slow $((left - 1))" > "$state"
+        echo "soak: not healthy yet ($left more)"
+        finish 1
+      fi
+      rm -f "$state" ;;
+    never)
+      if [ "$(date +%s)" -lt "$left" ]; then
+        echo "soak: never healthy"
+        finish 1
+      fi
+      rm -f "$state" ;;
+  esac
+  sleep "0.0$((RANDOM % 10))"
+  finish 0
+fi
 if [ "$kind" = deploy ]; then
   if [ -e "$knobs/fail" ] && mv "$knobs/fail" "$knobs/fail.$$" 2>/dev/null; then
     echo "soak: $path failing as the nemesis asked"
@@ -80,7 +145,8 @@ finish 0
 "#;
 
 /// Replaces the scripts of every package in `fake`'s repository with [`SCRIPT`] (before
-/// anything is installed).
+/// anything is installed), and adds it as the `zookeeper-health` check of the versions that
+/// have one.
 pub fn install(fake: &FakeYum) {
     for p in PACKAGES {
         let bin = fake
@@ -90,9 +156,15 @@ pub fn install(fake: &FakeYum) {
             .join(format!("{}.noarch", p.evr()))
             .join(p.instdir.trim_start_matches('/'))
             .join("bin");
-        for script in p.scripts {
+        let health = p
+            .scripts
+            .contains(&"zookeeper-deploy")
+            .then_some("zookeeper-health")
+            .filter(|_| super::tree::has_health(p.name, p.version));
+        for script in p.scripts.iter().copied().chain(health) {
             let path = bin.join(script);
-            std::fs::write(&path, SCRIPT).expect("write a soak script");
+            let text = SCRIPT.replacen("\n", &format!("\npkgver={}\n", p.version), 1);
+            std::fs::write(&path, text).expect("write a soak script");
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
                 .expect("chmod a soak script");
         }

@@ -4,9 +4,12 @@
 
 use serde_json::json;
 
+use std::collections::BTreeMap;
+
 use super::checker::{check, Counts, RunLog};
 use super::oracle::{Check, Verdict};
-use super::world::Journal;
+use super::tree::{AcmeNode, MaxParallel, Tree};
+use super::world::{HolderKill, Journal};
 
 fn run(id: &str, host: &str, path: &str, start: f64, end: Option<f64>, rc: Option<i32>) -> RunLog {
     RunLog {
@@ -17,24 +20,79 @@ fn run(id: &str, host: &str, path: &str, start: f64, end: Option<f64>, rc: Optio
         path: path.into(),
         n: "0".into(),
         version: "v1".into(),
+        pkg: "1.4".into(),
         start,
         end,
         rc,
     }
 }
 
+/// A tree whose `/acme/a` and `/acme/b` are deployed to `h1`..`h4` with `parallel` and
+/// `canary`, foo at `pkg`.
+fn tree(parallel: MaxParallel, canary: Option<u32>, pkg: &'static str) -> Tree {
+    let hosts: BTreeMap<String, u32> = ["h1", "h2", "h3", "h4"]
+        .iter()
+        .map(|h| (h.to_string(), 1))
+        .collect();
+    let node = AcmeNode {
+        hosts,
+        rev: 0,
+        parallel,
+        canary,
+    };
+    Tree {
+        foo: pkg,
+        webrc: "1.0",
+        acme: [("a".to_string(), node.clone()), ("b".to_string(), node)].into(),
+        webapp: BTreeMap::new(),
+        extra: None,
+    }
+}
+
+/// One commit `v1` (made at time 0) of [`tree`].
+fn commits(parallel: MaxParallel, canary: Option<u32>) -> Vec<(String, f64, Tree)> {
+    vec![("v1".into(), 0.0, tree(parallel, canary, "1.4"))]
+}
+
+/// Verdicts: every run held what it needed (the node lock, or the role lock).
 fn ok(runs: &[RunLog]) -> Vec<Verdict> {
+    held(runs, "lock")
+}
+
+/// Verdicts: every run of an `/acme` node held `how` (`lock` or `lease`).
+fn held(runs: &[RunLog], how: &'static str) -> Vec<Verdict> {
     runs.iter()
         .map(|r| Verdict {
             id: r.id.clone(),
             check: Check::Ok,
             elapsed: 0.01,
+            held: if r.path.starts_with("/acme/") {
+                how
+            } else {
+                "role"
+            },
         })
         .collect()
 }
 
-fn violations(mut runs: Vec<RunLog>, verdicts: Vec<Verdict>, journal: &Journal) -> Vec<String> {
-    check(&mut runs, &verdicts, journal, &mut Counts::default())
+fn violations(runs: Vec<RunLog>, verdicts: Vec<Verdict>, journal: &Journal) -> Vec<String> {
+    violations_at(runs, verdicts, journal, &commits(MaxParallel::Unset, None))
+}
+
+fn violations_at(
+    mut runs: Vec<RunLog>,
+    verdicts: Vec<Verdict>,
+    journal: &Journal,
+    commits: &[(String, f64, Tree)],
+) -> Vec<String> {
+    check(
+        &mut runs,
+        &verdicts,
+        journal,
+        commits,
+        &[],
+        &mut Counts::default(),
+    )
 }
 
 fn halt(host: &str, error: &str, time: f64) -> (f64, serde_json::Map<String, serde_json::Value>) {
@@ -66,7 +124,9 @@ fn two_hosts_inside_one_node_lock_are_flagged() {
     ];
     let found = violations(runs.clone(), ok(&runs), &Journal::default());
     assert!(
-        found.len() == 1 && found[0].contains("inside /acme/a"),
+        found.len() == 2
+            && found[0].contains("2 hosts inside /acme/a")
+            && found[1].contains("two holders of the node lock"),
         "{found:?}"
     );
 }
@@ -79,7 +139,7 @@ fn two_role_hosts_inside_the_role_lock_are_flagged() {
     let runs = vec![a, b];
     let found = violations(runs.clone(), ok(&runs), &Journal::default());
     assert!(
-        found.len() == 1 && found[0].contains("role:web"),
+        found.len() == 1 && found[0].contains("inside the role lock"),
         "{found:?}"
     );
 }
@@ -92,6 +152,7 @@ fn a_run_without_its_lock_is_flagged_unless_the_check_was_late() {
             id: "a".into(),
             check: Check::Bad("held by h2".into()),
             elapsed,
+            held: "",
         }]
     };
     let found = violations(runs.clone(), bad(0.05), &Journal::default());
@@ -104,6 +165,8 @@ fn a_run_without_its_lock_is_flagged_unless_the_check_was_late() {
         &mut runs.clone(),
         &bad(3.0),
         &Journal::default(),
+        &commits(MaxParallel::Unset, None),
+        &[],
         &mut counts,
     );
     assert_eq!(found, Vec::<String>::new());
@@ -196,5 +259,429 @@ fn a_version_recorded_after_a_failed_run_without_a_new_pass_is_flagged() {
     assert_eq!(
         violations(more.clone(), ok(&more), &journal),
         Vec::<String>::new()
+    );
+}
+
+// Rolling deploys: leases, canaries, health checks.
+
+#[test]
+fn k_hosts_under_leases_are_fine_and_k_plus_one_is_flagged() {
+    let k2 = commits(MaxParallel::Count(2), None);
+    let two = vec![
+        run("a", "h1", "/acme/a", 1.0, Some(2.0), Some(0)),
+        run("b", "h2", "/acme/a", 1.5, Some(3.0), Some(0)),
+        run("c", "h3", "/acme/a", 2.5, Some(3.5), Some(0)),
+    ];
+    let found = violations_at(two.clone(), held(&two, "lease"), &Journal::default(), &k2);
+    assert_eq!(found, Vec::<String>::new());
+    // A third host while two are inside.
+    let mut three = two.clone();
+    three.push(run("d", "h4", "/acme/a", 1.8, Some(2.2), Some(0)));
+    let found = violations_at(
+        three.clone(),
+        held(&three, "lease"),
+        &Journal::default(),
+        &k2,
+    );
+    assert!(
+        found.len() == 1
+            && found[0].contains("3 hosts inside /acme/a")
+            && found[0].contains("max-parallel 2"),
+        "{found:?}"
+    );
+    // 50% of 4 deploy targets is 2 as well.
+    let half = commits(MaxParallel::Percent(50), None);
+    let found = violations_at(
+        three.clone(),
+        held(&three, "lease"),
+        &Journal::default(),
+        &half,
+    );
+    assert!(
+        found.len() == 1 && found[0].contains("3 hosts inside"),
+        "{found:?}"
+    );
+    // A health check keeps its step inside: h1's check until 2.6 makes h3 the third.
+    let mut checked = two.clone();
+    let mut health = run("ha", "h1", "/acme/a", 2.1, Some(2.6), Some(0));
+    health.kind = "health".into();
+    checked.push(health);
+    let found = violations_at(
+        checked.clone(),
+        held(&checked, "lease"),
+        &Journal::default(),
+        &k2,
+    );
+    assert!(
+        found.len() == 1 && found[0].contains("3 hosts inside"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_k_that_changed_between_versions_is_judged_by_the_version_deployed() {
+    // v1 allows 3, v2 (committed at 5.0) 1: three at once at v1 are fine, at v2 not.
+    let commits = vec![
+        (
+            "v1".to_string(),
+            0.0,
+            tree(MaxParallel::Count(3), None, "1.4"),
+        ),
+        ("v2".to_string(), 5.0, tree(MaxParallel::Unset, None, "1.4")),
+    ];
+    let at = |version: &str, start: f64| {
+        let mut runs = vec![
+            run("a", "h1", "/acme/a", start, Some(start + 1.0), Some(0)),
+            run(
+                "b",
+                "h2",
+                "/acme/a",
+                start + 0.2,
+                Some(start + 1.0),
+                Some(0),
+            ),
+            run(
+                "c",
+                "h3",
+                "/acme/a",
+                start + 0.4,
+                Some(start + 1.0),
+                Some(0),
+            ),
+        ];
+        for r in &mut runs {
+            r.version = version.into();
+        }
+        runs
+    };
+    let v1 = at("v1", 1.0);
+    let found = violations_at(
+        v1.clone(),
+        held(&v1, "lease"),
+        &Journal::default(),
+        &commits,
+    );
+    assert_eq!(found, Vec::<String>::new());
+    let v2 = at("v2", 6.0);
+    let found = violations_at(v2.clone(), held(&v2, "lock"), &Journal::default(), &commits);
+    assert!(
+        found
+            .iter()
+            .any(|f| f.contains("3 hosts inside /acme/a") && f.contains("max-parallel 1")),
+        "{found:?}"
+    );
+    // v1 deployed while v2's tree was already written (committed before the run) may use
+    // either: a lease at v1 after 5.0 is fine, and a lease where only K = 1 applies is not.
+    let late = at("v1", 6.0);
+    let found = violations_at(
+        late.clone(),
+        held(&late, "lease"),
+        &Journal::default(),
+        &commits,
+    );
+    assert_eq!(found, Vec::<String>::new());
+    let one = vec![run("x", "h1", "/acme/a", 6.0, Some(7.0), Some(0))];
+    let mut one_v2 = one.clone();
+    one_v2[0].version = "v2".into();
+    let found = violations_at(
+        one_v2.clone(),
+        held(&one_v2, "lease"),
+        &Journal::default(),
+        &commits,
+    );
+    assert!(
+        found.len() == 1 && found[0].contains("a lease of /acme/a where max-parallel is 1"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_script_or_health_check_without_its_lease_is_flagged() {
+    let mut runs = vec![
+        run("a", "h1", "/acme/a", 1.0, Some(1.5), Some(0)),
+        run("b", "h1", "/acme/a", 1.6, Some(1.7), Some(0)),
+    ];
+    runs[1].kind = "health".into();
+    for bad in ["a", "b"] {
+        let mut verdicts = held(&runs, "lease");
+        for v in &mut verdicts {
+            if v.id == bad {
+                v.check = Check::Bad("no lease of /agent-semaphores/acme,a is h1's".into());
+                v.held = "";
+            }
+        }
+        let found = violations_at(
+            runs.clone(),
+            verdicts,
+            &Journal::default(),
+            &commits(MaxParallel::Count(2), None),
+        );
+        assert!(
+            found.len() == 1 && found[0].contains("without its lock") && found[0].contains(bad),
+            "{bad}: {found:?}"
+        );
+    }
+}
+
+#[test]
+fn a_lease_before_the_canaries_passed_is_flagged() {
+    let commits = commits(MaxParallel::Count(3), Some(2));
+    // h1 and h2 are canaries (the node lock, one at a time), then h3 and h4 take leases.
+    let good = vec![
+        run("a", "h1", "/acme/a", 1.0, Some(1.5), Some(0)),
+        run("b", "h2", "/acme/a", 1.6, Some(2.0), Some(0)),
+        run("c", "h3", "/acme/a", 2.1, Some(3.0), Some(0)),
+        run("d", "h4", "/acme/a", 2.2, Some(3.0), Some(0)),
+    ];
+    let verdicts = |runs: &[RunLog]| {
+        let mut v = held(runs, "lease");
+        v[0].held = "lock";
+        v[1].held = "lock";
+        v
+    };
+    let found = violations_at(good.clone(), verdicts(&good), &Journal::default(), &commits);
+    assert_eq!(found, Vec::<String>::new());
+    // h3 starts under a lease while the second canary still runs.
+    let mut early = good.clone();
+    early[2].start = 1.8;
+    let found = violations_at(
+        early.clone(),
+        verdicts(&early),
+        &Journal::default(),
+        &commits,
+    );
+    assert!(
+        found.len() == 1 && found[0].contains("after 1 canaries") && found[0].contains("2 needed"),
+        "{found:?}"
+    );
+    // A canary whose health check never passed does not count.
+    let mut unhealthy = good.clone();
+    let mut check = run("hb", "h2", "/acme/a", 2.02, Some(2.05), Some(1));
+    check.kind = "health".into();
+    unhealthy.push(check);
+    let mut journal = Journal::default();
+    journal.halts.push(halt(
+        "h2",
+        "Health check failed for /acme/a 0: soak: never healthy",
+        1.95,
+    ));
+    let mut v = verdicts(&unhealthy);
+    v[4].held = "lock";
+    let found = violations_at(unhealthy.clone(), v, &journal, &commits);
+    assert!(
+        found.iter().filter(|f| f.contains("canaries")).count() == 2,
+        "{found:?}"
+    );
+    // Two canaries at once under the node lock.
+    let mut both = good.clone();
+    both[1].start = 1.4;
+    let found = violations_at(both.clone(), verdicts(&both), &Journal::default(), &commits);
+    assert!(
+        found
+            .iter()
+            .any(|f| f.contains("two holders of the node lock")),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_version_recorded_after_a_failed_health_check_is_flagged() {
+    let mut runs = vec![
+        run("a", "h1", "/acme/a", 1.0, Some(1.2), Some(0)),
+        run("b", "h1", "/acme/a", 1.3, Some(1.4), Some(1)),
+        run("c", "h1", "/acme/a", 3.3, Some(3.4), Some(1)),
+    ];
+    runs[1].kind = "health".into();
+    runs[2].kind = "health".into();
+    let mut journal = Journal::default();
+    journal.halts.push(halt(
+        "h1",
+        "Health check failed for /acme/a 0: soak: never healthy",
+        3.5,
+    ));
+    journal.samples.push(("h1".into(), "v1".into(), 100, 4.0));
+    let found = violations(runs.clone(), ok(&runs), &journal);
+    assert!(
+        found.len() == 1 && found[0].contains("recorded version v1"),
+        "{found:?}"
+    );
+    // A retry that failed before a check that passed is no failure.
+    let mut healthy = runs.clone();
+    healthy[2].rc = Some(0);
+    let found = violations(
+        healthy.clone(),
+        ok(&healthy),
+        &Journal {
+            samples: journal.samples.clone(),
+            ..Journal::default()
+        },
+    );
+    assert_eq!(found, Vec::<String>::new());
+    // A package with a health check whose deploy was never followed by one.
+    let mut unchecked = vec![runs[0].clone()];
+    unchecked[0].pkg = "2.0".into();
+    let found = violations(
+        unchecked.clone(),
+        ok(&unchecked),
+        &Journal {
+            samples: journal.samples.clone(),
+            ..Journal::default()
+        },
+    );
+    assert!(
+        found.len() == 1 && found[0].contains("recorded version v1"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_failed_health_check_must_halt_with_its_message() {
+    let mut runs = vec![
+        run("a", "h1", "/acme/a", 1.0, Some(1.2), Some(0)),
+        run("b", "h1", "/acme/a", 1.3, Some(5.4), Some(137)),
+    ];
+    runs[1].kind = "health".into();
+    let found = violations(runs.clone(), ok(&runs), &Journal::default());
+    assert!(
+        found
+            .iter()
+            .any(|f| f.contains("halted nothing with \"Health check failed for /acme/a 0: ")),
+        "{found:?}"
+    );
+    // The wrong message: a failed script's.
+    let mut journal = Journal::default();
+    journal.halts.push(halt("h1", "Command failed: ...", 5.5));
+    let found = violations(runs.clone(), ok(&runs), &journal);
+    assert!(
+        found.iter().any(|f| f.contains("no fault explains")),
+        "{found:?}"
+    );
+    let mut journal = Journal::default();
+    journal.halts.push(halt(
+        "h1",
+        "Health check failed for /acme/a 0: still running after 4 s",
+        5.5,
+    ));
+    assert_eq!(
+        violations(runs.clone(), ok(&runs), &journal),
+        Vec::<String>::new()
+    );
+    // A health check with no successful deploy run before it.
+    let mut orphan = runs.clone();
+    orphan[0].rc = Some(3);
+    let found = violations(orphan.clone(), ok(&orphan), &journal);
+    assert!(
+        found
+            .iter()
+            .any(|f| f.contains("without a successful deploy run")),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_killed_lease_holder_must_be_named_by_a_halt() {
+    let runs = vec![run("a", "h1", "/acme/a", 1.0, None, None)];
+    let mut journal = Journal::default();
+    journal.kills.push(("h1".into(), 1.5));
+    journal.holder_kills.push(HolderKill {
+        host: "h1".into(),
+        run: "a".into(),
+        kind: "deploy".into(),
+        path: "/acme/a".into(),
+        n: "0".into(),
+        version: "v1".into(),
+        time: 1.5,
+    });
+    let k2 = commits(MaxParallel::Count(2), None);
+    let found = violations_at(runs.clone(), held(&runs, "lease"), &journal, &k2);
+    assert!(
+        found.len() == 1 && found[0].contains("no halt named it"),
+        "{found:?}"
+    );
+    let named = ["halting the cluster: h1.example.com (h1) died deploying /acme/a 0 (version v1) since 1.0: in-flight record of lease abc left in /agent-semaphores/acme,a-__lock__".to_string()];
+    let mut counts = Counts::default();
+    let found = check(
+        &mut runs.clone(),
+        &held(&runs, "lease"),
+        &journal,
+        &k2,
+        &named,
+        &mut counts,
+    );
+    assert_eq!(found, Vec::<String>::new());
+    assert_eq!((counts.killed_leases, counts.named), (1, 1));
+}
+
+#[test]
+fn steps_under_the_other_kind_of_place_are_counted_not_flagged() {
+    // v1 (K = 1) under the node lock still inside when v2 (K = 2) takes two leases: the
+    // semaphore does not see the lock's holder (a known gap, counted as `cross`).
+    let commits = vec![
+        ("v1".to_string(), 0.0, tree(MaxParallel::Unset, None, "1.4")),
+        (
+            "v2".to_string(),
+            1.0,
+            tree(MaxParallel::Count(2), None, "1.4"),
+        ),
+    ];
+    let mut runs = vec![
+        run("a", "h1", "/acme/a", 1.0, Some(3.0), Some(0)),
+        run("b", "h2", "/acme/a", 1.5, Some(3.0), Some(0)),
+        run("c", "h3", "/acme/a", 1.6, Some(3.0), Some(0)),
+    ];
+    runs[1].version = "v2".into();
+    runs[2].version = "v2".into();
+    let mut verdicts = held(&runs, "lease");
+    verdicts[0].held = "lock";
+    let mut counts = Counts::default();
+    let found = check(
+        &mut runs.clone(),
+        &verdicts,
+        &Journal::default(),
+        &commits,
+        &[],
+        &mut counts,
+    );
+    assert_eq!(found, Vec::<String>::new());
+    assert_eq!(counts.cross, 1);
+    assert!(counts
+        .cross_example
+        .unwrap()
+        .contains("3 hosts inside /acme/a"));
+    // A third lease is flagged all the same.
+    runs.push(run("d", "h4", "/acme/a", 1.7, Some(3.0), Some(0)));
+    runs[3].version = "v2".into();
+    let mut verdicts = held(&runs, "lease");
+    verdicts[0].held = "lock";
+    let found = violations_at(runs, verdicts, &Journal::default(), &commits);
+    assert!(
+        found.len() == 1 && found[0].contains("4 hosts inside"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_holder_a_resumed_halt_declared_dead_no_longer_counts() {
+    let runs = vec![
+        run("a", "h1", "/acme/a", 1.0, Some(9.0), Some(0)),
+        run("b", "h2", "/acme/a", 5.0, Some(6.0), Some(0)),
+    ];
+    let halted = ["halting the cluster: h1.example.com (h1) died deploying /acme/a 0 (version v1) since 1.0: in-flight record left in /agent-locks/acme,a".to_string()];
+    let mut counts = Counts::default();
+    let found = check(
+        &mut runs.clone(),
+        &ok(&runs),
+        &Journal::default(),
+        &commits(MaxParallel::Unset, None),
+        &halted,
+        &mut counts,
+    );
+    assert_eq!(found, Vec::<String>::new());
+    assert_eq!(counts.after_resume, 1);
+    // Another instance of the same host is not covered by that halt.
+    let found = violations(runs.clone(), ok(&runs), &Journal::default());
+    assert!(
+        found.iter().any(|f| f.contains("2 hosts inside")),
+        "{found:?}"
     );
 }

@@ -3,6 +3,12 @@
 //! `web` get `/webapp/<node> : webapp` deployments through the role controller `webrc`
 //! (`/roles/web`). Sometimes a file adds a new top-level node (`/extra<k>`), to exercise the
 //! syncer's ownership of top-level nodes.
+//!
+//! Rolling deploys (README, "Rolling deploys"): an `/acme` node may carry `max-parallel` (a
+//! count or a percentage of its deploy targets) and `canary`, changed between commits (the
+//! "change of max-parallel between versions needs no operator" rule); every `/acme` node has a
+//! short `health-deadline` ([`HEALTH_DEADLINE`]). Packages `foo` 1.0 and 2.0 and `webapp` have
+//! a `zookeeper-health` check (`payload.rs`), `foo` 1.4 has none.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,6 +17,32 @@ use super::rng::Rng;
 /// The role of the role hosts.
 pub const ROLE: &str = "web";
 
+/// The `health-deadline` of every `/acme` node (seconds): a check that never passes fails
+/// the step after about this long.
+pub const HEALTH_DEADLINE: u32 = 4;
+
+/// A `max-parallel` value as written in the tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxParallel {
+    /// Not written (1).
+    Unset,
+    /// A count.
+    Count(u32),
+    /// `'P%'`.
+    Percent(u32),
+}
+
+impl MaxParallel {
+    /// The effective K for a node with `targets` deploy targets (README, "Rolling deploys").
+    pub fn effective(self, targets: usize) -> usize {
+        match self {
+            MaxParallel::Unset => 1,
+            MaxParallel::Count(n) => n.max(1) as usize,
+            MaxParallel::Percent(p) => (targets * p as usize).div_ceil(100).max(1),
+        }
+    }
+}
+
 /// One `/acme` application node.
 #[derive(Debug, Clone)]
 pub struct AcmeNode {
@@ -18,6 +50,31 @@ pub struct AcmeNode {
     pub hosts: BTreeMap<String, u32>,
     /// A property bumped to change the node's data.
     pub rev: u32,
+    /// `max-parallel`.
+    pub parallel: MaxParallel,
+    /// `canary` (None: not written).
+    pub canary: Option<u32>,
+}
+
+impl AcmeNode {
+    /// The effective max-parallel K of this node.
+    pub fn k(&self) -> usize {
+        self.parallel.effective(self.hosts.len())
+    }
+
+    /// The effective canary count (0 unless K > 1).
+    pub fn c(&self) -> usize {
+        if self.k() > 1 {
+            self.canary.unwrap_or(0) as usize
+        } else {
+            0
+        }
+    }
+}
+
+/// Packages whose versions have a health check (`foo` 1.4 has none).
+pub fn has_health(rpm: &str, version: &str) -> bool {
+    !(rpm == "foo" && version == "1.4")
 }
 
 /// The whole tree of one commit.
@@ -42,7 +99,7 @@ impl Tree {
     /// A first tree for the plain hosts `plain`.
     pub fn initial(plain: &[String], rng: &mut Rng) -> Tree {
         let mut tree = Tree {
-            foo: "1.0",
+            foo: FOO[rng.below(FOO.len())],
             webrc: "1.0",
             acme: BTreeMap::new(),
             webapp: BTreeMap::new(),
@@ -62,7 +119,7 @@ impl Tree {
     pub fn mutate(&self, plain: &[String], rng: &mut Rng) -> Tree {
         let mut t = self.clone();
         for _ in 0..1 + rng.below(3) {
-            match rng.weighted(&[5.0, 2.0, 2.0, 2.0, 1.0, 1.0, 0.5, 0.5, 0.7]) {
+            match rng.weighted(&[5.0, 2.0, 2.0, 2.0, 1.0, 1.0, 0.5, 0.5, 0.7, 2.5]) {
                 0 => {
                     let k = pick_key(&t.acme, rng);
                     t.acme.get_mut(&k).unwrap().rev += 1;
@@ -75,10 +132,13 @@ impl Tree {
                     // Another host set for a node.
                     let k = pick_key(&t.acme, rng);
                     let rev = t.acme[&k].rev + 1;
+                    let (parallel, canary) = (t.acme[&k].parallel, t.acme[&k].canary);
                     t.acme.insert(
                         k,
                         AcmeNode {
                             rev,
+                            parallel,
+                            canary,
                             ..random_node(plain, rng)
                         },
                     );
@@ -107,6 +167,15 @@ impl Tree {
                         Some(k_next(t.extra, rng))
                     }
                 }
+                9 => {
+                    // Another max-parallel (and canary) for a node: K changes between versions.
+                    let k = pick_key(&t.acme, rng);
+                    let (parallel, canary) = random_rollout(rng);
+                    let node = t.acme.get_mut(&k).unwrap();
+                    node.rev += 1;
+                    node.parallel = parallel;
+                    node.canary = canary;
+                }
                 _ => {}
             }
         }
@@ -118,9 +187,18 @@ impl Tree {
         let mut acme = String::from("/acme\n");
         for (name, node) in &self.acme {
             acme.push_str(&format!(
-                "  /{name} : foo\n    version = '{}'\n    rev = {}\n    /deploy\n",
+                "  /{name} : foo\n    version = '{}'\n    rev = {}\n    health-deadline = {HEALTH_DEADLINE}\n",
                 self.foo, node.rev
             ));
+            match node.parallel {
+                MaxParallel::Unset => {}
+                MaxParallel::Count(n) => acme.push_str(&format!("    max-parallel = {n}\n")),
+                MaxParallel::Percent(p) => acme.push_str(&format!("    max-parallel = '{p}%'\n")),
+            }
+            if let Some(c) = node.canary {
+                acme.push_str(&format!("    canary = {c}\n"));
+            }
+            acme.push_str("    /deploy\n");
             for (host, n) in &node.hosts {
                 acme.push_str(&format!("      /{host}\n        n = {n}\n"));
             }
@@ -131,7 +209,7 @@ impl Tree {
         );
         for (name, (n, rev)) in &self.webapp {
             roles.push_str(&format!(
-                "  /{name} : webapp\n    version = '1.0'\n    rev = {rev}\n    /deploy\n      /{ROLE}\n        n = {n}\n"
+                "  /{name} : webapp\n    version = '1.0'\n    rev = {rev}\n    health-deadline = {HEALTH_DEADLINE}\n    /deploy\n      /{ROLE}\n        n = {n}\n"
             ));
         }
         let mut files = vec![
@@ -191,5 +269,30 @@ fn random_node(plain: &[String], rng: &mut Rng) -> AcmeNode {
         let h = rng.pick(plain).clone();
         hosts.insert(h, if rng.chance(0.25) { 2 } else { 1 });
     }
-    AcmeNode { hosts, rev: 0 }
+    let (parallel, canary) = random_rollout(rng);
+    AcmeNode {
+        hosts,
+        rev: 0,
+        parallel,
+        canary,
+    }
+}
+
+/// A random `max-parallel` (a third of the nodes keep the node lock) and `canary`.
+fn random_rollout(rng: &mut Rng) -> (MaxParallel, Option<u32>) {
+    let parallel = match rng.weighted(&[1.5, 0.5, 1.5, 1.0, 1.0, 0.7]) {
+        0 => MaxParallel::Unset,
+        1 => MaxParallel::Count(1),
+        2 => MaxParallel::Count(2),
+        3 => MaxParallel::Count(3),
+        4 => MaxParallel::Percent(30),
+        _ => MaxParallel::Percent(50),
+    };
+    let canary = match rng.weighted(&[2.0, 0.5, 1.0, 1.0]) {
+        0 => None,
+        1 => Some(0),
+        2 => Some(1),
+        _ => Some(2),
+    };
+    (parallel, canary)
 }

@@ -1,5 +1,5 @@
-//! The soak's world: a 3-server ensemble, twelve real agents (`h1`..`h8` with node locks,
-//! `w1`..`w4` with the role `web` and its controller), each reaching ZooKeeper through its
+//! The soak's world: a 3-server ensemble, twelve real agents (`h1`..`h8` with node locks and
+//! semaphore leases, `w1`..`w4` with the role `web` and its controller), each reaching ZooKeeper through its
 //! own three TCP proxies (one per server, so a session can be cut), a git repository and the
 //! real `zkdeployment sync`, the lock oracle, and the journal every part writes what it did
 //! and saw into.
@@ -24,7 +24,7 @@ use super::support::rpm::FakeYum;
 use super::tree::{Tree, ROLE};
 use super::zk::Zk;
 
-/// Hosts with node locks.
+/// Hosts with node locks and semaphore leases (no role).
 pub const PLAIN: usize = 8;
 /// Hosts of the role.
 pub const ROLE_HOSTS: usize = 4;
@@ -74,8 +74,30 @@ pub struct Journal {
     pub stale_records: u32,
     /// Agents that exited 1 by themselves and were started again: (host, last line).
     pub restarts: Vec<(String, String)>,
+    /// Holders the nemesis killed mid-step (`holder-kill`).
+    pub holder_kills: Vec<HolderKill>,
     /// Everything found wrong while running.
     pub violations: Vec<String>,
+}
+
+/// An agent the nemesis killed while one of its scripts (a deploy script or a health check)
+/// ran under a node lock or lease: the next holder must halt naming it.
+#[derive(Debug, Clone)]
+pub struct HolderKill {
+    /// The host.
+    pub host: String,
+    /// The paused run's id (as in the scripts' log).
+    pub run: String,
+    /// `deploy` or `health`.
+    pub kind: String,
+    /// Application path.
+    pub path: String,
+    /// Instance.
+    pub n: String,
+    /// `ZKDEPLOYMENT_VERSION`.
+    pub version: String,
+    /// When the agent was dead.
+    pub time: f64,
 }
 
 /// Everything the soak runs.
@@ -92,8 +114,8 @@ pub struct World {
     pub slots: Vec<Slot>,
     /// The git repository the syncer reads.
     pub repo: Mutex<TestRepo>,
-    /// Every commit made: (id, tree), oldest first.
-    pub commits: Mutex<Vec<(String, Tree)>>,
+    /// Every commit made: (id, time made, tree), oldest first.
+    pub commits: Mutex<Vec<(String, f64, Tree)>>,
     /// What happened.
     pub journal: Mutex<Journal>,
     /// The lock oracle's verdicts.
@@ -215,13 +237,15 @@ impl World {
             .map(|(n, t)| (n.as_str(), t.as_str()))
             .collect();
         let id = self.repo.lock().unwrap().commit(&refs);
-        self.commits.lock().unwrap().push((id.clone(), tree));
+        self.commits.lock().unwrap().push((id.clone(), now(), tree));
         id
     }
 
     /// The last commit: (id, tree).
     pub fn last_commit(&self) -> (String, Tree) {
-        self.commits.lock().unwrap().last().cloned().unwrap()
+        let commits = self.commits.lock().unwrap();
+        let (id, _, tree) = commits.last().cloned().unwrap();
+        (id, tree)
     }
 
     /// Runs `zkdeployment sync` (`--force` if `force`; killed after `kill_after`, if given,
