@@ -153,6 +153,9 @@ fn main() {
             std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
+        // A fresh session: starting a thousand processes keeps this thread busy for longer
+        // than a session timeout, and the first session may have expired meanwhile.
+        let client = support::connect(&conn).await;
 
         println!(
             "| bump | time to all done | ZooKeeper requests / host | server CPU ms / host | discovery reads / host (agents) | answered by index |"
