@@ -25,11 +25,13 @@ use super::rollout::{
 };
 use crate::tree::literal::py_str;
 use crate::zk::encode;
-use crate::zk::lock::{acquire_queued, try_lock, wait_for_any, Held, TryLock};
+use crate::zk::lock::{
+    acquire_queued, first_contender, try_lock, wait_for_any, Contender, Held, TryLock,
+};
 use crate::zk::paths::semaphore_path;
 use crate::zk::semaphore::{self, Lease, TryLease};
 use crate::zk::update::{update_props, update_props_known};
-use crate::zk::{call_retrying, decode, Client, ZkError};
+use crate::zk::{call_retrying, decode, join, Client, ZkError};
 
 /// Longest wait on busy locks before looking again.
 const LOCK_RECHECK: Duration = Duration::from_secs(10);
@@ -40,11 +42,14 @@ enum Entry {
     Lock { held: Held, canary: Option<String> },
     /// A lease of its semaphore (K > 1).
     Lease { lease: Lease },
-    /// Every place is taken: the lock or semaphore, the nodes to watch, and who holds them.
+    /// Every place is taken: the lock or semaphore, the nodes to watch, and who holds them;
+    /// `cross` when it is taken by hosts under the node's other kind of place (a lock holder
+    /// while leases are wanted, or leases while the lock is), after a change of K.
     Busy {
         place: String,
         nodes: Vec<String>,
         who: String,
+        cross: bool,
     },
 }
 
@@ -108,9 +113,17 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                 None => enter(pass, node, &identifier).await?,
             };
             match entry {
-                Entry::Busy { place, nodes, who } => {
+                Entry::Busy {
+                    place,
+                    nodes,
+                    who,
+                    cross,
+                } => {
                     tracing::info!("{place} is held by {who}; trying another node");
-                    queue = if place != node.lock {
+                    queue = if cross {
+                        // Watched: its own queue does not order the other kind of place.
+                        Queue::No
+                    } else if place != node.lock {
                         Queue::Semaphore(place)
                     } else if node.rollout.parallel <= 1 {
                         Queue::Lock
@@ -175,14 +188,28 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                 // release wakes the next in line only, not every host waiting).
                 match (queue, &pending[..]) {
                     (Queue::Semaphore(sem), [node]) => {
-                        ready = semaphore::acquire_waiting(
+                        let got = semaphore::acquire_waiting(
                             &agent.client,
                             &sem,
                             &identifier,
                             node.rollout.parallel,
                             LOCK_RECHECK,
                         )
-                        .await?
+                        .await?;
+                        ready = match got {
+                            Some(lease) => {
+                                match cross_busy_for_lease(&agent.client, node, &lease.node).await?
+                                {
+                                    // The next round watches the lock's holder.
+                                    Some(_) => {
+                                        lease.release(&agent.client).await?;
+                                        None
+                                    }
+                                    None => Some(lease),
+                                }
+                            }
+                            None => None,
+                        }
                         .map(|lease| Entry::Lease { lease });
                     }
                     (Queue::Lock, [node]) => {
@@ -195,7 +222,16 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                         )
                         .await
                         {
-                            Ok(held) => Some(Entry::Lock { held, canary: None }),
+                            Ok(held) => {
+                                match cross_busy_for_lock(&agent.client, node, &held.node).await? {
+                                    // The next round watches the leases.
+                                    Some(_) => {
+                                        held.release(&agent.client).await?;
+                                        None
+                                    }
+                                    None => Some(Entry::Lock { held, canary: None }),
+                                }
+                            }
                             Err(ZkError::Timeout { op: "lock", .. }) => None,
                             Err(e) => return Err(e.into()),
                         };
@@ -249,14 +285,30 @@ async fn enter(
                 nodes: vec![format!("{lock}/{}", holder.name)],
                 place: lock.to_string(),
                 who: holder.identifier,
+                cross: false,
             },
+            TryLock::Acquired(held) if !canary => {
+                match cross_busy_for_lock(client, node, &held.node).await? {
+                    Some(busy) => {
+                        held.release(client).await?;
+                        busy
+                    }
+                    None => Entry::Lock { held, canary: None },
+                }
+            }
             TryLock::Acquired(held) if canary => {
                 // The canaries may have finished while we took the lock: then the others
                 // hold leases, and so must we.
                 if in_canary_phase(client, node.step, node.rollout).await? {
-                    Entry::Lock {
-                        held,
-                        canary: Some(canary_key(node.step)),
+                    match cross_busy_for_lock(client, node, &held.node).await? {
+                        Some(busy) => {
+                            held.release(client).await?;
+                            busy
+                        }
+                        None => Entry::Lock {
+                            held,
+                            canary: Some(canary_key(node.step)),
+                        },
                     }
                 } else {
                     held.release(client).await?;
@@ -279,7 +331,15 @@ async fn enter_semaphore(
     let client = &pass.agent.client;
     Ok(
         match semaphore::try_acquire(client, &sem, identifier, node.rollout.parallel).await? {
-            TryLease::Acquired(lease) => Entry::Lease { lease },
+            TryLease::Acquired(lease) => {
+                match cross_busy_for_lease(client, node, &lease.node).await? {
+                    Some(busy) => {
+                        lease.release(client).await?;
+                        busy
+                    }
+                    None => Entry::Lease { lease },
+                }
+            }
             TryLease::Full { holders } => {
                 let named: Vec<&str> = holders
                     .iter()
@@ -294,10 +354,91 @@ async fn enter_semaphore(
                         named.join(", ")
                     },
                     nodes: holders.into_iter().map(|h| h.node).collect(),
+                    cross: false,
                 }
             }
         },
     )
+}
+
+/// With the node lock just taken (`ours`, our contender): busy if leases of the node's
+/// semaphore older than our contender are still held (hosts deploying the node under a K
+/// above 1, before K became 1). The older of the two kinds of place goes first, so a lock
+/// holder and a lease holder never run together, and never both give way.
+async fn cross_busy_for_lock(
+    client: &Client,
+    node: &NodeLocked<'_>,
+    ours: &str,
+) -> Result<Option<Entry>, ZkError> {
+    let sem = semaphore_path(node.path);
+    let older = older_leases(client, &sem, ours).await?;
+    Ok((!older.is_empty()).then(|| Entry::Busy {
+        place: sem,
+        who: format!("{} lease holders (max-parallel changed)", older.len()),
+        nodes: older,
+        cross: true,
+    }))
+}
+
+/// With a lease just taken (`ours`): busy if the node lock is held by a contender older than
+/// our lease (a host deploying the node with K = 1, before K grew, or a canary).
+async fn cross_busy_for_lease(
+    client: &Client,
+    node: &NodeLocked<'_>,
+    ours: &str,
+) -> Result<Option<Entry>, ZkError> {
+    Ok(older_lock_holder(client, node.lock, ours)
+        .await?
+        .map(|holder| Entry::Busy {
+            place: node.lock.to_string(),
+            who: format!("{} (the node lock's holder)", holder.identifier),
+            nodes: vec![format!("{}/{}", node.lock, holder.name)],
+            cross: true,
+        }))
+}
+
+/// The lease nodes of the semaphore `sem` created before the node `ours`.
+async fn older_leases(client: &Client, sem: &str, ours: &str) -> Result<Vec<String>, ZkError> {
+    let (mine, names) = tokio::join!(
+        call_retrying("stat", ours, || client.check_stat(ours)),
+        semaphore::leases(client, sem),
+    );
+    let (Some(mine), names) = (mine?, names?) else {
+        return Ok(Vec::new());
+    };
+    let paths: Vec<String> = names.iter().map(|n| join(sem, n)).collect();
+    let stats = futures::future::join_all(
+        paths
+            .iter()
+            .map(|p| call_retrying("stat", p, || client.check_stat(p))),
+    )
+    .await;
+    let mut older = Vec::new();
+    for (path, stat) in paths.into_iter().zip(stats) {
+        if stat?.is_some_and(|s| s.czxid < mine.czxid) {
+            older.push(path);
+        }
+    }
+    Ok(older)
+}
+
+/// The holder of the node lock `lock` (its first contender), if it was created before the
+/// node `ours`.
+async fn older_lock_holder(
+    client: &Client,
+    lock: &str,
+    ours: &str,
+) -> Result<Option<Contender>, ZkError> {
+    let (mine, holder) = tokio::join!(
+        call_retrying("stat", ours, || client.check_stat(ours)),
+        first_contender(client, lock),
+    );
+    let (Some(mine), Some(holder)) = (mine?, holder?) else {
+        return Ok(None);
+    };
+    let path = join(lock, &holder.name);
+    let stat = call_retrying("stat", &path, || client.check_stat(&path)).await?;
+    Ok(stat.is_some_and(|s| s.czxid < mine.czxid).then_some(holder))
 }
 
 /// One deployment with its node lock held: the in-flight record around the step (and, for

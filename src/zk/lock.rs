@@ -116,6 +116,33 @@ pub fn sequence_of(name: &str) -> Option<i64> {
     digits.parse().ok()
 }
 
+/// The holder of the lock at `path` (its lowest contender, with its identifier), if any.
+pub async fn first_contender(client: &Client, path: &str) -> Result<Option<Contender>, ZkError> {
+    let names = match call_retrying("list", path, || client.list_children(path)).await {
+        Ok(names) => names,
+        Err(e) if e.is_no_node() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Some((sequence, name)) = names
+        .into_iter()
+        .filter_map(|n| sequence_of(&n).map(|s| (s, n)))
+        .min()
+    else {
+        return Ok(None);
+    };
+    let full = join(path, &name);
+    match call_retrying("get", &full, || client.get_data(&full)).await {
+        Ok((data, stat)) => Ok(Some(Contender {
+            name,
+            sequence,
+            identifier: String::from_utf8_lossy(&data).into_owned(),
+            owner: stat.ephemeral_owner,
+        })),
+        Err(e) if e.is_no_node() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Lists the contenders of the lock at `path`, lowest sequence first (with identifiers).
 pub async fn contenders(client: &Client, path: &str) -> Result<Vec<Contender>, ZkError> {
     let names = match call_retrying("list", path, || client.list_children(path)).await {

@@ -37,6 +37,7 @@ mod plan_report;
 mod role_lock_faults;
 mod roles;
 mod rollout;
+mod rollout_cross;
 mod rollout_switch;
 mod sync;
 mod tree_parse;
