@@ -196,7 +196,7 @@ pub fn check(
         runs, &steps, verdicts, commits, halt_lines, counts, &mut out,
     );
     check_halts(runs, journal, &mut out);
-    check_health_halts(runs, &steps, journal, counts, &mut out);
+    check_health_halts(runs, &steps, journal, halt_lines, counts, &mut out);
     check_holder_kills(journal, verdicts, halt_lines, commits, counts, &mut out);
     check_versions(runs, &steps, journal, &mut out);
     out
@@ -540,11 +540,16 @@ fn check_canaries(
 }
 
 /// A step whose last health check failed halts the cluster with `Health check failed for
-/// PATH N: ...` (unless its agent was killed or lost its session first).
+/// PATH N: ...` (unless its agent was killed or lost its session first): a sampled halt
+/// record of its host says so, or its agent logged that it halts the cluster for it (a halt
+/// written while the cluster was halted already, and resumed before the next sample, is
+/// seen only there; `halt_lines` are prefixed with the host id of the agent that logged
+/// them).
 fn check_health_halts(
     runs: &[RunLog],
     steps: &[Step],
     journal: &Journal,
+    halt_lines: &[String],
     counts: &mut Counts,
     out: &mut Vec<String>,
 ) {
@@ -564,6 +569,9 @@ fn check_health_halts(
             *seen >= last.start - 1.0
                 && text(halt.and_then(|h| h.get("host"))) == last.host
                 && text(halt.and_then(|h| h.get("error"))).starts_with(&want)
+        }) || halt_lines.iter().any(|l| {
+            l.starts_with(&format!("{} ", last.host))
+                && l.contains(&format!("halting the cluster: {want}"))
         });
         let end = last.end.unwrap_or(last.start);
         let lost = journal

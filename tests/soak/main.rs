@@ -224,7 +224,7 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
 }
 
 /// Every line in which an agent said it halts the cluster (`halting the cluster: ERROR`),
-/// from the output of every agent process the soak started.
+/// from the output of every agent process the soak started, prefixed with its host id.
 fn halt_lines(world: &World) -> Vec<String> {
     let mut out = Vec::new();
     for slot in &world.slots {
@@ -238,7 +238,7 @@ fn halt_lines(world: &World) -> Vec<String> {
                 out.extend(
                     text.lines()
                         .filter(|l| l.contains("halting the cluster:"))
-                        .map(String::from),
+                        .map(|l| format!("{} {l}", slot.host.id)),
                 );
             }
         }

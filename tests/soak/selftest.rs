@@ -566,6 +566,41 @@ fn a_failed_health_check_must_halt_with_its_message() {
         violations(runs.clone(), ok(&runs), &journal),
         Vec::<String>::new()
     );
+    // A halt only its agent's log shows (written and resumed between two samples) counts
+    // for the health check; another host's does not. (With no sampled halt at all, the rule
+    // that a failed run halts something still complains: only the health rule is looked at.)
+    let logged = |host: &str| {
+        vec![format!(
+            "{host} 2026-11-25T00:00:05Z ERROR halting the cluster: Health check failed for /acme/a 0: still running after 4 s"
+        )]
+    };
+    let mut counts = Counts::default();
+    let found = check(
+        &mut runs.clone(),
+        &ok(&runs),
+        &Journal::default(),
+        &commits(MaxParallel::Unset, None),
+        &logged("h1"),
+        &mut counts,
+    );
+    assert!(
+        !found.iter().any(|f| f.contains("halted nothing with")),
+        "{found:?}"
+    );
+    let found = check(
+        &mut runs.clone(),
+        &ok(&runs),
+        &Journal::default(),
+        &commits(MaxParallel::Unset, None),
+        &logged("h2"),
+        &mut counts,
+    );
+    assert!(
+        found
+            .iter()
+            .any(|f| f.contains("halted nothing with \"Health check failed for /acme/a 0: ")),
+        "{found:?}"
+    );
     // A health check with no successful deploy run before it.
     let mut orphan = runs.clone();
     orphan[0].rc = Some(3);
