@@ -20,10 +20,9 @@ use super::error::Interrupt;
 use super::pass::Pass;
 use super::plan::{Lock, Rollout, Step};
 use super::rollout::{
-    add_canary, canary_key, dead_lease_holder, deploy_leased, execute_halting,
+    add_canary, canary_key, dead_lease_holder, deploy_leased, died_in_flight, execute_halting,
     halt_for_dead_holder, halted, has_lease_records, in_canary_phase, in_flight_record,
 };
-use crate::tree::literal::py_str;
 use crate::zk::encode;
 use crate::zk::lock::{
     acquire_queued, first_contender, try_lock, wait_for_any, Contender, Held, TryLock,
@@ -499,16 +498,7 @@ async fn locked(
         let ours = rec.get("host").and_then(Value::as_str) == Some(agent.host.id.as_str())
             && rec.get("pid").and_then(Value::as_u64) == Some(u64::from(std::process::id()));
         if !ours {
-            let field = |k: &str| rec.get(k).map(py_str).unwrap_or_default();
-            let message = format!(
-                "{} ({}) died deploying {} {} (version {}) since {}: in-flight record left in {lock}",
-                field("name"),
-                field("host"),
-                field("path"),
-                field("n"),
-                field("version"),
-                field("since"),
-            );
+            let message = died_in_flight(rec, lock);
             return match halt_for_dead_holder(pass, message).await {
                 Ok(interrupt) => (
                     Err(interrupt),

@@ -489,8 +489,14 @@ async fn dead_lock_holder(pass: &Pass<'_>, lock: &str) -> Result<Option<String>,
     if mine {
         return Ok(None);
     }
+    Ok(Some(died_in_flight(&rec, lock)))
+}
+
+/// The message naming a node lock's holder that died mid-step, from its in-flight record
+/// `rec` left in `lock`.
+pub(super) fn died_in_flight(rec: &serde_json::Map<String, Value>, lock: &str) -> String {
     let field = |k: &str| rec.get(k).map(py_str).unwrap_or_default();
-    Ok(Some(format!(
+    format!(
         "{} ({}) died deploying {} {} (version {}) since {}: in-flight record left in {lock}",
         field("name"),
         field("host"),
@@ -498,7 +504,7 @@ async fn dead_lock_holder(pass: &Pass<'_>, lock: &str) -> Result<Option<String>,
         field("n"),
         field("version"),
         field("since"),
-    )))
+    )
 }
 
 /// The message naming a lease holder that died mid-step, if the guard's records show one

@@ -203,12 +203,7 @@ pub async fn try_lock(client: &Client, path: &str, identifier: &str) -> Result<T
     // answers them in that order.
     let (node, listed, read) = create_listing(client, path, identifier, true).await?;
     if let (Some(names), Some(read)) = (listed, read) {
-        let name = node.rsplit('/').next().unwrap_or_default();
-        let first = names
-            .iter()
-            .filter_map(|n| sequence_of(n).map(|s| (s, n)))
-            .min();
-        if first.is_some_and(|(_, n)| n == name) {
+        if is_first(&names, &node) {
             return Ok(TryLock::Acquired(Held {
                 node,
                 read: Some(read),
@@ -381,17 +376,23 @@ pub async fn acquire_queued(
     }
 }
 
+/// Whether the contender `node` (a full path) has the lowest sequence among `names`.
+fn is_first(names: &[String], node: &str) -> bool {
+    let name = node.rsplit('/').next().unwrap_or_default();
+    names
+        .iter()
+        .filter_map(|n| sequence_of(n).map(|s| (s, n)))
+        .min()
+        .is_some_and(|(_, n)| n == name)
+}
+
 /// Whether our contender `node` holds the lock; drops leftovers of our own session first.
 async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkError> {
     let name = node.rsplit('/').next().unwrap_or_default();
     // Fast path: the children alone say whether we are first (a leftover of an earlier
     // attempt of ours would have a lower sequence, so there is none then).
     let names = call_retrying("list", path, || client.list_children(path)).await?;
-    let first = names
-        .iter()
-        .filter_map(|n| sequence_of(n).map(|s| (s, n)))
-        .min();
-    if first.is_some_and(|(_, n)| n == name) {
+    if is_first(&names, node) {
         return Ok(TryLock::Acquired(Held {
             node: node.to_string(),
             read: None,
