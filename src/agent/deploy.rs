@@ -432,12 +432,10 @@ async fn older_lock_holder(
         call_retrying("stat", ours, || client.check_stat(ours)),
         first_contender(client, lock),
     );
-    let (Some(mine), Some(holder)) = (mine?, holder?) else {
+    let (Some(mine), Some((holder, stat))) = (mine?, holder?) else {
         return Ok(None);
     };
-    let path = join(lock, &holder.name);
-    let stat = call_retrying("stat", &path, || client.check_stat(&path)).await?;
-    Ok(stat.is_some_and(|s| s.czxid < mine.czxid).then_some(holder))
+    Ok((stat.czxid < mine.czxid).then_some(holder))
 }
 
 /// One deployment with its node lock held: the in-flight record around the step (and, for

@@ -116,8 +116,12 @@ pub fn sequence_of(name: &str) -> Option<i64> {
     digits.parse().ok()
 }
 
-/// The holder of the lock at `path` (its lowest contender, with its identifier), if any.
-pub async fn first_contender(client: &Client, path: &str) -> Result<Option<Contender>, ZkError> {
+/// The holder of the lock at `path` (its lowest contender, with its identifier) and its
+/// node's stat, if any.
+pub async fn first_contender(
+    client: &Client,
+    path: &str,
+) -> Result<Option<(Contender, Stat)>, ZkError> {
     let names = match call_retrying("list", path, || client.list_children(path)).await {
         Ok(names) => names,
         Err(e) if e.is_no_node() => return Ok(None),
@@ -132,12 +136,15 @@ pub async fn first_contender(client: &Client, path: &str) -> Result<Option<Conte
     };
     let full = join(path, &name);
     match call_retrying("get", &full, || client.get_data(&full)).await {
-        Ok((data, stat)) => Ok(Some(Contender {
-            name,
-            sequence,
-            identifier: String::from_utf8_lossy(&data).into_owned(),
-            owner: stat.ephemeral_owner,
-        })),
+        Ok((data, stat)) => Ok(Some((
+            Contender {
+                name,
+                sequence,
+                identifier: String::from_utf8_lossy(&data).into_owned(),
+                owner: stat.ephemeral_owner,
+            },
+            stat,
+        ))),
         Err(e) if e.is_no_node() => Ok(None),
         Err(e) => Err(e),
     }
