@@ -292,24 +292,17 @@ async fn leased(
             .any(|k| !live.contains(k) && k.as_str() != lease.name()),
         _ => false,
     };
-    if suspected {
-        match dead_lease_holder(pass, sem, guard, Some(lease.name())).await {
-            Ok(None) => {}
-            Ok(Some(message)) => {
-                return match halt_for_dead_holder(pass, message).await {
-                    Ok(interrupt) => (Err(interrupt), None),
-                    Err(e) => (Err(e.into()), None),
-                }
-            }
-            Err(e) => return (Err(e.into()), None),
-        }
-    }
-    let dead_under_lock = match lock_record {
-        Ok(false) => Ok(None),
-        Ok(true) => dead_lock_holder(pass, &lock).await,
-        Err(e) => Err(e),
+    // A dead holder under a lease first, else one under the node lock: the first found halts.
+    let dead = match suspected {
+        true => dead_lease_holder(pass, sem, guard, Some(lease.name())).await,
+        false => Ok(None),
     };
-    match dead_under_lock {
+    let dead = match (dead, lock_record) {
+        (Ok(None), Ok(true)) => dead_lock_holder(pass, &lock).await,
+        (Ok(None), Err(e)) => Err(e),
+        (dead, _) => dead,
+    };
+    match dead {
         Ok(None) => {}
         Ok(Some(message)) => {
             return match halt_for_dead_holder(pass, message).await {
