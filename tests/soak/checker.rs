@@ -16,8 +16,14 @@
 //!   before `canary` hosts have deployed it (health check included) under the node lock.
 //!   A step whose holder a halt declared dead (`... (HOST) died deploying PATH N (version
 //!   V)`: its session was lost while its script ran on) no longer counts once the halt was
-//!   resumed; steps inside under the node's other kind of place (the node lock against the
-//!   semaphore) are counted as `cross`, not flagged: the agent does not exclude across them.
+//!   resumed. The node lock and the semaphore's leases exclude each other (across a change
+//!   of K, and canaries): a step that starts while a step under the other kind of place is
+//!   inside is a violation (`cross`).
+//! - Mixed fleets (the nemesis's `mixed-fleet` windows, while a host node of the original's
+//!   agent is registered): a pass begun inside a window (from [`MIXED_SEEN`] after the node
+//!   was created) uses the node lock with K = 1 for every node, so none of its steps that
+//!   start before the node is removed holds a lease ([`check_mixed`]); with the node lock's
+//!   own exclusion and `cross`, at most one host is inside a node then.
 //! - Health checks: each follows a successful deploy run of its instance by the same agent,
 //!   and a step whose last check did not pass halts the cluster with `Health check failed for
 //!   PATH N: ...`.
@@ -39,7 +45,7 @@ use serde_json::Value;
 
 use super::oracle::{Check, Verdict};
 use super::tree::{has_health, Tree};
-use super::world::{Journal, AGENT_SESSION};
+use super::world::{Journal, MixedWindow, AGENT_SESSION};
 
 /// Every commit: (id, time made, tree), oldest first.
 pub type Commits = [(String, f64, Tree)];
@@ -101,11 +107,14 @@ pub struct Counts {
     pub named: usize,
     /// Killed holders no halt named, on nodes the last commit no longer deploys.
     pub unnamed: usize,
-    /// Steps that started with more than K hosts inside their node only because some held
-    /// the node's other kind of place (the node lock against the semaphore's leases).
+    /// Steps that started while a step under the node's other kind of place (the node lock
+    /// against the semaphore's leases) was inside: each a violation.
     pub cross: usize,
-    /// The first of those.
-    pub cross_example: Option<String>,
+    /// Steps on application nodes of passes begun inside a mixed-fleet window (see
+    /// [`check_mixed`]), and how many of them were on a node whose version asked K > 1.
+    pub mixed_steps: usize,
+    /// See `mixed_steps`.
+    pub mixed_parallel: usize,
     /// Steps still inside their node (by the scripts' log) when another started, after a
     /// halt had declared their holder dead and an operator had resumed.
     pub after_resume: usize,
@@ -192,12 +201,17 @@ pub fn check(
     counts.health_runs = runs.iter().filter(|r| r.kind.starts_with("health")).count();
     check_verdicts(runs, verdicts, counts, &mut out);
     check_role_overlaps(runs, &mut out);
-    check_nodes(
-        runs, &steps, verdicts, commits, halt_lines, counts, &mut out,
-    );
+    let seen = Seen {
+        verdicts,
+        journal,
+        commits,
+        halt_lines,
+    };
+    check_nodes(runs, &steps, &seen, counts, &mut out);
     check_halts(runs, journal, &mut out);
     check_health_halts(runs, &steps, journal, halt_lines, counts, &mut out);
     check_holder_kills(journal, verdicts, halt_lines, commits, counts, &mut out);
+    check_mixed(runs, &steps, &seen, counts, &mut out);
     check_versions(runs, &steps, journal, &mut out);
     out
 }
@@ -373,16 +387,28 @@ fn check_role_overlaps(runs: &[RunLog], out: &mut Vec<String>) {
     }
 }
 
+/// What the checks of the nodes' exclusion read besides the runs.
+struct Seen<'a> {
+    verdicts: &'a [Verdict],
+    journal: &'a Journal,
+    commits: &'a Commits,
+    halt_lines: &'a [String],
+}
+
 /// The application nodes' exclusion, by step: K, the lock or lease each took, canaries.
 fn check_nodes(
     runs: &[RunLog],
     steps: &[Step],
-    verdicts: &[Verdict],
-    commits: &Commits,
-    halt_lines: &[String],
+    seen: &Seen,
     counts: &mut Counts,
     out: &mut Vec<String>,
 ) {
+    let Seen {
+        verdicts,
+        journal,
+        commits,
+        halt_lines,
+    } = *seen;
     let held: BTreeMap<&str, &str> = verdicts.iter().map(|v| (v.id.as_str(), v.held)).collect();
     let mut by_node: BTreeMap<&str, Vec<&Step>> = BTreeMap::new();
     for step in steps {
@@ -427,13 +453,33 @@ fn check_nodes(
                     held.get(r.id.as_str()).copied().unwrap_or("?")
                 )
             };
-            // The same kind of place (leases of the semaphore, or the node lock) is what
-            // excludes; steps under the other kind (K changed between 1 and more, or a
-            // canary) are not excluded by design: counted as `cross`, reported, not flagged.
+            // Leases of the semaphore exclude each other beyond K, the node lock excludes
+            // everyone, and the two kinds of place exclude each other (the older goes first;
+            // K changed between 1 and more, or a canary): a step under one kind that starts
+            // while a step under the other is inside is a violation (`cross`).
+            //
+            // No tolerance is needed for a hand-off: both times are `date +%s.%N` of one
+            // clock, and a step's logged span nests strictly inside its hold (its start is
+            // logged after the place was taken and the oracle answered; its last end just
+            // before the script exits, and the place goes only after the agent reaped it and
+            // cleared its record), so a holder that let go before the next one entered logs
+            // an end before the next one's start. The ends logged otherwise are later than the
+            // script's death, but not the place's release: a run killed with its agent ends
+            // at the kill time, and its place (ephemeral) outlives the kill by its session
+            // (4 s); a health check killed at its deadline is ended by its watcher up to a
+            // poll (20 ms) late, and its step failed, so its agent halted the cluster before
+            // letting go, and the next holder does not start before a resume.
             let same = inside
                 .iter()
                 .filter(|s| held.get(runs[s.deploy].id.as_str()).copied() == Some(how))
                 .count();
+            let other: Vec<&&&Step> = inside
+                .iter()
+                .filter(|s| {
+                    let h = held.get(runs[s.deploy].id.as_str()).copied().unwrap_or("");
+                    !h.is_empty() && h != how
+                })
+                .collect();
             let report = || {
                 format!(
                     "{} hosts inside {path} at {:.3} (max-parallel {k} for {}): {} while {}",
@@ -450,9 +496,16 @@ fn check_nodes(
             };
             if same + 1 > k && !how.is_empty() {
                 out.push(report());
-            } else if inside.len() + 1 > k && !how.is_empty() {
+            }
+            if !other.is_empty() && !how.is_empty() {
                 counts.cross += 1;
-                counts.cross_example.get_or_insert_with(report);
+                out.push(format!(
+                    "a step under the {how} of {path} started at {:.3} while another was inside \
+                     under the other kind of place: {} while {}",
+                    step.start,
+                    name(step),
+                    other.iter().map(|s| name(s)).collect::<Vec<_>>().join(", ")
+                ));
             }
             match how {
                 "lease" => {
@@ -471,7 +524,7 @@ fn check_nodes(
                     } else {
                         counts.lock_steps += 1;
                     }
-                    if !canary && !asked.iter().any(|(k, _)| *k == 1) {
+                    if !canary && !asked.iter().any(|(k, _)| *k == 1) && !maybe_mixed(journal, d) {
                         out.push(format!(
                             "the node lock of {path} where max-parallel is above 1 and no canary is due ({asked:?}): {d:?}"
                         ));
@@ -582,6 +635,86 @@ fn check_health_halts(
         if !halted && !lost {
             out.push(format!(
                 "a health check that never passed halted nothing with {want:?}: {last:?}"
+            ));
+        }
+    }
+}
+
+/// How long after the original's host node was created every agent's read of `/hosts`
+/// surely sees it, in seconds: a follower more than `syncLimit` ticks (2 × 500 ms, see
+/// `tests/support/ensemble.rs`) behind its leader is dropped and stops serving, so a read
+/// answers at most about 1 s stale; doubled for the scheduling of a loaded machine.
+pub const MIXED_SEEN: f64 = 2.0;
+
+/// The start of the pass `run` belongs to: its agent process's last pass start before it
+/// (-inf if its agent's log has none).
+fn pass_start(journal: &Journal, run: &RunLog) -> f64 {
+    journal
+        .passes
+        .iter()
+        .filter(|(h, pid, t)| *h == run.host && *pid == run.agent && *t <= run.start)
+        .map(|(_, _, t)| *t)
+        .fold(f64::NEG_INFINITY, f64::max)
+}
+
+/// True if the agent may have found the fleet mixed for `run`: it decided at some time
+/// between its pass's start and the run's start, and some window's node may have been
+/// there then (from its create's send to [`MIXED_SEEN`] after its delete had succeeded: a
+/// read may answer that stale). The node lock where K > 1 is then no violation.
+fn maybe_mixed(journal: &Journal, run: &RunLog) -> bool {
+    let pass = pass_start(journal, run);
+    journal
+        .mixed
+        .iter()
+        .any(|w| pass <= w.gone + MIXED_SEEN && run.start >= w.begun)
+}
+
+/// The mixed-fleet rule: an agent decides whether the fleet is mixed when it plans a pass
+/// (after its `Deploying version` line), or at the latest when it enters a node (before the
+/// script starts). A step of a pass that began at least [`MIXED_SEEN`] after a window's start
+/// and that started before the window's end was decided inside the window, so it must hold
+/// the node lock, never a lease. Passes begun before the window (planned on a fleet of ours
+/// alone) may still take leases in it; steps after the window may take leases again.
+fn check_mixed(
+    runs: &[RunLog],
+    steps: &[Step],
+    seen: &Seen,
+    counts: &mut Counts,
+    out: &mut Vec<String>,
+) {
+    let Seen {
+        verdicts,
+        journal,
+        commits,
+        ..
+    } = *seen;
+    let held: BTreeMap<&str, &str> = verdicts.iter().map(|v| (v.id.as_str(), v.held)).collect();
+    for step in steps {
+        let d = &runs[step.deploy];
+        if !d.path.starts_with("/acme/") {
+            continue;
+        }
+        let pass = pass_start(journal, d);
+        let Some(MixedWindow { from, to, .. }) = journal
+            .mixed
+            .iter()
+            .find(|w| pass >= w.from + MIXED_SEEN && pass <= w.to && d.start <= w.to)
+        else {
+            continue;
+        };
+        counts.mixed_steps += 1;
+        let asked = candidates(commits, &d.version, d.start)
+            .into_iter()
+            .filter_map(|t| rollout(t, &d.path))
+            .any(|(k, _)| k > 1);
+        if asked {
+            counts.mixed_parallel += 1;
+        }
+        if held.get(d.id.as_str()) == Some(&"lease") {
+            out.push(format!(
+                "{} entered {} through a lease at {:.3} in a pass begun at {pass:.3}, while the \
+                 fleet was mixed (the original's host node registered from {from:.3} to {to:.3}): {d:?}",
+                d.host, d.path, d.start
             ));
         }
     }

@@ -19,6 +19,17 @@
 //! passes on its second try, 2 s later), `health-never` (a check fails past the node's
 //! `health-deadline`: the step fails and halts the cluster), `health-hang` (a check never
 //! returns: the agent kills it at the deadline, and halts).
+//!
+//! And `mixed-fleet` (CONTRACT section 11, the mixed-fleet rule): a host node of the
+//! original's agent (no `agent` property, as `tests/it/rollout.rs` makes one) is registered
+//! for 4–10 s, its `version` following the cluster's as a converged original agent's would
+//! (so that syncs are not refused for it), then removed; the window goes into the journal,
+//! and the checker requires that no pass our agents began in it entered a node through a
+//! lease (`checker.rs`). One window at a time.
+//!
+//! The budget: faults are counted once applied; a run whose budget ends with fewer than
+//! [`MIN_FAULTS`] applied goes on (at most [`MORE_LIMIT`] longer) until that many are, so the
+//! default budget always applies at least 200 (`main.rs` flags a run that did not).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,13 +38,16 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use serde_json::{json, Value};
+use zkdeployment::zk::decode;
+use zookeeper_client::{Acls, CreateMode};
 
 use super::rng::Rng;
 use super::support::agent::now;
-use super::world::{HolderKill, World, PLAIN};
+use super::world::{HolderKill, MixedWindow, World, PLAIN};
 
 /// The kinds and their weights.
-const KINDS: [(&str, f64); 13] = [
+const KINDS: [(&str, f64); 14] = [
     ("session-cut", 3.0),
     ("agent-kill", 2.0),
     ("agent-term", 1.5),
@@ -47,15 +61,18 @@ const KINDS: [(&str, f64); 13] = [
     ("health-slow", 0.8),
     ("health-never", 0.5),
     ("health-hang", 0.4),
+    ("mixed-fleet", 0.3),
 ];
 
 /// The kinds that act on a host without a role (a node lock or lease holder).
 const PLAIN_ONLY: [&str; 2] = ["holder-kill", "holder-cut"];
 
-/// Faults applied or under way a run reaches before it stops (given [`MORE_LIMIT`] more).
-const MIN_FAULTS: usize = 210;
-/// How much longer than its budget a run may go on to reach [`MIN_FAULTS`].
-const MORE_LIMIT: Duration = Duration::from_secs(20);
+/// Faults applied a run reaches before it stops (given [`MORE_LIMIT`] more): the default
+/// budget's promise (`main.rs` flags a default run below it).
+pub const MIN_FAULTS: u32 = 200;
+/// How much longer than its budget a run may go on to reach [`MIN_FAULTS`] (about 1.7
+/// faults are applied a second, so this covers a run 50 short).
+const MORE_LIMIT: Duration = Duration::from_secs(30);
 
 /// How long a whole-run's faults may take to heal after the deadline.
 const HEAL_LIMIT: Duration = Duration::from_secs(180);
@@ -63,21 +80,29 @@ const HEAL_LIMIT: Duration = Duration::from_secs(180);
 /// Applies faults until `until`, then waits for every fault to heal.
 pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant) {
     let ensemble_busy = Arc::new(AtomicBool::new(false));
+    let mixed_busy = Arc::new(AtomicBool::new(false));
     let weights: Vec<f64> = KINDS.iter().map(|(_, w)| *w).collect();
     let mut tasks = tokio::task::JoinSet::new();
-    // The budget is time; a run whose faults took long to heal (held slots) gets up to
-    // MORE_LIMIT more until MIN_FAULTS are applied or under way.
+    // The budget is time; a run whose faults took long to heal (held slots) or were not
+    // taken (a knob no run took) gets up to MORE_LIMIT more until MIN_FAULTS are applied.
+    // Faults under way then still count when they heal, but are not counted on.
     let more = until + MORE_LIMIT;
-    let short = |tasks: &tokio::task::JoinSet<()>| {
-        let applied: u32 = world.journal.lock().unwrap().faults.values().sum();
-        (applied as usize + tasks.len()) < MIN_FAULTS
-    };
-    while Instant::now() < until || (Instant::now() < more && short(&tasks)) {
+    let short = || world.journal.lock().unwrap().faults.values().sum::<u32>() < MIN_FAULTS;
+    while Instant::now() < until || (Instant::now() < more && short()) {
         tokio::time::sleep(Duration::from_secs_f64(rng.between(0.03, 0.25))).await;
         let kind = KINDS[rng.weighted(&weights)].0;
         let r = rng.fork();
         let w = world.clone();
-        if kind == "leader-kill" || kind == "ensemble-restart" {
+        if kind == "mixed-fleet" {
+            if mixed_busy.swap(true, Ordering::SeqCst) {
+                continue;
+            }
+            let busy = mixed_busy.clone();
+            tasks.spawn(async move {
+                mixed_fleet(&w, r).await;
+                busy.store(false, Ordering::SeqCst);
+            });
+        } else if kind == "leader-kill" || kind == "ensemble-restart" {
             if ensemble_busy.swap(true, Ordering::SeqCst) {
                 continue;
             }
@@ -87,13 +112,17 @@ pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant) {
                 busy.store(false, Ordering::SeqCst);
             });
         } else {
-            // A busy host: try two others before giving up this round.
+            // The first free host from a random one on (none free: skip this round).
             let among = if PLAIN_ONLY.contains(&kind) {
                 PLAIN
             } else {
                 world.slots.len()
             };
-            let Some(i) = (0..3).map(|_| rng.below(among)).find(|i| world.claim(*i)) else {
+            let first = rng.below(among);
+            let Some(i) = (0..among)
+                .map(|k| (first + k) % among)
+                .find(|i| world.claim(*i))
+            else {
                 continue;
             };
             tasks.spawn(async move {
@@ -317,4 +346,115 @@ async fn hanging(knobs: &Path) -> Option<i32> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     None
+}
+
+/// The original agent's host node of a `mixed-fleet` window.
+const ORIGINAL: &str = "/hosts/original";
+
+/// Registers a host node of the original's agent (no `agent` property) for 4–10 s, its
+/// version kept at the cluster's, then removes it; journals the window in which it surely
+/// existed. Every ZooKeeper call is bounded and retried (the ensemble may be restarting):
+/// one that never succeeds is a violation (a node left behind would also fail the final
+/// checks).
+async fn mixed_fleet(world: &World, mut rng: Rng) {
+    let version = cluster_version(world).await.unwrap_or(Value::Null);
+    let node = json!({"name": "original.example.com", "version": version});
+    let data = serde_json::to_vec(&node).unwrap();
+    let begun = now();
+    let created = retry(Duration::from_secs(20), || {
+        let data = data.clone();
+        async move {
+            let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+            match world
+                .zk
+                .call(|c| async move { c.create(ORIGINAL, &data, &open).await })
+                .await
+            {
+                Ok(_) => true,
+                // An earlier try whose answer was lost.
+                Err(e) => e.contains("node already exists"),
+            }
+        }
+    })
+    .await;
+    let from = now();
+    if created {
+        let hold = Instant::now() + Duration::from_secs_f64(rng.between(4.0, 10.0));
+        let mut last = version;
+        while Instant::now() < hold {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            // A converged original agent: its version follows the cluster's (not a halt's).
+            if let Some(v) = cluster_version(world).await.filter(|v| !v.is_null()) {
+                if v != last {
+                    let node = json!({"name": "original.example.com", "version": v});
+                    let data = serde_json::to_vec(&node).unwrap();
+                    let set = world
+                        .zk
+                        .call(|c| async move { c.set_data(ORIGINAL, &data, None).await })
+                        .await;
+                    if set.is_ok() {
+                        last = v;
+                    }
+                }
+            }
+        }
+    }
+    let to = now();
+    let deleted = retry(Duration::from_secs(30), || async move {
+        match world
+            .zk
+            .call_opt(|c| async move { c.delete(ORIGINAL, None).await })
+            .await
+        {
+            Ok(_) => true,
+            Err(_) => false,
+        }
+    })
+    .await;
+    let gone = now();
+    if !deleted {
+        world.violation(format!("mixed-fleet: cannot remove {ORIGINAL}"));
+        return;
+    }
+    let window = MixedWindow {
+        begun,
+        // Not surely created: no instant at which it surely existed.
+        from: if created { from } else { to },
+        to,
+        gone,
+    };
+    // A create that failed every time may still have succeeded: the window is kept (agents
+    // may have used the node lock in it), counted as a fault only if surely applied.
+    world.journal.lock().unwrap().mixed.push(window);
+    if created {
+        world.fault("mixed-fleet");
+    }
+}
+
+/// `/hosts` version, if it could be read.
+async fn cluster_version(world: &World) -> Option<Value> {
+    let (data, _) = world
+        .zk
+        .call(|c| async move { c.get_data("/hosts").await })
+        .await
+        .ok()?;
+    Some(decode(&data).get("version").cloned().unwrap_or(Value::Null))
+}
+
+/// Calls `op` until it says true (every 0.3 s, `limit` at most); false if it never did.
+async fn retry<F, Fut>(limit: Duration, mut op: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if op().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }

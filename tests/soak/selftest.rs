@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use super::checker::{check, Counts, RunLog};
 use super::oracle::{Check, Verdict};
 use super::tree::{AcmeNode, MaxParallel, Tree};
-use super::world::{HolderKill, Journal};
+use super::world::{HolderKill, Journal, MixedWindow};
 
 fn run(id: &str, host: &str, path: &str, start: f64, end: Option<f64>, rc: Option<i32>) -> RunLog {
     RunLog {
@@ -441,9 +441,11 @@ fn a_lease_before_the_canaries_passed_is_flagged() {
     };
     let found = violations_at(good.clone(), verdicts(&good), &Journal::default(), &commits);
     assert_eq!(found, Vec::<String>::new());
-    // h3 starts under a lease while the second canary still runs.
+    // h3 takes a lease between the first and the second canary (no overlap: a lease
+    // overlapping a canary's node lock would be `cross`).
     let mut early = good.clone();
-    early[2].start = 1.8;
+    early[2].start = 1.55;
+    early[2].end = Some(1.58);
     let found = violations_at(
         early.clone(),
         verdicts(&early),
@@ -648,9 +650,10 @@ fn a_killed_lease_holder_must_be_named_by_a_halt() {
 }
 
 #[test]
-fn steps_under_the_other_kind_of_place_are_counted_not_flagged() {
-    // v1 (K = 1) under the node lock still inside when v2 (K = 2) takes two leases: the
-    // semaphore does not see the lock's holder (a known gap, counted as `cross`).
+fn steps_under_the_other_kind_of_place_are_flagged() {
+    // v1 (K = 1) under the node lock still inside when v2 (K = 2) takes a lease: the node
+    // lock and the leases exclude each other (the older goes first), so that is a violation
+    // (`cross`), though two hosts are within v2's K.
     let commits = vec![
         ("v1".to_string(), 0.0, tree(MaxParallel::Unset, None, "1.4")),
         (
@@ -661,11 +664,9 @@ fn steps_under_the_other_kind_of_place_are_counted_not_flagged() {
     ];
     let mut runs = vec![
         run("a", "h1", "/acme/a", 1.0, Some(3.0), Some(0)),
-        run("b", "h2", "/acme/a", 1.5, Some(3.0), Some(0)),
-        run("c", "h3", "/acme/a", 1.6, Some(3.0), Some(0)),
+        run("b", "h2", "/acme/a", 1.5, Some(3.5), Some(0)),
     ];
     runs[1].version = "v2".into();
-    runs[2].version = "v2".into();
     let mut verdicts = held(&runs, "lease");
     verdicts[0].held = "lock";
     let mut counts = Counts::default();
@@ -677,20 +678,119 @@ fn steps_under_the_other_kind_of_place_are_counted_not_flagged() {
         &[],
         &mut counts,
     );
-    assert_eq!(found, Vec::<String>::new());
-    assert_eq!(counts.cross, 1);
-    assert!(counts
-        .cross_example
-        .unwrap()
-        .contains("3 hosts inside /acme/a"));
-    // A third lease is flagged all the same.
-    runs.push(run("d", "h4", "/acme/a", 1.7, Some(3.0), Some(0)));
-    runs[3].version = "v2".into();
-    let mut verdicts = held(&runs, "lease");
-    verdicts[0].held = "lock";
-    let found = violations_at(runs, verdicts, &Journal::default(), &commits);
     assert!(
-        found.len() == 1 && found[0].contains("4 hosts inside"),
+        found.len() == 1
+            && found[0].contains("a step under the lease of /acme/a started at 1.500")
+            && found[0].contains("under the other kind of place"),
+        "{found:?}"
+    );
+    assert_eq!(counts.cross, 1);
+    // The other way round: a lease holder inside when the node lock's holder starts.
+    let mut swapped = verdicts.clone();
+    swapped[0].held = "lease";
+    swapped[1].held = "lock";
+    let mut back = runs.clone();
+    back[0].version = "v2".into();
+    back[1].version = "v1".into();
+    let found = violations_at(back, swapped, &Journal::default(), &commits);
+    assert!(
+        found.len() == 1 && found[0].contains("a step under the lock of /acme/a"),
+        "{found:?}"
+    );
+    // A hand-off (the lock's holder ended, then the lease taker started) is no overlap, to
+    // the nanosecond the scripts log.
+    let mut handed = runs.clone();
+    handed[1].start = 3.000_000_001;
+    let found = violations_at(handed, verdicts, &Journal::default(), &commits);
+    assert_eq!(found, Vec::<String>::new());
+}
+
+#[test]
+fn a_lease_entered_by_a_pass_begun_while_the_fleet_was_mixed_is_flagged() {
+    // K = 2 asked; the original's host node was registered from 10 to 20.
+    let k2 = commits(MaxParallel::Count(2), None);
+    let mut journal = Journal::default();
+    journal.mixed.push(MixedWindow {
+        begun: 9.9,
+        from: 10.0,
+        to: 20.0,
+        gone: 20.1,
+    });
+    let mut runs = vec![
+        // A pass begun before the window: its lease inside the window is fine.
+        run("a", "h1", "/acme/a", 11.0, Some(12.0), Some(0)),
+        // Passes begun well inside it: leases are violations...
+        run("b", "h2", "/acme/a", 13.0, Some(13.5), Some(0)),
+        run("c", "h3", "/acme/b", 19.5, Some(21.0), Some(0)),
+        // ... but not a pass begun before the agents surely see the node,
+        run("d", "h4", "/acme/b", 11.5, Some(11.9), Some(0)),
+        // nor a step started after the node is gone (it may decide at entry),
+        run("e", "h2", "/acme/b", 20.5, Some(21.5), Some(0)),
+    ];
+    runs[4].agent = 100;
+    journal.passes = vec![
+        ("h1".into(), 100, 5.0),
+        ("h2".into(), 100, 12.5),
+        ("h3".into(), 100, 19.0),
+        ("h4".into(), 100, 10.5),
+    ];
+    let mut counts = Counts::default();
+    let found = check(
+        &mut runs.clone(),
+        &held(&runs, "lease"),
+        &journal,
+        &k2,
+        &[],
+        &mut counts,
+    );
+    assert!(
+        found.len() == 2
+            && found[0].contains("h2 entered /acme/a through a lease at 13.000")
+            && found[1].contains("h3 entered /acme/b through a lease at 19.500"),
+        "{found:?}"
+    );
+    // Judged: b, c (and d's pass began too early, a's before, e started after).
+    assert_eq!((counts.mixed_steps, counts.mixed_parallel), (2, 2));
+    // Under the node lock, the same history is clean (the node lock where K > 1 is right
+    // for a pass that may have seen the fleet mixed)...
+    let found = check(
+        &mut runs.clone(),
+        &ok(&runs),
+        &journal,
+        &k2,
+        &[],
+        &mut Counts::default(),
+    );
+    assert_eq!(found, Vec::<String>::new());
+    // ... but not for one that began after the node was surely gone (and seen gone).
+    let mut late = runs.clone();
+    late.push(run("f", "h4", "/acme/a", 30.0, Some(31.0), Some(0)));
+    journal.passes.push(("h4".into(), 100, 29.0));
+    let found = check(
+        &mut late.clone(),
+        &ok(&late),
+        &journal,
+        &k2,
+        &[],
+        &mut Counts::default(),
+    );
+    assert!(
+        found.len() == 1 && found[0].contains("max-parallel is above 1 and no canary"),
+        "{found:?}"
+    );
+    // Another process of the same host (its pass starts are its own) is not judged by them.
+    let mut other = runs.clone();
+    other[1].agent = 200;
+    let found = check(
+        &mut other.clone(),
+        &held(&other, "lease"),
+        &journal,
+        &k2,
+        &[],
+        &mut Counts::default(),
+    );
+    assert!(
+        found.len() == 1 && found[0].contains("h3 entered"),
         "{found:?}"
     );
 }

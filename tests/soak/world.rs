@@ -76,6 +76,14 @@ pub struct Journal {
     pub restarts: Vec<(String, String)>,
     /// Holders the nemesis killed mid-step (`holder-kill`).
     pub holder_kills: Vec<HolderKill>,
+    /// Mixed-fleet windows (`mixed-fleet`), while a host node of the original's agent (no
+    /// `agent` property) was registered.
+    pub mixed: Vec<MixedWindow>,
+    /// Every agent process started: (host, pid, its log file).
+    pub agent_logs: Vec<(String, u64, PathBuf)>,
+    /// Pass starts (`Deploying version ...` in an agent's log): (host, agent pid, time), read
+    /// from the agents' logs at the end (see `agent_log::pass_starts`).
+    pub passes: Vec<(String, u64, f64)>,
     /// Everything found wrong while running.
     pub violations: Vec<String>,
 }
@@ -98,6 +106,19 @@ pub struct HolderKill {
     pub version: String,
     /// When the agent was dead.
     pub time: f64,
+}
+
+/// A host node of the original's agent, registered by the nemesis for a while.
+#[derive(Debug, Clone, Copy)]
+pub struct MixedWindow {
+    /// When its create was first sent (it may exist from then on)...
+    pub begun: f64,
+    /// ... when the create had surely succeeded (it exists from then on)...
+    pub from: f64,
+    /// ... when its delete was first sent (it exists until then)...
+    pub to: f64,
+    /// ... and when the delete had surely succeeded (it is gone from then on).
+    pub gone: f64,
 }
 
 /// Everything the soak runs.
@@ -307,6 +328,10 @@ impl World {
         let dir = self.dir.path().display().to_string();
         let env = [("SOAK_DIR", dir.as_str()), ("SOAK_ORACLE", port.as_str())];
         let agent = slot.host.spawn("agent", &[], &env);
+        if let Some(pid) = agent.child.id() {
+            let log = (slot.host.id.clone(), u64::from(pid), agent.log.clone());
+            self.journal.lock().unwrap().agent_logs.push(log);
+        }
         *slot.agent.lock().await = Some(agent);
     }
 
