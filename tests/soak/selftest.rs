@@ -706,7 +706,7 @@ fn steps_under_the_other_kind_of_place_are_flagged() {
 }
 
 #[test]
-fn a_lease_entered_by_a_pass_begun_while_the_fleet_was_mixed_is_flagged() {
+fn a_lease_entered_in_a_pass_begun_in_a_mixed_window_is_flagged() {
     // K = 2 asked; the original's host node was registered from 10 to 20.
     let k2 = commits(MaxParallel::Count(2), None);
     let mut journal = Journal::default();
@@ -725,7 +725,7 @@ fn a_lease_entered_by_a_pass_begun_while_the_fleet_was_mixed_is_flagged() {
         // ... but not a pass begun before the agents surely see the node,
         run("d", "h4", "/acme/b", 11.5, Some(11.9), Some(0)),
         // nor a step started after the node is gone (it may decide at entry),
-        run("e", "h2", "/acme/b", 20.5, Some(21.5), Some(0)),
+        run("e", "h2", "/acme/b", 21.2, Some(21.5), Some(0)),
     ];
     runs[4].agent = 100;
     journal.passes = vec![
