@@ -12,14 +12,16 @@
 //! (bounded), and the checker (`checker.rs`, and the final-state checks here) looks for
 //! violations: runs without their lock or lease or beyond what it allows (`max-parallel`,
 //! canaries), health checks outside their step, halts without record or cause, holders
-//! killed mid-step that no halt named, versions recorded after failed steps, nodes a sync
-//! left behind, locks, leases and host nodes left over, sessions left open by exited
-//! processes.
+//! killed mid-step that no halt named, a node lock's step beside a lease's (`cross`), a lease
+//! taken in a pass begun while the fleet was mixed (the nemesis's `mixed-fleet` windows),
+//! versions recorded after failed steps, nodes a sync left behind, locks, leases and host
+//! nodes left over, sessions left open by exited processes, and a default-budget run that
+//! applied fewer than 200 faults.
 //!
 //! `SOAK_SEED` replays a run (default: a new seed each run); the seed is printed first, and
 //! the summary is one line: `soak: seed=... faults=N (kind=n ...) ... steps=(lock=.. lease=..
 //! canary=.. most-inside=..) health=(runs=.. passed=.. failed=..) killed-holders=(lease=..
-//! lock=.. named=..) violations=N`.
+//! lock=.. named=..) cross=.. mixed=(windows=.. steps=.. parallel-asked=..) violations=N`.
 
 #[allow(dead_code)] // the soak uses a few of the shared helpers
 #[path = "../support/mod.rs"]

@@ -22,7 +22,7 @@
 //!
 //! And `mixed-fleet` (CONTRACT section 11, the mixed-fleet rule): a host node of the
 //! original's agent (no `agent` property, as `tests/it/rollout.rs` makes one) is registered
-//! for 3–8 s, its `version` following the cluster's as a converged original agent's would
+//! for 6–12 s, its `version` following the cluster's as a converged original agent's would
 //! (so that syncs are not refused for it), then removed; the window goes into the journal,
 //! and the checker requires that no pass our agents began in it entered a node through a
 //! lease (`checker.rs`). One window at a time.
@@ -61,7 +61,7 @@ const KINDS: [(&str, f64); 14] = [
     ("health-slow", 0.8),
     ("health-never", 0.5),
     ("health-hang", 0.4),
-    ("mixed-fleet", 0.12),
+    ("mixed-fleet", 0.1),
 ];
 
 /// The kinds that act on a host without a role (a node lock or lease holder).
@@ -351,7 +351,7 @@ async fn hanging(knobs: &Path) -> Option<i32> {
 /// The original agent's host node of a `mixed-fleet` window.
 const ORIGINAL: &str = "/hosts/original";
 
-/// Registers a host node of the original's agent (no `agent` property) for 4–10 s, its
+/// Registers a host node of the original's agent (no `agent` property) for 6–12 s, its
 /// version kept at the cluster's, then removes it; journals the window in which it surely
 /// existed. Every ZooKeeper call is bounded and retried (the ensemble may be restarting):
 /// one that never succeeds is a violation (a node left behind would also fail the final
@@ -379,7 +379,7 @@ async fn mixed_fleet(world: &World, mut rng: Rng) {
     .await;
     let from = now();
     if created {
-        let hold = Instant::now() + Duration::from_secs_f64(rng.between(3.0, 8.0));
+        let hold = Instant::now() + Duration::from_secs_f64(rng.between(6.0, 12.0));
         let mut last = version;
         while Instant::now() < hold {
             tokio::time::sleep(Duration::from_millis(300)).await;
