@@ -25,7 +25,7 @@ use super::rollout::{
 };
 use crate::zk::encode;
 use crate::zk::lock::{
-    acquire_queued, first_contender, try_lock, wait_for_any, Contender, Held, TryLock,
+    acquire_queued, first_contender, try_lock_beside, wait_for_any, Contender, Extra, Held, TryLock,
 };
 use crate::zk::paths::semaphore_path;
 use crate::zk::semaphore::{self, Lease, TryLease};
@@ -193,12 +193,12 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                             &identifier,
                             node.rollout.parallel,
                             LOCK_RECHECK,
+                            Some(node.lock),
                         )
                         .await?;
                         ready = match got {
                             Some(lease) => {
-                                match cross_busy_for_lease(&agent.client, node, &lease.node).await?
-                                {
+                                match cross_busy_for_lease(&agent.client, node, &lease).await? {
                                     // The next round watches the lock's holder.
                                     Some(_) => {
                                         lease.release(&agent.client).await?;
@@ -212,17 +212,22 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                         .map(|lease| Entry::Lease { lease });
                     }
                     (Queue::Lock, [node]) => {
+                        let sem = semaphore_path(node.path);
+                        let extra = Extra {
+                            read: Some(node.lock),
+                            beside: Some(&sem),
+                        };
                         ready = match acquire_queued(
                             &agent.client,
                             node.lock,
                             &identifier,
                             LOCK_RECHECK,
-                            true,
+                            extra,
                         )
                         .await
                         {
                             Ok(held) => {
-                                match cross_busy_for_lock(&agent.client, node, &held.node).await? {
+                                match cross_busy_for_lock(&agent.client, node, &held).await? {
                                     // The next round watches the leases.
                                     Some(_) => {
                                         held.release(&agent.client).await?;
@@ -279,43 +284,47 @@ async fn enter(
     let lock = node.lock;
     let canary = in_canary_phase(client, node.step, node.rollout).await?;
     if node.rollout.parallel <= 1 || canary {
-        return Ok(match try_lock(client, lock, identifier).await? {
-            TryLock::Busy { holder } => Entry::Busy {
-                nodes: vec![format!("{lock}/{}", holder.name)],
-                place: lock.to_string(),
-                who: holder.identifier,
-                cross: false,
-            },
-            TryLock::Acquired(held) if !canary => {
-                match cross_busy_for_lock(client, node, &held.node).await? {
-                    Some(busy) => {
-                        held.release(client).await?;
-                        busy
-                    }
-                    None => Entry::Lock { held, canary: None },
-                }
-            }
-            TryLock::Acquired(held) if canary => {
-                // The canaries may have finished while we took the lock: then the others
-                // hold leases, and so must we.
-                if in_canary_phase(client, node.step, node.rollout).await? {
-                    match cross_busy_for_lock(client, node, &held.node).await? {
+        // The semaphore's leases are listed with the create (for the check across kinds).
+        let sem = semaphore_path(node.path);
+        return Ok(
+            match try_lock_beside(client, lock, identifier, Some(&sem)).await? {
+                TryLock::Busy { holder } => Entry::Busy {
+                    nodes: vec![format!("{lock}/{}", holder.name)],
+                    place: lock.to_string(),
+                    who: holder.identifier,
+                    cross: false,
+                },
+                TryLock::Acquired(held) if !canary => {
+                    match cross_busy_for_lock(client, node, &held).await? {
                         Some(busy) => {
                             held.release(client).await?;
                             busy
                         }
-                        None => Entry::Lock {
-                            held,
-                            canary: Some(canary_key(node.step)),
-                        },
+                        None => Entry::Lock { held, canary: None },
                     }
-                } else {
-                    held.release(client).await?;
-                    enter_semaphore(pass, node, identifier).await?
                 }
-            }
-            TryLock::Acquired(held) => Entry::Lock { held, canary: None },
-        });
+                TryLock::Acquired(held) if canary => {
+                    // The canaries may have finished while we took the lock: then the others
+                    // hold leases, and so must we.
+                    if in_canary_phase(client, node.step, node.rollout).await? {
+                        match cross_busy_for_lock(client, node, &held).await? {
+                            Some(busy) => {
+                                held.release(client).await?;
+                                busy
+                            }
+                            None => Entry::Lock {
+                                held,
+                                canary: Some(canary_key(node.step)),
+                            },
+                        }
+                    } else {
+                        held.release(client).await?;
+                        enter_semaphore(pass, node, identifier).await?
+                    }
+                }
+                TryLock::Acquired(held) => Entry::Lock { held, canary: None },
+            },
+        );
     }
     enter_semaphore(pass, node, identifier).await
 }
@@ -329,16 +338,22 @@ async fn enter_semaphore(
     let sem = semaphore_path(node.path);
     let client = &pass.agent.client;
     Ok(
-        match semaphore::try_acquire(client, &sem, identifier, node.rollout.parallel).await? {
-            TryLease::Acquired(lease) => {
-                match cross_busy_for_lease(client, node, &lease.node).await? {
-                    Some(busy) => {
-                        lease.release(client).await?;
-                        busy
-                    }
-                    None => Entry::Lease { lease },
+        match semaphore::try_acquire(
+            client,
+            &sem,
+            identifier,
+            node.rollout.parallel,
+            Some(node.lock),
+        )
+        .await?
+        {
+            TryLease::Acquired(lease) => match cross_busy_for_lease(client, node, &lease).await? {
+                Some(busy) => {
+                    lease.release(client).await?;
+                    busy
                 }
-            }
+                None => Entry::Lease { lease },
+            },
             TryLease::Full { holders } => {
                 let named: Vec<&str> = holders
                     .iter()
@@ -360,17 +375,25 @@ async fn enter_semaphore(
     )
 }
 
-/// With the node lock just taken (`ours`, our contender): busy if leases of the node's
-/// semaphore older than our contender are still held (hosts deploying the node under a K
-/// above 1, before K became 1). The older of the two kinds of place goes first, so a lock
-/// holder and a lease holder never run together, and never both give way.
+/// With the node lock just taken (`held`): busy if leases of the node's semaphore older than
+/// our contender are still held (hosts deploying the node under a K above 1, before K became
+/// 1). The older of the two kinds of place goes first, so a lock holder and a lease holder
+/// never run together, and never both give way.
+///
+/// No request when the semaphore had no lease right after our contender was created (listed
+/// in that round trip): a lease is never older than a node created before it, and a lease
+/// created later finds an older lock contender (ours, or the one we queue behind) and gives
+/// way.
 async fn cross_busy_for_lock(
     client: &Client,
     node: &NodeLocked<'_>,
-    ours: &str,
+    held: &Held,
 ) -> Result<Option<Entry>, ZkError> {
+    if held.beside.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(None);
+    }
     let sem = semaphore_path(node.path);
-    let older = older_leases(client, &sem, ours).await?;
+    let older = older_leases(client, &sem, &held.node).await?;
     Ok((!older.is_empty()).then(|| Entry::Busy {
         place: sem,
         who: format!("{} lease holders (max-parallel changed)", older.len()),
@@ -379,14 +402,20 @@ async fn cross_busy_for_lock(
     }))
 }
 
-/// With a lease just taken (`ours`): busy if the node lock is held by a contender older than
-/// our lease (a host deploying the node with K = 1, before K grew, or a canary).
+/// With a lease just taken: busy if the node lock is held by a contender older than our
+/// lease (a host deploying the node with K = 1, before K grew, or a canary).
+///
+/// No request when the node lock had no contender right after our lease was created (listed
+/// in that round trip): a later contender is younger than our lease and gives way to it.
 async fn cross_busy_for_lease(
     client: &Client,
     node: &NodeLocked<'_>,
-    ours: &str,
+    lease: &Lease,
 ) -> Result<Option<Entry>, ZkError> {
-    Ok(older_lock_holder(client, node.lock, ours)
+    if lease.beside.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(None);
+    }
+    Ok(older_lock_holder(client, node.lock, &lease.node)
         .await?
         .map(|holder| Entry::Busy {
             place: node.lock.to_string(),
