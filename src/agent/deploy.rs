@@ -25,7 +25,8 @@ use super::rollout::{
 };
 use crate::zk::encode;
 use crate::zk::lock::{
-    acquire_queued, first_contender, try_lock_beside, wait_for_any, Contender, Extra, Held, TryLock,
+    acquire_queued, first_contender, send_write_and_delete, try_lock_beside, wait_for_any,
+    Contender, Extra, Held, TryLock,
 };
 use crate::zk::paths::semaphore_path;
 use crate::zk::semaphore::{self, Lease, TryLease};
@@ -51,6 +52,22 @@ enum Entry {
         cross: bool,
     },
 }
+
+impl Entry {
+    /// Gives back the lock or lease taken, if any.
+    async fn give_back(self, client: &Client) -> Result<(), ZkError> {
+        match self {
+            Entry::Lock { held, .. } => held.release(client).await,
+            Entry::Lease { lease } => lease.release(client).await,
+            Entry::Busy { .. } => Ok(()),
+        }
+    }
+}
+
+/// A node lock's release whose request is on its way (with the holder's last write): its
+/// answer is awaited once the host's next request has gone out too, so that the two share a
+/// round trip. It completes the release itself if the transaction could not be applied.
+type Releasing<'a> = futures::future::BoxFuture<'a, Result<(), ZkError>>;
 
 /// Runs a run of deployments under their node locks (or semaphore leases), in plan order
 /// except that a busy node is passed over and taken later.
@@ -89,6 +106,8 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
     let mut ready: Option<Entry> = None;
     // The node whose holder went away while the host waited.
     let mut focus: Option<usize> = None;
+    // The last node's release, answered after the next node's first request went out.
+    let mut releasing: Option<Releasing<'_>> = None;
     while !pending.is_empty() {
         let mut ran = None;
         // Where the last node tried can be waited for in a queue.
@@ -107,10 +126,20 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
         };
         for i in order {
             let node = &pending[i];
-            let entry = match ready.take() {
-                Some(entry) => entry,
-                None => enter(pass, node, &identifier).await?,
+            let entered = match ready.take() {
+                Some(entry) => Ok(entry),
+                None => enter(pass, node, &identifier).await,
             };
+            if let Some(release) = releasing.take() {
+                if let Err(e) = release.await {
+                    if let Ok(entry) = entered {
+                        // Best effort: the error is the session's, most likely.
+                        let _ = entry.give_back(&agent.client).await;
+                    }
+                    return Err(e.into());
+                }
+            }
+            let entry = entered?;
             match entry {
                 Entry::Busy {
                     place,
@@ -141,7 +170,7 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                     }
                     match entry {
                         Entry::Lock { held, canary } => {
-                            deploy_locked(pass, node, held, canary).await?
+                            releasing = deploy_locked(pass, node, held, canary).await?;
                         }
                         Entry::Lease { lease } => {
                             let sem = semaphore_path(node.path);
@@ -248,6 +277,9 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                 check_first = true;
             }
         }
+    }
+    if let Some(release) = releasing {
+        release.await?;
     }
     Ok(())
 }
@@ -469,26 +501,52 @@ async fn older_lock_holder(
 
 /// One deployment with its node lock held: the in-flight record around the step (and, for
 /// a canary, its count in the same write that clears the record), then the release. A
-/// failure halts the cluster before the lock is released.
-async fn deploy_locked(
-    pass: &mut Pass<'_>,
+/// failure halts the cluster before the lock is released. After a step that went well, the
+/// release is usually sent and not yet answered: the caller awaits it ([`Releasing`]).
+async fn deploy_locked<'a>(
+    pass: &mut Pass<'a>,
     node: &NodeLocked<'_>,
     mut held: Held,
     canary: Option<String>,
-) -> Result<(), Interrupt> {
+) -> Result<Option<Releasing<'a>>, Interrupt> {
     let read = held.read.take();
     let (result, leave) = locked(pass, node, read, canary).await;
-    let released = leave_lock(
-        &pass.agent.client,
-        node.lock,
-        held,
-        leave,
-        &pass.agent.host.id,
-    )
-    .await;
+    let agent = pass.agent;
+    if let (
+        Ok(()),
+        Leave::Clear {
+            known: Some((props, version)),
+            canary,
+        },
+    ) = (&result, &leave)
+    {
+        let mut props = props.clone();
+        clear_record(&mut props, canary.as_deref(), &agent.host.id);
+        let data = encode(&props);
+        if let Ok(answer) =
+            send_write_and_delete(&agent.client, node.lock, &data, *version, &held.node)
+        {
+            let (lock, canary) = (node.lock.to_string(), canary.clone());
+            return Ok(Some(Box::pin(async move {
+                if answer.await? {
+                    return Ok(());
+                }
+                finish_release(
+                    &agent.client,
+                    &lock,
+                    held,
+                    canary.as_deref(),
+                    &agent.host.id,
+                )
+                .await
+            })));
+        }
+    }
+    let released = leave_lock(&agent.client, node.lock, held, leave, &agent.host.id).await;
     // The step's own outcome first: a failed release only hides it.
     result?;
-    released.map_err(Interrupt::from)
+    released.map_err(Interrupt::from)?;
+    Ok(None)
 }
 
 /// What the lock node's data becomes when its holder lets go.
@@ -625,14 +683,8 @@ async fn leave_lock(
     let Leave::Clear { known, canary } = leave else {
         return held.release(client).await;
     };
-    let change = |p: &mut crate::tree::Props| {
-        p.remove("in-flight");
-        if let Some(key) = &canary {
-            add_canary(p, key, host_id);
-        }
-    };
     if let Some((mut props, version)) = known {
-        change(&mut props);
+        clear_record(&mut props, canary.as_deref(), host_id);
         if held
             .release_writing(client, lock, &encode(&props), version)
             .await?
@@ -640,7 +692,28 @@ async fn leave_lock(
             return Ok(());
         }
     }
-    update_props(client, lock, change).await?;
+    finish_release(client, lock, held, canary.as_deref(), host_id).await
+}
+
+/// Removes our in-flight record from the lock node's data `p` (and, for a canary that
+/// succeeded, counts this host).
+fn clear_record(p: &mut crate::tree::Props, canary: Option<&str>, host_id: &str) {
+    p.remove("in-flight");
+    if let Some(key) = canary {
+        add_canary(p, key, host_id);
+    }
+}
+
+/// The release when the lock node's data changed since we last wrote it (or is not known):
+/// read, clear our record, write, then delete our contender.
+async fn finish_release(
+    client: &Client,
+    lock: &str,
+    held: Held,
+    canary: Option<&str>,
+    host_id: &str,
+) -> Result<(), ZkError> {
+    update_props(client, lock, |p| clear_record(p, canary, host_id)).await?;
     held.release(client).await
 }
 

@@ -60,6 +60,18 @@ pub async fn write_and_delete(
     version: i32,
     node: &str,
 ) -> Result<bool, ZkError> {
+    send_write_and_delete(client, path, data, version, node)?.await
+}
+
+/// [`write_and_delete`], with its request sent before this returns (the answer is the
+/// future's): a request the caller makes next goes out after it, and shares its round trip.
+pub fn send_write_and_delete<'a>(
+    client: &'a Client,
+    path: &str,
+    data: &[u8],
+    version: i32,
+    node: &str,
+) -> Result<impl std::future::Future<Output = Result<bool, ZkError>> + Send + 'a, ZkError> {
     let op = |source| ZkError::Op {
         op: "write",
         path: path.to_string(),
@@ -68,20 +80,24 @@ pub async fn write_and_delete(
     let mut writer = client.new_multi_writer();
     writer.add_set_data(path, data, Some(version)).map_err(op)?;
     writer.add_delete(node, None).map_err(op)?;
-    match call("write", path, async {
-        writer.commit().await.map_err(zookeeper_client::Error::from)
-    })
-    .await
-    {
-        Ok(_) => Ok(true),
-        Err(e)
-            if e.is_connection_loss()
-                || matches!(e.source_error(), Some(zookeeper_client::Error::BadVersion)) =>
+    let commit = writer.commit();
+    let path = path.to_string();
+    Ok(async move {
+        match call("write", &path, async {
+            commit.await.map_err(zookeeper_client::Error::from)
+        })
+        .await
         {
-            Ok(false)
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.is_connection_loss()
+                    || matches!(e.source_error(), Some(zookeeper_client::Error::BadVersion)) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
         }
-        Err(e) => Err(e),
-    }
+    })
 }
 
 /// A contender of a lock, as found in ZooKeeper.
