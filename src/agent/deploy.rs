@@ -25,7 +25,8 @@ use super::rollout::{
 };
 use crate::zk::encode;
 use crate::zk::lock::{
-    acquire_queued, first_contender, try_lock, wait_for_any, Contender, Held, TryLock,
+    acquire_queued, first_contender, send_write_and_delete, try_lock_beside, wait_for_any,
+    Contender, Extra, Held, TryLock,
 };
 use crate::zk::paths::semaphore_path;
 use crate::zk::semaphore::{self, Lease, TryLease};
@@ -51,6 +52,22 @@ enum Entry {
         cross: bool,
     },
 }
+
+impl Entry {
+    /// Gives back the lock or lease taken, if any.
+    async fn give_back(self, client: &Client) -> Result<(), ZkError> {
+        match self {
+            Entry::Lock { held, .. } => held.release(client).await,
+            Entry::Lease { lease } => lease.release(client).await,
+            Entry::Busy { .. } => Ok(()),
+        }
+    }
+}
+
+/// A node lock's release whose request is on its way (with the holder's last write): its
+/// answer is awaited once the host's next request has gone out too, so that the two share a
+/// round trip. It completes the release itself if the transaction could not be applied.
+type Releasing<'a> = futures::future::BoxFuture<'a, Result<(), ZkError>>;
 
 /// Runs a run of deployments under their node locks (or semaphore leases), in plan order
 /// except that a busy node is passed over and taken later.
@@ -81,36 +98,49 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
     // The waiting status last written: rewritten only when it changes, so that its age
     // (what the monitor reports) counts from the start of the wait.
     let mut waiting: Option<String> = None;
-    // The cluster is checked at the start of a round after a wait (and the first), and
-    // before a wait if not since the last step; right after a step the next node is
-    // entered at once.
+    // The cluster is checked at the start of the first round, and before a wait if not
+    // since the last step. Right after a step or a wait the next node is entered at once:
+    // a node taken is checked for in the step's own first round trip (before its script),
+    // and a round that takes nothing checks before it waits again.
     let (mut check_first, mut fresh) = (true, false);
     // The lock or lease taken while waiting in a queue, for the one pending node.
     let mut ready: Option<Entry> = None;
     // The node whose holder went away while the host waited.
     let mut focus: Option<usize> = None;
+    // The last node's release, answered after the next node's first request went out.
+    let mut releasing: Option<Releasing<'_>> = None;
+    let spread = host_spread(&agent.host.id);
     while !pending.is_empty() {
         let mut ran = None;
         // Where the last node tried can be waited for in a queue.
         let mut queue = Queue::No;
-        // (A lock or lease taken in a queue goes straight to its step, which checks first.)
-        if check_first && ready.is_none() {
+        if check_first {
             pass.checkpoint().await?;
             check_first = false;
             fresh = true;
         }
         // Woken by one node's holder: that node only (the others' holders are still
-        // watched); else every node, in plan order.
+        // watched); else every node, the next in plan order first.
         let order: Vec<usize> = match focus.take() {
             Some(i) => vec![i],
-            None => (0..pending.len()).collect(),
+            None => attempt_order(pending.len(), spread),
         };
         for i in order {
             let node = &pending[i];
-            let entry = match ready.take() {
-                Some(entry) => entry,
-                None => enter(pass, node, &identifier).await?,
+            let entered = match ready.take() {
+                Some(entry) => Ok(entry),
+                None => enter(pass, node, &identifier).await,
             };
+            if let Some(release) = releasing.take() {
+                if let Err(e) = release.await {
+                    if let Ok(entry) = entered {
+                        // Best effort: the error is the session's, most likely.
+                        let _ = entry.give_back(&agent.client).await;
+                    }
+                    return Err(e.into());
+                }
+            }
+            let entry = entered?;
             match entry {
                 Entry::Busy {
                     place,
@@ -141,7 +171,7 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                     }
                     match entry {
                         Entry::Lock { held, canary } => {
-                            deploy_locked(pass, node, held, canary).await?
+                            releasing = deploy_locked(pass, node, held, canary).await?;
                         }
                         Entry::Lease { lease } => {
                             let sem = semaphore_path(node.path);
@@ -161,9 +191,10 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                 fresh = false;
             }
             None => {
+                // (Not checked since the last step or wait: checked now, and not again
+                // until after the wait.)
                 if !fresh {
                     pass.checkpoint().await?;
-                    fresh = true;
                 }
                 waited_since.get_or_insert_with(Instant::now);
                 tracing::info!("every pending node is locked by another host; waiting");
@@ -193,12 +224,12 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                             &identifier,
                             node.rollout.parallel,
                             LOCK_RECHECK,
+                            Some(node.lock),
                         )
                         .await?;
                         ready = match got {
                             Some(lease) => {
-                                match cross_busy_for_lease(&agent.client, node, &lease.node).await?
-                                {
+                                match cross_busy_for_lease(&agent.client, node, &lease).await? {
                                     // The next round watches the lock's holder.
                                     Some(_) => {
                                         lease.release(&agent.client).await?;
@@ -212,17 +243,22 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                         .map(|lease| Entry::Lease { lease });
                     }
                     (Queue::Lock, [node]) => {
+                        let sem = semaphore_path(node.path);
+                        let extra = Extra {
+                            read: Some(node.lock),
+                            beside: Some(&sem),
+                        };
                         ready = match acquire_queued(
                             &agent.client,
                             node.lock,
                             &identifier,
                             LOCK_RECHECK,
-                            true,
+                            extra,
                         )
                         .await
                         {
                             Ok(held) => {
-                                match cross_busy_for_lock(&agent.client, node, &held.node).await? {
+                                match cross_busy_for_lock(&agent.client, node, &held).await? {
                                     // The next round watches the leases.
                                     Some(_) => {
                                         held.release(&agent.client).await?;
@@ -240,11 +276,37 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                         focus = woken.and_then(|k| owner.get(k).copied());
                     }
                 }
-                check_first = true;
+                fresh = false;
             }
         }
     }
+    if let Some(release) = releasing {
+        release.await?;
+    }
     Ok(())
+}
+
+/// The order a host tries its `pending` nodes in: the next in plan order first, then the
+/// others starting from a place of the host's own (`spread`). Hosts that find the same node
+/// busy thus spread over the rest, instead of all trying the next one in plan order and
+/// leaving the nodes late in the plan for the end of the rollout, when the hosts that need
+/// them are busy elsewhere.
+fn attempt_order(pending: usize, spread: u64) -> Vec<usize> {
+    let rest = pending.saturating_sub(1);
+    if rest == 0 {
+        return (0..pending).collect();
+    }
+    let start = (spread % rest as u64) as usize;
+    std::iter::once(0)
+        .chain((0..rest).map(|k| 1 + (start + k) % rest))
+        .collect()
+}
+
+/// A number of the host's own, the same on every pass (FNV-1a of its id).
+fn host_spread(host_id: &str) -> u64 {
+    host_id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Where a host with one node left waits for it.
@@ -279,43 +341,47 @@ async fn enter(
     let lock = node.lock;
     let canary = in_canary_phase(client, node.step, node.rollout).await?;
     if node.rollout.parallel <= 1 || canary {
-        return Ok(match try_lock(client, lock, identifier).await? {
-            TryLock::Busy { holder } => Entry::Busy {
-                nodes: vec![format!("{lock}/{}", holder.name)],
-                place: lock.to_string(),
-                who: holder.identifier,
-                cross: false,
-            },
-            TryLock::Acquired(held) if !canary => {
-                match cross_busy_for_lock(client, node, &held.node).await? {
-                    Some(busy) => {
-                        held.release(client).await?;
-                        busy
-                    }
-                    None => Entry::Lock { held, canary: None },
-                }
-            }
-            TryLock::Acquired(held) if canary => {
-                // The canaries may have finished while we took the lock: then the others
-                // hold leases, and so must we.
-                if in_canary_phase(client, node.step, node.rollout).await? {
-                    match cross_busy_for_lock(client, node, &held.node).await? {
+        // The semaphore's leases are listed with the create (for the check across kinds).
+        let sem = semaphore_path(node.path);
+        return Ok(
+            match try_lock_beside(client, lock, identifier, Some(&sem)).await? {
+                TryLock::Busy { holder } => Entry::Busy {
+                    nodes: vec![format!("{lock}/{}", holder.name)],
+                    place: lock.to_string(),
+                    who: holder.identifier,
+                    cross: false,
+                },
+                TryLock::Acquired(held) if !canary => {
+                    match cross_busy_for_lock(client, node, &held).await? {
                         Some(busy) => {
                             held.release(client).await?;
                             busy
                         }
-                        None => Entry::Lock {
-                            held,
-                            canary: Some(canary_key(node.step)),
-                        },
+                        None => Entry::Lock { held, canary: None },
                     }
-                } else {
-                    held.release(client).await?;
-                    enter_semaphore(pass, node, identifier).await?
                 }
-            }
-            TryLock::Acquired(held) => Entry::Lock { held, canary: None },
-        });
+                TryLock::Acquired(held) if canary => {
+                    // The canaries may have finished while we took the lock: then the others
+                    // hold leases, and so must we.
+                    if in_canary_phase(client, node.step, node.rollout).await? {
+                        match cross_busy_for_lock(client, node, &held).await? {
+                            Some(busy) => {
+                                held.release(client).await?;
+                                busy
+                            }
+                            None => Entry::Lock {
+                                held,
+                                canary: Some(canary_key(node.step)),
+                            },
+                        }
+                    } else {
+                        held.release(client).await?;
+                        enter_semaphore(pass, node, identifier).await?
+                    }
+                }
+                TryLock::Acquired(held) => Entry::Lock { held, canary: None },
+            },
+        );
     }
     enter_semaphore(pass, node, identifier).await
 }
@@ -329,16 +395,22 @@ async fn enter_semaphore(
     let sem = semaphore_path(node.path);
     let client = &pass.agent.client;
     Ok(
-        match semaphore::try_acquire(client, &sem, identifier, node.rollout.parallel).await? {
-            TryLease::Acquired(lease) => {
-                match cross_busy_for_lease(client, node, &lease.node).await? {
-                    Some(busy) => {
-                        lease.release(client).await?;
-                        busy
-                    }
-                    None => Entry::Lease { lease },
+        match semaphore::try_acquire(
+            client,
+            &sem,
+            identifier,
+            node.rollout.parallel,
+            Some(node.lock),
+        )
+        .await?
+        {
+            TryLease::Acquired(lease) => match cross_busy_for_lease(client, node, &lease).await? {
+                Some(busy) => {
+                    lease.release(client).await?;
+                    busy
                 }
-            }
+                None => Entry::Lease { lease },
+            },
             TryLease::Full { holders } => {
                 let named: Vec<&str> = holders
                     .iter()
@@ -360,17 +432,25 @@ async fn enter_semaphore(
     )
 }
 
-/// With the node lock just taken (`ours`, our contender): busy if leases of the node's
-/// semaphore older than our contender are still held (hosts deploying the node under a K
-/// above 1, before K became 1). The older of the two kinds of place goes first, so a lock
-/// holder and a lease holder never run together, and never both give way.
+/// With the node lock just taken (`held`): busy if leases of the node's semaphore older than
+/// our contender are still held (hosts deploying the node under a K above 1, before K became
+/// 1). The older of the two kinds of place goes first, so a lock holder and a lease holder
+/// never run together, and never both give way.
+///
+/// No request when the semaphore had no lease right after our contender was created (listed
+/// in that round trip): a lease is never older than a node created before it, and a lease
+/// created later finds an older lock contender (ours, or the one we queue behind) and gives
+/// way.
 async fn cross_busy_for_lock(
     client: &Client,
     node: &NodeLocked<'_>,
-    ours: &str,
+    held: &Held,
 ) -> Result<Option<Entry>, ZkError> {
+    if held.beside.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(None);
+    }
     let sem = semaphore_path(node.path);
-    let older = older_leases(client, &sem, ours).await?;
+    let older = older_leases(client, &sem, &held.node).await?;
     Ok((!older.is_empty()).then(|| Entry::Busy {
         place: sem,
         who: format!("{} lease holders (max-parallel changed)", older.len()),
@@ -379,14 +459,20 @@ async fn cross_busy_for_lock(
     }))
 }
 
-/// With a lease just taken (`ours`): busy if the node lock is held by a contender older than
-/// our lease (a host deploying the node with K = 1, before K grew, or a canary).
+/// With a lease just taken: busy if the node lock is held by a contender older than our
+/// lease (a host deploying the node with K = 1, before K grew, or a canary).
+///
+/// No request when the node lock had no contender right after our lease was created (listed
+/// in that round trip): a later contender is younger than our lease and gives way to it.
 async fn cross_busy_for_lease(
     client: &Client,
     node: &NodeLocked<'_>,
-    ours: &str,
+    lease: &Lease,
 ) -> Result<Option<Entry>, ZkError> {
-    Ok(older_lock_holder(client, node.lock, ours)
+    if lease.beside.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(None);
+    }
+    Ok(older_lock_holder(client, node.lock, &lease.node)
         .await?
         .map(|holder| Entry::Busy {
             place: node.lock.to_string(),
@@ -440,26 +526,52 @@ async fn older_lock_holder(
 
 /// One deployment with its node lock held: the in-flight record around the step (and, for
 /// a canary, its count in the same write that clears the record), then the release. A
-/// failure halts the cluster before the lock is released.
-async fn deploy_locked(
-    pass: &mut Pass<'_>,
+/// failure halts the cluster before the lock is released. After a step that went well, the
+/// release is usually sent and not yet answered: the caller awaits it ([`Releasing`]).
+async fn deploy_locked<'a>(
+    pass: &mut Pass<'a>,
     node: &NodeLocked<'_>,
     mut held: Held,
     canary: Option<String>,
-) -> Result<(), Interrupt> {
+) -> Result<Option<Releasing<'a>>, Interrupt> {
     let read = held.read.take();
     let (result, leave) = locked(pass, node, read, canary).await;
-    let released = leave_lock(
-        &pass.agent.client,
-        node.lock,
-        held,
-        leave,
-        &pass.agent.host.id,
-    )
-    .await;
+    let agent = pass.agent;
+    if let (
+        Ok(()),
+        Leave::Clear {
+            known: Some((props, version)),
+            canary,
+        },
+    ) = (&result, &leave)
+    {
+        let mut props = props.clone();
+        clear_record(&mut props, canary.as_deref(), &agent.host.id);
+        let data = encode(&props);
+        if let Ok(answer) =
+            send_write_and_delete(&agent.client, node.lock, &data, *version, &held.node)
+        {
+            let (lock, canary) = (node.lock.to_string(), canary.clone());
+            return Ok(Some(Box::pin(async move {
+                if answer.await? {
+                    return Ok(());
+                }
+                finish_release(
+                    &agent.client,
+                    &lock,
+                    held,
+                    canary.as_deref(),
+                    &agent.host.id,
+                )
+                .await
+            })));
+        }
+    }
+    let released = leave_lock(&agent.client, node.lock, held, leave, &agent.host.id).await;
     // The step's own outcome first: a failed release only hides it.
     result?;
-    released.map_err(Interrupt::from)
+    released.map_err(Interrupt::from)?;
+    Ok(None)
 }
 
 /// What the lock node's data becomes when its holder lets go.
@@ -596,14 +708,8 @@ async fn leave_lock(
     let Leave::Clear { known, canary } = leave else {
         return held.release(client).await;
     };
-    let change = |p: &mut crate::tree::Props| {
-        p.remove("in-flight");
-        if let Some(key) = &canary {
-            add_canary(p, key, host_id);
-        }
-    };
     if let Some((mut props, version)) = known {
-        change(&mut props);
+        clear_record(&mut props, canary.as_deref(), host_id);
         if held
             .release_writing(client, lock, &encode(&props), version)
             .await?
@@ -611,7 +717,28 @@ async fn leave_lock(
             return Ok(());
         }
     }
-    update_props(client, lock, change).await?;
+    finish_release(client, lock, held, canary.as_deref(), host_id).await
+}
+
+/// Removes our in-flight record from the lock node's data `p` (and, for a canary that
+/// succeeded, counts this host).
+fn clear_record(p: &mut crate::tree::Props, canary: Option<&str>, host_id: &str) {
+    p.remove("in-flight");
+    if let Some(key) = canary {
+        add_canary(p, key, host_id);
+    }
+}
+
+/// The release when the lock node's data changed since we last wrote it (or is not known):
+/// read, clear our record, write, then delete our contender.
+async fn finish_release(
+    client: &Client,
+    lock: &str,
+    held: Held,
+    canary: Option<&str>,
+    host_id: &str,
+) -> Result<(), ZkError> {
+    update_props(client, lock, |p| clear_record(p, canary, host_id)).await?;
     held.release(client).await
 }
 
@@ -626,4 +753,34 @@ fn waiting_status(holders: &[String]) -> String {
         text.push_str(&format!(" and {} more", holders.len() - SHOWN));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_node_in_plan_order_goes_first_then_the_hosts_own_rotation() {
+        assert_eq!(attempt_order(0, 7), Vec::<usize>::new());
+        assert_eq!(attempt_order(1, 7), vec![0]);
+        assert_eq!(attempt_order(2, 7), vec![0, 1]);
+        assert_eq!(attempt_order(5, 0), vec![0, 1, 2, 3, 4]);
+        assert_eq!(attempt_order(5, 1), vec![0, 2, 3, 4, 1]);
+        assert_eq!(attempt_order(5, 6), vec![0, 3, 4, 1, 2]);
+        for spread in 0..10 {
+            let mut order = attempt_order(6, spread);
+            assert_eq!(order[0], 0);
+            order.sort();
+            assert_eq!(order, (0..6).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn hosts_spread_differently_and_each_the_same_way_every_time() {
+        assert_eq!(host_spread("h1"), host_spread("h1"));
+        let starts: std::collections::BTreeSet<u64> = (0..10)
+            .map(|i| host_spread(&format!("host{i}")) % 4)
+            .collect();
+        assert!(starts.len() > 1, "{starts:?}");
+    }
 }

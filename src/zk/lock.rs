@@ -18,9 +18,13 @@ pub const LOCK_MARKER: &str = "__lock__";
 pub struct Held {
     /// Full path of our contender node.
     pub node: String,
-    /// The lock node's data and stat, when they were read in the same round trip as the
-    /// acquisition (after our contender was created, so no later holder wrote them).
+    /// The data and stat of the node the taker asked to read (the lock node, or another), when
+    /// they were read in the same round trip as the list that found us first (after our
+    /// contender was created, so no later holder wrote them).
     pub read: Option<(Vec<u8>, Stat)>,
+    /// The children of the node the taker asked to list beside the lock (empty when it does
+    /// not exist), listed in that same round trip; `None` when not asked or not known.
+    pub beside: Option<Vec<String>>,
 }
 
 impl Held {
@@ -56,6 +60,18 @@ pub async fn write_and_delete(
     version: i32,
     node: &str,
 ) -> Result<bool, ZkError> {
+    send_write_and_delete(client, path, data, version, node)?.await
+}
+
+/// [`write_and_delete`], with its request sent before this returns (the answer is the
+/// future's): a request the caller makes next goes out after it, and shares its round trip.
+pub fn send_write_and_delete<'a>(
+    client: &'a Client,
+    path: &str,
+    data: &[u8],
+    version: i32,
+    node: &str,
+) -> Result<impl std::future::Future<Output = Result<bool, ZkError>> + Send + 'a, ZkError> {
     let op = |source| ZkError::Op {
         op: "write",
         path: path.to_string(),
@@ -64,20 +80,24 @@ pub async fn write_and_delete(
     let mut writer = client.new_multi_writer();
     writer.add_set_data(path, data, Some(version)).map_err(op)?;
     writer.add_delete(node, None).map_err(op)?;
-    match call("write", path, async {
-        writer.commit().await.map_err(zookeeper_client::Error::from)
-    })
-    .await
-    {
-        Ok(_) => Ok(true),
-        Err(e)
-            if e.is_connection_loss()
-                || matches!(e.source_error(), Some(zookeeper_client::Error::BadVersion)) =>
+    let commit = writer.commit();
+    let path = path.to_string();
+    Ok(async move {
+        match call("write", &path, async {
+            commit.await.map_err(zookeeper_client::Error::from)
+        })
+        .await
         {
-            Ok(false)
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.is_connection_loss()
+                    || matches!(e.source_error(), Some(zookeeper_client::Error::BadVersion)) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
         }
-        Err(e) => Err(e),
-    }
+    })
 }
 
 /// A contender of a lock, as found in ZooKeeper.
@@ -205,15 +225,31 @@ pub async fn contenders(client: &Client, path: &str) -> Result<Vec<Contender>, Z
 /// session lives. On any error after the create, our contender is removed again (best
 /// effort).
 pub async fn try_lock(client: &Client, path: &str, identifier: &str) -> Result<TryLock, ZkError> {
+    try_lock_beside(client, path, identifier, None).await
+}
+
+/// [`try_lock`], also listing the children of `beside` (if given) in the round trip that
+/// creates our contender ([`Held::beside`]).
+pub async fn try_lock_beside(
+    client: &Client,
+    path: &str,
+    identifier: &str,
+    beside: Option<&str>,
+) -> Result<TryLock, ZkError> {
     // One round trip when the lock node exists and nobody else holds it: our create, the
-    // list of contenders and the lock node's data go out together, and the session
-    // answers them in that order.
-    let (node, listed, read) = create_listing(client, path, identifier, true).await?;
-    if let (Some(names), Some(read)) = (listed, read) {
-        if is_first(&names, &node) {
+    // list of contenders and the lock node's data (and the list beside) go out together,
+    // and the session answers them in that order.
+    let extra = Extra {
+        read: Some(path),
+        beside,
+    };
+    let Created { node, found } = create_listing(client, path, identifier, extra).await?;
+    if let Some(found) = found {
+        if is_first(&found.names, &node) && found.read.is_some() {
             return Ok(TryLock::Acquired(Held {
                 node,
-                read: Some(read),
+                read: found.read,
+                beside: found.beside,
             }));
         }
     }
@@ -230,54 +266,101 @@ pub async fn try_lock(client: &Client, path: &str, identifier: &str) -> Result<T
     decided
 }
 
-/// Creates our contender under `path` (and `path` when missing), lists the contenders and,
-/// if `read`, reads the lock node's data, in the same round trip (sent in that order, so
-/// answered in that order). The list and the data are given only when they were answered
-/// after our create (else the caller reads again).
+/// What a taker reads with each list of the contenders, in the same round trip.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Extra<'a> {
+    /// A node whose data (and stat) is read.
+    pub read: Option<&'a str>,
+    /// A node whose children are listed (none when it does not exist).
+    pub beside: Option<&'a str>,
+}
+
+/// One list of the contenders and what was read with it ([`Extra`]); the reads are given
+/// only when they were answered (else `None`).
+struct Found {
+    names: Vec<String>,
+    read: Option<(Vec<u8>, Stat)>,
+    beside: Option<Vec<String>>,
+}
+
+/// Our contender, and the list (and reads) answered after its create, if they were.
+struct Created {
+    node: String,
+    found: Option<Found>,
+}
+
+/// Lists the contenders of `path` and reads what `extra` asks for, in one round trip
+/// (sent in that order, so answered in that order). An error of the list is the error; a
+/// read that fails is only unknown.
+async fn list_reading(client: &Client, path: &str, extra: Extra<'_>) -> Result<Found, ZkError> {
+    let list = client.list_children(path);
+    let get = extra.read.map(|node| client.get_data(node));
+    let beside = extra.beside.map(|node| client.list_children(node));
+    let (names, read, beside) = futures::join!(
+        call("list", path, list),
+        async {
+            match (get, extra.read) {
+                (Some(get), Some(node)) => call("get", node, get).await.ok(),
+                _ => None,
+            }
+        },
+        async {
+            match (beside, extra.beside) {
+                (Some(list), Some(node)) => match call("list", node, list).await {
+                    Ok(names) => Some(names),
+                    Err(e) if e.is_no_node() => Some(Vec::new()),
+                    Err(_) => None,
+                },
+                _ => None,
+            }
+        },
+    );
+    Ok(Found {
+        names: names?,
+        read,
+        beside,
+    })
+}
+
+/// Creates our contender under `path` (and `path` when missing), lists the contenders and
+/// reads what `extra` asks for, in the same round trip (sent in that order, so answered in
+/// that order). The list and the reads are given only when they were answered after our
+/// create (else the caller lists again).
 async fn create_listing(
     client: &Client,
     path: &str,
     identifier: &str,
-    read: bool,
-) -> Result<(String, Option<Vec<String>>, Option<(Vec<u8>, Stat)>), ZkError> {
+    extra: Extra<'_>,
+) -> Result<Created, ZkError> {
     let prefix = format!("{}{LOCK_MARKER}", uuid::Uuid::new_v4().simple());
     let ours = join(path, &prefix);
     let mode = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
     let create = client.create(&ours, identifier.as_bytes(), &mode);
-    let list = client.list_children(path);
-    let get = read.then(|| client.get_data(path));
-    let (created, listed, got) = futures::join!(
+    let (created, found) = futures::join!(
         call("create", &ours, create),
-        call("list", path, list),
-        async {
-            match get {
-                Some(get) => call("get", path, get).await.ok(),
-                None => None,
-            }
-        },
+        list_reading(client, path, extra)
     );
     match created {
-        Ok((_, seq)) => Ok((format!("{ours}{seq}"), listed.ok(), got)),
+        Ok((_, seq)) => Ok(Created {
+            node: format!("{ours}{seq}"),
+            found: found.ok(),
+        }),
         // The lock node usually exists: it is made only when missing.
         Err(e) if e.is_no_node() => {
             ensure_node(client, path).await?;
-            Ok((
-                create_contender(client, path, identifier).await?,
-                None,
-                None,
-            ))
+            Ok(Created {
+                node: create_contender(client, path, identifier).await?,
+                found: None,
+            })
         }
         Err(e) if e.is_connection_loss() => {
             tracing::info!("{e}; looking for our contender once reconnected");
             let names = call_retrying("list", path, || client.list_children(path)).await?;
-            match names.iter().find(|n| n.starts_with(&prefix)) {
-                Some(name) => Ok((join(path, name), None, None)),
-                None => Ok((
-                    create_contender(client, path, identifier).await?,
-                    None,
-                    None,
-                )),
-            }
+            let node = match names.iter().find(|n| n.starts_with(&prefix)) {
+                Some(name) => join(path, name),
+                None => create_contender(client, path, identifier).await?,
+            };
+            Ok(Created { node, found: None })
         }
         Err(e) => Err(e),
     }
@@ -317,51 +400,43 @@ async fn create_contender(
 
 /// Takes the lock at `path` (created if missing), waiting in its queue as kazoo's blocking
 /// `acquire` does: each contender watches the one just before it, so a release wakes one
-/// waiter, not all of them. Gives up (removing our contender) after `limit`.
+/// waiter, not all of them. Reads what `extra` asks for with every list of the contenders;
+/// the held lock carries what was read with the list that found it first. Gives up
+/// (removing our contender) after `limit`.
 pub async fn acquire_queued(
     client: &Client,
     path: &str,
     identifier: &str,
     limit: std::time::Duration,
-    read: bool,
+    extra: Extra<'_>,
 ) -> Result<Held, ZkError> {
     let deadline = tokio::time::Instant::now() + limit;
-    // The create and the first list (and read) in one round trip, answered in that order.
-    let (node, mut listed, mut got) = create_listing(client, path, identifier, read).await?;
+    // The create and the first list (and reads) in one round trip, answered in that order.
+    let Created { node, found } = create_listing(client, path, identifier, extra).await?;
+    let mut found = found;
     let name = node.rsplit('/').next().unwrap_or_default().to_string();
     let ours = sequence_of(&name).unwrap_or(i64::MAX);
     let waited = async {
         loop {
-            let names = match listed.take() {
-                Some(names) => names,
-                None => {
-                    // The list and the lock node's data together: when the list says we
-                    // are first, the data is as the last holder left it.
-                    let list = client.list_children(path);
-                    let get = read.then(|| client.get_data(path));
-                    let (names, read) = futures::join!(call("list", path, list), async {
-                        match get {
-                            Some(get) => call("get", path, get).await.ok(),
-                            None => None,
-                        }
-                    });
-                    got = read;
-                    match names {
-                        Err(e) if e.is_connection_loss() => {
-                            got = None;
-                            call_retrying("list", path, || client.list_children(path)).await?
-                        }
-                        other => other?,
-                    }
-                }
+            let now = match found.take() {
+                Some(now) => now,
+                None => match list_reading(client, path, extra).await {
+                    Err(e) if e.is_connection_loss() => Found {
+                        names: call_retrying("list", path, || client.list_children(path)).await?,
+                        read: None,
+                        beside: None,
+                    },
+                    other => other?,
+                },
             };
-            let before = names
+            let before = now
+                .names
                 .iter()
                 .filter_map(|n| sequence_of(n).map(|s| (s, n)))
                 .filter(|(s, _)| *s < ours)
                 .max();
             let Some((_, predecessor)) = before else {
-                return Ok(());
+                return Ok(now);
             };
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
@@ -375,7 +450,11 @@ pub async fn acquire_queued(
     }
     .await;
     match waited {
-        Ok(()) => Ok(Held { node, read: got }),
+        Ok(first) => Ok(Held {
+            node,
+            read: first.read,
+            beside: first.beside,
+        }),
         Err(e) => {
             let _ = delete_own(client, &node).await;
             Err(e)
@@ -403,6 +482,7 @@ async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkEr
         return Ok(TryLock::Acquired(Held {
             node: node.to_string(),
             read: None,
+            beside: None,
         }));
     }
     let session = client.session_id().0;
@@ -421,6 +501,7 @@ async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkEr
         Some(first) if first.name == name => Ok(TryLock::Acquired(Held {
             node: node.to_string(),
             read: None,
+            beside: None,
         })),
         first => Ok(TryLock::Busy {
             holder: first.cloned().unwrap_or(Contender {

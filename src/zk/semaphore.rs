@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use zookeeper_client::{Acls, CreateMode, OneshotWatcher};
 
-use super::lock::{acquire_queued, ensure_node, write_and_delete, Held};
+use super::lock::{acquire_queued, ensure_node, write_and_delete, Extra, Held};
 use super::{call, call_retrying, join, open_persistent, Client, ZkError, LOSS_RETRIES};
 
 /// The suffix kazoo gives the lock that guards a semaphore (`PATH-__lock__`).
@@ -40,6 +40,10 @@ pub fn lock_path(path: &str) -> String {
 pub struct Lease {
     /// Full path of our lease node.
     pub node: String,
+    /// The children of the node the taker asked to list beside the lease (empty when it does
+    /// not exist), listed in the round trip that created the lease, after it; `None` when
+    /// not asked or not known.
+    pub beside: Option<Vec<String>>,
 }
 
 impl Lease {
@@ -131,20 +135,53 @@ pub async fn holders(client: &Client, path: &str) -> Result<Vec<LeaseHolder>, Zk
 
 /// Tries once to take a lease of the semaphore at `path` (created if missing, with
 /// `max_leases` as its data) with `identifier` as the lease's data. Waits only for the guard
-/// lock, never for a lease.
+/// lock, never for a lease. The children of `beside` (if given) are listed right after the
+/// lease is created, in the same round trip ([`Lease::beside`]).
 pub async fn try_acquire(
     client: &Client,
     path: &str,
     identifier: &str,
     max_leases: u32,
+    beside: Option<&str>,
 ) -> Result<TryLease, ZkError> {
     // Full already: no need to queue for the guard (the count is checked again under it).
     let names = leases(client, path).await?;
     if names.len() >= max_leases as usize {
         return Ok(full(path, names));
     }
-    let guard = acquire_queued(client, &lock_path(path), identifier, GUARD_LIMIT, false).await?;
-    under_guard(client, path, identifier, max_leases, guard, None).await
+    let guard = acquire_queued(
+        client,
+        &lock_path(path),
+        identifier,
+        GUARD_LIMIT,
+        under_guard_reads(path),
+    )
+    .await?;
+    let taker = Taker {
+        path,
+        identifier,
+        max_leases,
+        beside,
+    };
+    under_guard(client, &taker, guard, None).await
+}
+
+/// What a taker of the guard reads with the list that finds it first: the semaphore's data
+/// and leases, as they are under the guard (the guard's last holder created its lease
+/// before, or with, its release).
+fn under_guard_reads(path: &str) -> Extra<'_> {
+    Extra {
+        read: Some(path),
+        beside: Some(path),
+    }
+}
+
+/// Who takes a lease of which semaphore.
+struct Taker<'a> {
+    path: &'a str,
+    identifier: &'a str,
+    max_leases: u32,
+    beside: Option<&'a str>,
 }
 
 /// Takes a lease of the semaphore at `path` as kazoo's blocking `acquire` does: in the guard
@@ -158,14 +195,22 @@ pub async fn acquire_waiting(
     identifier: &str,
     max_leases: u32,
     limit: Duration,
+    beside: Option<&str>,
 ) -> Result<Option<Lease>, ZkError> {
     let deadline = tokio::time::Instant::now() + limit;
-    let guard = match acquire_queued(client, &lock_path(path), identifier, limit, false).await {
+    let reads = under_guard_reads(path);
+    let guard = match acquire_queued(client, &lock_path(path), identifier, limit, reads).await {
         Ok(guard) => guard,
         Err(ZkError::Timeout { op: "lock", .. }) => return Ok(None),
         Err(e) => return Err(e),
     };
-    match under_guard(client, path, identifier, max_leases, guard, Some(deadline)).await? {
+    let taker = Taker {
+        path,
+        identifier,
+        max_leases,
+        beside,
+    };
+    match under_guard(client, &taker, guard, Some(deadline)).await? {
         TryLease::Acquired(lease) => Ok(Some(lease)),
         TryLease::Full { .. } => Ok(None),
     }
@@ -190,13 +235,16 @@ fn full(path: &str, names: Vec<String>) -> TryLease {
 /// back.
 async fn under_guard(
     client: &Client,
-    path: &str,
-    identifier: &str,
-    max_leases: u32,
-    guard: Held,
+    taker: &Taker<'_>,
+    mut guard: Held,
     wait_until: Option<tokio::time::Instant>,
 ) -> Result<TryLease, ZkError> {
-    let outcome = take_lease(client, path, identifier, max_leases, &guard, wait_until).await;
+    // The semaphore as read with the list that found us first, if it was.
+    let read = match (guard.read.take(), guard.beside.take()) {
+        (Some((data, _)), Some(names)) => Some((Some(data), names)),
+        _ => None,
+    };
+    let outcome = take_lease(client, taker, &guard, read, wait_until).await;
     let released = match &outcome {
         // Our lease was created in the transaction that deleted the guard contender.
         Ok((_, true)) => Ok(()),
@@ -252,15 +300,23 @@ async fn read_semaphore(
 /// for a free lease until `wait_until`, if given.
 async fn take_lease(
     client: &Client,
-    path: &str,
-    identifier: &str,
-    max_leases: u32,
+    taker: &Taker<'_>,
     guard: &Held,
+    mut read: Option<(Option<Vec<u8>>, Vec<String>)>,
     wait_until: Option<tokio::time::Instant>,
 ) -> Result<(TryLease, bool), ZkError> {
+    let Taker {
+        path, max_leases, ..
+    } = *taker;
     let wanted = max_leases.to_string();
     loop {
-        let (data, names, watcher) = read_semaphore(client, path, wait_until.is_some()).await?;
+        // Read already (without a watch): used unless the taker is to wait for a free lease.
+        let (data, names, watcher) = match read.take() {
+            Some((data, names)) if wait_until.is_none() || names.len() < max_leases as usize => {
+                (data, names, None)
+            }
+            _ => read_semaphore(client, path, wait_until.is_some()).await?,
+        };
         match data {
             Some(data) if data == wanted.as_bytes() => {}
             Some(data) => {
@@ -276,7 +332,7 @@ async fn take_lease(
             None => create_semaphore(client, path, &wanted).await?,
         }
         if names.len() < max_leases as usize {
-            return create_lease(client, path, identifier, guard).await;
+            return create_lease(client, taker, guard).await;
         }
         let left = wait_until
             .map(|t| t.saturating_duration_since(tokio::time::Instant::now()))
@@ -322,33 +378,56 @@ async fn create_semaphore(client: &Client, path: &str, wanted: &str) -> Result<(
 }
 
 /// Creates our lease node with the guard still held: in one transaction with the guard
-/// contender's deletion when it can (the flag), else alone.
+/// contender's deletion when it can (the flag), else alone. The children of the taker's
+/// `beside` are listed in the same round trip, after the transaction.
 async fn create_lease(
     client: &Client,
-    path: &str,
-    identifier: &str,
+    taker: &Taker<'_>,
     guard: &Held,
 ) -> Result<(TryLease, bool), ZkError> {
+    let Taker {
+        path, identifier, ..
+    } = *taker;
     let node = join(path, &uuid::Uuid::new_v4().simple().to_string());
+    let lease = |beside| {
+        TryLease::Acquired(Lease {
+            node: node.clone(),
+            beside,
+        })
+    };
     let mode = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
     let mut writer = client.new_multi_writer();
     let built = writer
         .add_create(&node, identifier.as_bytes(), &mode)
         .and_then(|()| writer.add_delete(&guard.node, None));
     if built.is_ok() {
-        let committed = call("write", &node, async {
-            writer.commit().await.map_err(zookeeper_client::Error::from)
-        })
-        .await;
+        // Sent in this order (a request goes out when it is made), so answered in this order.
+        let commit = writer.commit();
+        let listed = taker.beside.map(|b| client.list_children(b));
+        let (committed, beside) = futures::join!(
+            call("write", &node, async {
+                commit.await.map_err(zookeeper_client::Error::from)
+            }),
+            async {
+                match (listed, taker.beside) {
+                    (Some(list), Some(b)) => match call("list", b, list).await {
+                        Ok(names) => Some(names),
+                        Err(e) if e.is_no_node() => Some(Vec::new()),
+                        Err(_) => None,
+                    },
+                    _ => None,
+                }
+            }
+        );
         match committed {
-            Ok(_) => return Ok((TryLease::Acquired(Lease { node }), true)),
+            Ok(_) => return Ok((lease(beside), true)),
             // Lost: it may have gone through; our lease's name is unique.
             Err(e) if e.is_connection_loss() => {
                 if call_retrying("stat", &node, || client.check_stat(&node))
                     .await?
                     .is_some()
                 {
-                    return Ok((TryLease::Acquired(Lease { node }), true));
+                    return Ok((lease(None), true));
                 }
             }
             Err(e) => return Err(e),
@@ -363,7 +442,7 @@ async fn create_lease(
         )
         .await
         {
-            Ok(_) => return Ok((TryLease::Acquired(Lease { node }), false)),
+            Ok(_) => return Ok((lease(None), false)),
             Err(e) if e.is_connection_loss() && lost < LOSS_RETRIES => {
                 lost += 1;
                 tracing::info!("{e}; looking for our lease once reconnected");
@@ -371,7 +450,7 @@ async fn create_lease(
                     .await?
                     .is_some()
                 {
-                    return Ok((TryLease::Acquired(Lease { node }), false));
+                    return Ok((lease(None), false));
                 }
             }
             Err(e) => return Err(e),
