@@ -105,7 +105,9 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
     let supervisor = tokio::spawn(actors::supervisor(world.clone(), stop_operator.clone()));
     let syncer = tokio::spawn(actors::syncer(world.clone(), rng.fork()));
     let until = Instant::now() + Duration::from_secs(seconds);
-    nemesis::run(world.clone(), rng.fork(), until).await;
+    // The default budget's promise, other budgets in proportion.
+    let target = (u64::from(nemesis::MIN_FAULTS) * seconds / DEFAULT_SECONDS) as u32;
+    nemesis::run(world.clone(), rng.fork(), until, target).await;
     world.calm.store(true, Ordering::SeqCst);
     if tokio::time::timeout(Duration::from_secs(120), syncer)
         .await

@@ -27,9 +27,10 @@
 //! and the checker requires that no pass our agents began in it entered a node through a
 //! lease (`checker.rs`). One window at a time.
 //!
-//! The budget: faults are counted once applied; a run whose budget ends with fewer than
-//! [`MIN_FAULTS`] applied goes on (at most [`MORE_LIMIT`] longer) until that many are, so the
-//! default budget always applies at least 200 (`main.rs` flags a run that did not).
+//! The budget: faults are counted once applied; a run whose budget ends with fewer than its
+//! target applied ([`MIN_FAULTS`] for the default budget, in proportion for others) goes on
+//! (at most [`MORE_LIMIT`] longer) until that many are, so the default budget always applies
+//! at least 200 (`main.rs` flags a run that did not).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,27 +68,29 @@ const KINDS: [(&str, f64); 14] = [
 /// The kinds that act on a host without a role (a node lock or lease holder).
 const PLAIN_ONLY: [&str; 2] = ["holder-kill", "holder-cut"];
 
-/// Faults applied a run reaches before it stops (given [`MORE_LIMIT`] more): the default
-/// budget's promise (`main.rs` flags a default run below it).
+/// Faults applied a run of the default budget reaches before it stops (given
+/// [`MORE_LIMIT`] more; other budgets in proportion, see `main.rs`, which flags a default
+/// run below it).
 pub const MIN_FAULTS: u32 = 200;
-/// How much longer than its budget a run may go on to reach [`MIN_FAULTS`] (about 1.7
-/// faults are applied a second, so this covers a run 50 short).
+/// How much longer than its budget a run may go on to reach its target (about 1.7 faults
+/// are applied a second, so this covers a run 50 short).
 const MORE_LIMIT: Duration = Duration::from_secs(30);
 
 /// How long a whole-run's faults may take to heal after the deadline.
 const HEAL_LIMIT: Duration = Duration::from_secs(180);
 
-/// Applies faults until `until`, then waits for every fault to heal.
-pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant) {
+/// Applies faults until `until` (and on, [`MORE_LIMIT`] at most, until `target` faults are
+/// applied), then waits for every fault to heal.
+pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant, target: u32) {
     let ensemble_busy = Arc::new(AtomicBool::new(false));
     let mixed_busy = Arc::new(AtomicBool::new(false));
     let weights: Vec<f64> = KINDS.iter().map(|(_, w)| *w).collect();
     let mut tasks = tokio::task::JoinSet::new();
     // The budget is time; a run whose faults took long to heal (held slots) or were not
-    // taken (a knob no run took) gets up to MORE_LIMIT more until MIN_FAULTS are applied.
+    // taken (a knob no run took) gets up to MORE_LIMIT more until `target` are applied.
     // Faults under way then still count when they heal, but are not counted on.
     let more = until + MORE_LIMIT;
-    let short = || world.journal.lock().unwrap().faults.values().sum::<u32>() < MIN_FAULTS;
+    let short = || world.journal.lock().unwrap().faults.values().sum::<u32>() < target;
     while Instant::now() < until || (Instant::now() < more && short()) {
         tokio::time::sleep(Duration::from_secs_f64(rng.between(0.03, 0.25))).await;
         let kind = KINDS[rng.weighted(&weights)].0;
