@@ -127,6 +127,13 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
         };
         for i in order {
             let node = &pending[i];
+            // A lease may wait in the guard's queue: the release is settled first, so that a
+            // release the server could not apply is completed before any wait.
+            if node.rollout.parallel > 1 {
+                if let Some(release) = releasing.take() {
+                    release.await?;
+                }
+            }
             let entered = match ready.take() {
                 Some(entry) => Ok(entry),
                 None => enter(pass, node, &identifier).await,
