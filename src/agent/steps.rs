@@ -276,8 +276,28 @@ pub async fn deploy_script(
     )?;
     let argv = script_argv(&observe::deploy_script(root, d.rpm), d);
     let cmd = pass.script(argv, Some(&props_file));
-    run_recorded(&cmd, record).await?;
-    observe::write_script_marker(root, d.app, d.rpm, d.path, d.n)?;
+    // The `.script` marker is written first and synced while the script runs (its first
+    // poll starts it), so that its fsync is not between this script and the next; it takes
+    // its place only once the script went well.
+    let script_marker = observe::ScriptMarker::prepare(root, d.app, d.rpm, d.path, d.n)?;
+    let mut run = std::pin::pin!(run_recorded(&cmd, record));
+    let first = futures::poll!(run.as_mut());
+    let synced = script_marker.sync();
+    let ran = match first {
+        std::task::Poll::Ready(ran) => ran,
+        std::task::Poll::Pending => run.await,
+    };
+    match (ran, synced) {
+        (Ok(()), Ok(())) => script_marker.commit()?,
+        (Err(e), _) => {
+            script_marker.discard();
+            return Err(e.into());
+        }
+        (Ok(()), Err(e)) => {
+            script_marker.discard();
+            return Err(e.into());
+        }
+    }
     let marker = etc.join(deployed_name(d.path, d.n));
     if !marker.exists() {
         tracing::warn!(
