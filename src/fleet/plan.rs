@@ -771,6 +771,155 @@ mod tests {
         assert_eq!(compare_versions("1.b", "1.1"), Less);
     }
 
+    fn tree(text: &str) -> Node {
+        crate::tree::parse::parse(text).unwrap()
+    }
+
+    fn registered(id: &str, agent: bool) -> Registered {
+        Registered {
+            host: Host {
+                id: id.into(),
+                name: format!("{id}.example.com"),
+                role: None,
+            },
+            inventory: None,
+            agent,
+        }
+    }
+
+    /// `/acme/a` (foo) on h1–h5 with `settings`, `/acme/b` (bar) on h1.
+    fn fleet_tree(settings: &str) -> Node {
+        tree(&format!(
+            "/acme\n  /a : foo\n    version = '1.0'\n{settings}    /deploy\n      /h1\n      /h2\n      /h3\n      /h4\n      /h5\n  /b : bar\n    version = '1.0'\n    /deploy\n      /h1\n"
+        ))
+    }
+
+    #[test]
+    fn the_rollout_core_is_the_agents_rule() {
+        let tree =
+            &fleet_tree("    max-parallel = '30%'\n    canary = 1\n    health-deadline = 60\n");
+        let host = Host {
+            id: "h1".into(),
+            name: "h1".into(),
+            role: None,
+        };
+        let index = TargetIndex::build(tree);
+        let found = discover_in(tree, &index.deploy_nodes(&host), &host).unwrap();
+        let steps = plan(Inputs {
+            wanted: &found.deployments,
+            controller: None,
+            role: None,
+            installed: &Installed::default(),
+            after: None,
+        })
+        .unwrap()
+        .steps;
+        let facts = FleetFacts {
+            mixed: None,
+            targets: BTreeMap::from([("/acme/a".to_string(), 5)]),
+        };
+        let health = |rpm: &str| rpm == "foo";
+        let got = plan_rollouts(&found, &steps, &facts, health);
+        assert_eq!(got.mixed, None);
+        let a = &got.nodes["/acme/a"];
+        // 30 % of 5 is 1.5: rounded up, 2.
+        assert_eq!((a.parallel, a.canary, a.health), (2, 1, true));
+        assert_eq!(a.health_deadline_ms, 60_000);
+        assert_eq!(got.nodes["/acme/b"], Rollout::default());
+        // A percentage of nothing counted is still at least 1.
+        let none = plan_rollouts(&found, &steps, &FleetFacts::default(), health);
+        assert_eq!(none.nodes["/acme/a"].parallel, 1);
+        // A mixed fleet: K = 1 everywhere (the canary setting is kept, and unused at K = 1).
+        let mixed = FleetFacts {
+            mixed: Some("why".into()),
+            ..facts.clone()
+        };
+        let got = plan_rollouts(&found, &steps, &mixed, health);
+        assert_eq!(got.mixed.as_deref(), Some("why"));
+        assert!(got.nodes.values().all(|r| r.parallel == 1), "{got:?}");
+        // No node wants K > 1: the mixed fleet does not matter (the agent does not look).
+        let plain: Vec<Step> = steps
+            .iter()
+            .filter(|s| !matches!(s, Step::Deploy { path, .. } if path == "/acme/a"))
+            .cloned()
+            .collect();
+        assert_eq!(plan_rollouts(&found, &plain, &mixed, health).mixed, None);
+    }
+
+    #[test]
+    fn the_fleet_plan_carries_each_nodes_rollout() {
+        let current = fleet_tree("");
+        let candidate = fleet_tree("    max-parallel = '30%'\n    canary = 1\n");
+        let (ci, ni) = (TargetIndex::build(&current), TargetIndex::build(&candidate));
+        let current = Indexed {
+            tree: &current,
+            index: &ci,
+        };
+        let candidate_idx = Indexed {
+            tree: &candidate,
+            index: &ni,
+        };
+        let mut hosts: Vec<Registered> = (1..=5)
+            .map(|i| registered(&format!("h{i}"), true))
+            .collect();
+        let paths: BTreeSet<String> = ["/acme/a".to_string(), "/acme/b".to_string()].into();
+        let facts = fleet_facts(&candidate, &paths, &hosts);
+        assert_eq!(facts.targets["/acme/a"], 5);
+        assert_eq!(facts.mixed, None);
+        let out = plan_fleet(&current, &candidate_idx, &hosts, &facts);
+        let a = &out.rollouts[0];
+        assert_eq!(a.hosts.len(), 5);
+        assert_eq!(
+            (
+                a.what.path.as_str(),
+                a.what.parallel,
+                a.what.canary,
+                a.what.targets
+            ),
+            ("/acme/a", 2, 1, Some(5))
+        );
+        assert_eq!(a.what.max_parallel, Value::from("30%"));
+        // No inventory: whether a health check runs is not known.
+        assert_eq!(a.what.health, None);
+        assert!(a.what.changes);
+        let b = &out.rollouts[1].what;
+        assert!(b.is_default() && !b.changes, "{b:?}");
+        let deploys: Vec<u32> = out.hosts[0]
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Deploy { rollout, .. } => Some(rollout.parallel),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deploys, [2, 1]);
+        let text = super::super::render::render(&out, "files", &Value::from("r1"));
+        assert!(
+            text.contains("/acme/a [max-parallel 2, canary 1, health check unknown]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("max-parallel '30%' of 5 deploy targets"),
+            "{text}"
+        );
+        assert!(!text.contains("/acme/b ["), "{text}");
+        assert!(!text.contains("mixed fleet"), "{text}");
+
+        // The original's agent registered a host: every node K = 1, and the plan says why.
+        hosts.push(registered("h0", false));
+        let facts = fleet_facts(&candidate, &paths, &hosts);
+        let out = plan_fleet(&current, &candidate_idx, &hosts, &facts);
+        let why = "host h0 (h0.example.com) has no 'agent' property (the original's agent): every node uses the node lock, max-parallel 1";
+        assert_eq!(out.mixed_fleet.as_deref(), Some(why));
+        assert!(out.rollouts.iter().all(|g| g.what.parallel == 1));
+        let text = super::super::render::render(&out, "files", &Value::from("r1"));
+        assert!(text.contains(&format!("mixed fleet: {why}")), "{text}");
+        assert!(
+            text.contains("max-parallel '30%' in the tree: 1 while the fleet is mixed"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn package_changes_are_named() {
         let s = |v: &str| Some(v.to_string());
