@@ -18,7 +18,6 @@ use crate::tree::literal::py_str;
 use crate::zk::call_retrying;
 use crate::zk::paths::{host_path, role_path, DEPLOYED_AT};
 use crate::zk::role_lock::enter;
-use crate::zk::update::update_props;
 
 impl Step {
     /// Runs this step: the checkpoint (a stop request, a halted or paused cluster abandon the
@@ -183,11 +182,12 @@ impl Step {
             Step::RecordVersion => {
                 let version = pass.version.clone();
                 let at = serde_json::json!(crate::files::now());
-                update_props(&agent.client, &host_path(&agent.host.id), |p| {
-                    p.insert("version".into(), version.clone());
-                    p.insert(DEPLOYED_AT.into(), at.clone());
-                })
-                .await?;
+                agent
+                    .update_host_node(|p| {
+                        p.insert("version".into(), version.clone());
+                        p.insert(DEPLOYED_AT.into(), at.clone());
+                    })
+                    .await?;
                 pass.recorded = true;
                 if let Err(e) = agent.run_dir.set_host_version(&version) {
                     tracing::warn!("cannot write host_version: {e}");
