@@ -314,7 +314,9 @@ impl Agent {
         let mut inventory = Inventory::from_installed(&installed, &versions, version, now());
         // Known only here: `zkdeployment plan` says from it whether a health check will run.
         inventory.health = Some(
-            (installed.packages.iter())
+            installed
+                .packages
+                .iter()
                 .filter(|rpm| super::health::has_health_check(root, rpm))
                 .cloned()
                 .collect(),

@@ -235,6 +235,14 @@ mod tests {
             ("foo".to_string(), Some("1.0".to_string())),
         ]);
         assert_eq!(seen, want);
+        // Which packages have a health check: published by agents that know it, `None`
+        // (not known) in an inventory without it.
+        assert_eq!(back.health, None);
+        let mut with = inv.clone();
+        with.health = Some(vec!["foo".into()]);
+        let value = with.to_value();
+        assert_eq!(value["health"], json!(["foo"]));
+        assert_eq!(Inventory::from_value(&value).unwrap(), with);
         assert!(Inventory::from_value(&json!({"packages": 3})).is_err());
         assert_eq!(
             Inventory::from_value(&json!({})).unwrap(),

@@ -604,6 +604,15 @@ pub fn plan_fleet<N: TreeSource>(
                 .or_default()
                 .insert(id.clone());
         }
+        // Packages whose version changes: whether they have a health check is not known yet.
+        let reinstalled: BTreeSet<&str> = hp
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Install { rpm, .. } if !routine(s, &installed) => Some(rpm.as_str()),
+                _ => None,
+            })
+            .collect();
         for step in &hp.steps {
             match step {
                 Step::Install {
@@ -639,11 +648,7 @@ pub fn plan_fleet<N: TreeSource>(
                         .entry(path.clone())
                         .or_default()
                         .insert(id.clone());
-                    // What this host knows of the health check: nothing if its version changes.
-                    let reinstalled = hp
-                        .steps
-                        .iter()
-                        .any(|s| matches!(s, Step::Install { rpm: r, .. } if r == rpm && !routine(s, &installed)));
+                    let reinstalled = reinstalled.contains(rpm.as_str());
                     let health = registered.health_check(rpm).filter(|_| !reinstalled);
                     let node = rollouts.entry(path.clone()).or_insert_with(|| {
                         node_rollout(candidate.tree, path, rollout, health, facts)
