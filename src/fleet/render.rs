@@ -135,7 +135,7 @@ pub fn render(plan: &FleetPlan, revision: &str, cluster: &Value) -> String {
         .collect();
     section(
         &mut out,
-        "Rollout (how these deployments re-run across the fleet):",
+        "Rollout (how the deployments that change go out across the fleet):",
         &rollouts,
         |r| {
             let mut text = format!("{} [{}]", r.path, r.describe());
