@@ -311,7 +311,17 @@ impl Agent {
             known.insert(rc.clone(), v.clone());
         }
         let versions = inventory::versions_after(&known, &steps, complete);
-        let value = Inventory::from_installed(&installed, &versions, version, now()).to_value();
+        let mut inventory = Inventory::from_installed(&installed, &versions, version, now());
+        // Known only here: `zkdeployment plan` says from it whether a health check will run.
+        inventory.health = Some(
+            installed
+                .packages
+                .iter()
+                .filter(|rpm| super::health::has_health_check(root, rpm))
+                .cloned()
+                .collect(),
+        );
+        let value = inventory.to_value();
         let file = self.run_dir.status_path().with_file_name(inventory::FILE);
         let bytes = serde_json::to_vec(&value).expect("serialisable");
         if let Err(e) = crate::files::write_atomic(&file, &bytes) {
