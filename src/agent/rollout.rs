@@ -60,6 +60,14 @@ pub fn node_settings(found: &Discovered, path: &str) -> Settings {
 /// version (`cversion`) of `/hosts`.
 pub type MixedCache = std::sync::Mutex<Option<(i32, Option<String>)>>;
 
+/// What the agent, `status` and the fleet plan say of a mixed fleet whose first original
+/// host is `id` (`name`).
+pub fn mixed_reason(id: &str, name: &str) -> String {
+    format!(
+        "host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1"
+    )
+}
+
 /// Why the fleet is mixed: the first registered host node without [`AGENT_PROPERTY`].
 ///
 /// Every host node is read only when the hosts registered changed since the answer in
@@ -88,9 +96,7 @@ pub async fn mixed_fleet(client: &Client, cache: &MixedCache) -> Result<Option<S
                 let props = decode(&data);
                 if props.get(AGENT_PROPERTY).is_none() {
                     let name = props.get("name").map(py_str).unwrap_or_default();
-                    why = Some(format!(
-                        "host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1"
-                    ));
+                    why = Some(mixed_reason(id, &name));
                     break;
                 }
             }

@@ -23,7 +23,7 @@ use crate::agent::discover::{discover_in, resolved_props, Discovered, TreeSource
 use crate::agent::inventory::{Inventory, UNKNOWN_VERSION};
 use crate::agent::model::{is_git, Host, Installed, InstalledDeployment, Wanted};
 use crate::agent::plan::{plan, Inputs, Plan, Rollout, Step};
-use crate::agent::rollout::{plan_rollouts, FleetFacts, AGENT_PROPERTY};
+use crate::agent::rollout::{mixed_reason, plan_rollouts, FleetFacts};
 use crate::tree::rollout::{self as settings, Parallel};
 use crate::tree::{Node, Props};
 
@@ -54,12 +54,9 @@ impl Registered {
 pub fn mixed_fleet(hosts: &[Registered]) -> Option<String> {
     let mut originals: Vec<&Registered> = hosts.iter().filter(|r| !r.agent).collect();
     originals.sort_by(|a, b| a.host.id.cmp(&b.host.id));
-    originals.first().map(|r| {
-        format!(
-            "host {} ({}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1",
-            r.host.id, r.host.name
-        )
-    })
+    originals
+        .first()
+        .map(|r| mixed_reason(&r.host.id, &r.host.name))
 }
 
 /// What the rollout depends on beyond the tree, from the candidate and the hosts as read:
