@@ -12,6 +12,8 @@
 //!   between one script's end and the next one's start.
 //!
 //! Run with `cargo bench --bench rollout` (`BENCH_ROLLOUT=small` skips the 100-agent runs).
+//! `ZKD_BENCH_BIN=PATH` runs that binary as the agents instead of the one cargo built (a
+//! copy: to compare two builds under the same conditions).
 
 #[allow(dead_code)] // a bench uses a few of the test helpers
 #[path = "../tests/support/mod.rs"]
@@ -88,7 +90,8 @@ fn start_agent(conn: &str, id: &str, times: &Path, sleep: f64) -> Agent {
     )
     .unwrap();
     let log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
-    let child = tokio::process::Command::new(support::bin())
+    let bin = std::env::var_os("ZKD_BENCH_BIN").map_or_else(support::bin, PathBuf::from);
+    let child = tokio::process::Command::new(bin)
         .args(["agent", cfg.to_str().unwrap()])
         .env("ZKDEPLOYMENT_LOG", "info")
         .stdout(std::process::Stdio::null())

@@ -109,7 +109,6 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
     let mut focus: Option<usize> = None;
     // The last node's release, answered after the next node's first request went out.
     let mut releasing: Option<Releasing<'_>> = None;
-    let spread = host_spread(&agent.host.id);
     while !pending.is_empty() {
         let mut ran = None;
         // Where the last node tried can be waited for in a queue.
@@ -120,13 +119,20 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
             fresh = true;
         }
         // Woken by one node's holder: that node only (the others' holders are still
-        // watched); else every node, the next in plan order first.
+        // watched); else every node, in plan order.
         let order: Vec<usize> = match focus.take() {
             Some(i) => vec![i],
-            None => attempt_order(pending.len(), spread),
+            None => (0..pending.len()).collect(),
         };
         for i in order {
             let node = &pending[i];
+            // A lease may wait in the guard's queue: the release is settled first, so that a
+            // release the server could not apply is completed before any wait.
+            if node.rollout.parallel > 1 {
+                if let Some(release) = releasing.take() {
+                    release.await?;
+                }
+            }
             let entered = match ready.take() {
                 Some(entry) => Ok(entry),
                 None => enter(pass, node, &identifier).await,
@@ -284,29 +290,6 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
         release.await?;
     }
     Ok(())
-}
-
-/// The order a host tries its `pending` nodes in: the next in plan order first, then the
-/// others starting from a place of the host's own (`spread`). Hosts that find the same node
-/// busy thus spread over the rest, instead of all trying the next one in plan order and
-/// leaving the nodes late in the plan for the end of the rollout, when the hosts that need
-/// them are busy elsewhere.
-fn attempt_order(pending: usize, spread: u64) -> Vec<usize> {
-    let rest = pending.saturating_sub(1);
-    if rest == 0 {
-        return (0..pending).collect();
-    }
-    let start = (spread % rest as u64) as usize;
-    std::iter::once(0)
-        .chain((0..rest).map(|k| 1 + (start + k) % rest))
-        .collect()
-}
-
-/// A number of the host's own, the same on every pass (FNV-1a of its id).
-fn host_spread(host_id: &str) -> u64 {
-    host_id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// Where a host with one node left waits for it.
@@ -753,34 +736,4 @@ fn waiting_status(holders: &[String]) -> String {
         text.push_str(&format!(" and {} more", holders.len() - SHOWN));
     }
     text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_next_node_in_plan_order_goes_first_then_the_hosts_own_rotation() {
-        assert_eq!(attempt_order(0, 7), Vec::<usize>::new());
-        assert_eq!(attempt_order(1, 7), vec![0]);
-        assert_eq!(attempt_order(2, 7), vec![0, 1]);
-        assert_eq!(attempt_order(5, 0), vec![0, 1, 2, 3, 4]);
-        assert_eq!(attempt_order(5, 1), vec![0, 2, 3, 4, 1]);
-        assert_eq!(attempt_order(5, 6), vec![0, 3, 4, 1, 2]);
-        for spread in 0..10 {
-            let mut order = attempt_order(6, spread);
-            assert_eq!(order[0], 0);
-            order.sort();
-            assert_eq!(order, (0..6).collect::<Vec<_>>());
-        }
-    }
-
-    #[test]
-    fn hosts_spread_differently_and_each_the_same_way_every_time() {
-        assert_eq!(host_spread("h1"), host_spread("h1"));
-        let starts: std::collections::BTreeSet<u64> = (0..10)
-            .map(|i| host_spread(&format!("host{i}")) % 4)
-            .collect();
-        assert!(starts.len() > 1, "{starts:?}");
-    }
 }

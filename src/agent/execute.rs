@@ -25,7 +25,6 @@ use crate::notify::{forget_failure, notify_failure, FailureReport};
 use crate::tree::literal::py_str;
 use crate::zk::paths::{host_path, INVENTORY};
 use crate::zk::role_lock::check_lock_node;
-use crate::zk::update::update_props;
 use crate::zk::ZkError;
 
 /// How a pass ended.
@@ -168,8 +167,7 @@ impl Agent {
             self.write_metrics();
             return Ok(PassOutcome::Skipped(version));
         }
-        let path = host_path(&self.host.id);
-        update_props(&self.client, &path, |p| {
+        self.update_host_node(|p| {
             p.remove("error");
         })
         .await?;
@@ -313,7 +311,17 @@ impl Agent {
             known.insert(rc.clone(), v.clone());
         }
         let versions = inventory::versions_after(&known, &steps, complete);
-        let value = Inventory::from_installed(&installed, &versions, version, now()).to_value();
+        let mut inventory = Inventory::from_installed(&installed, &versions, version, now());
+        // Known only here: `zkdeployment plan` says from it whether a health check will run.
+        inventory.health = Some(
+            installed
+                .packages
+                .iter()
+                .filter(|rpm| super::health::has_health_check(root, rpm))
+                .cloned()
+                .collect(),
+        );
+        let value = inventory.to_value();
         let file = self.run_dir.status_path().with_file_name(inventory::FILE);
         let bytes = serde_json::to_vec(&value).expect("serialisable");
         if let Err(e) = crate::files::write_atomic(&file, &bytes) {
@@ -335,12 +343,13 @@ impl Agent {
     }
 
     async fn put_inventory(&self, value: Value) {
-        let path = host_path(&self.host.id);
-        if let Err(e) = update_props(&self.client, &path, |p| {
-            p.insert(INVENTORY.into(), value.clone());
-        })
-        .await
+        if let Err(e) = self
+            .update_host_node(|p| {
+                p.insert(INVENTORY.into(), value.clone());
+            })
+            .await
         {
+            let path = host_path(&self.host.id);
             tracing::warn!("cannot publish the inventory in {path}: {e}");
         }
     }
@@ -424,10 +433,11 @@ async fn fail(pass: &mut Pass<'_>, failure: Failure) -> Result<String, ZkError> 
         halt(&agent.client, &agent.host, &version, &message).await?;
     }
     let error = json!(message);
-    update_props(&agent.client, &host_path(&agent.host.id), |p| {
-        p.insert("error".into(), error.clone());
-    })
-    .await?;
+    agent
+        .update_host_node(|p| {
+            p.insert("error".into(), error.clone());
+        })
+        .await?;
     pass.final_status("error", ReportOutcome::Error, Some(message.clone()))
         .await;
     pass.metrics.passes_error += 1;

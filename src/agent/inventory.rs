@@ -8,6 +8,7 @@
 //!  "deployed": {"foo": {"/acme/app": [0, 1]}},           package → application node → instances
 //!  "etc": ["foo"],                                       our /etc/<app> directories
 //!  "controller": ["rc", "2.0"],                          role controller and version, if any
+//!  "health": ["foo"],                                     installed packages with a health check
 //!  "version": "<cluster version of the pass>", "time": 1764000000.0}
 //! ```
 //!
@@ -47,6 +48,10 @@ pub struct Inventory {
     /// The role controller package and its version, if one is installed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller: Option<(String, Option<String>)>,
+    /// The installed packages that have a health check (`/opt/<rpm>/bin/zookeeper-health`);
+    /// `None` in inventories published before agents said (then it is not known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Vec<String>>,
     /// The cluster version of the pass that published it.
     #[serde(default)]
     pub version: Value,
@@ -90,6 +95,7 @@ impl Inventory {
                 .controller
                 .as_ref()
                 .map(|(rpm, v)| (rpm.clone(), v.clone().or_else(|| known(rpm)))),
+            health: None,
             version: version.clone(),
             time,
         }
@@ -229,6 +235,14 @@ mod tests {
             ("foo".to_string(), Some("1.0".to_string())),
         ]);
         assert_eq!(seen, want);
+        // Which packages have a health check: published by agents that know it, `None`
+        // (not known) in an inventory without it.
+        assert_eq!(back.health, None);
+        let mut with = inv.clone();
+        with.health = Some(vec!["foo".into()]);
+        let value = with.to_value();
+        assert_eq!(value["health"], json!(["foo"]));
+        assert_eq!(Inventory::from_value(&value).unwrap(), with);
         assert!(Inventory::from_value(&json!({"packages": 3})).is_err());
         assert_eq!(
             Inventory::from_value(&json!({})).unwrap(),

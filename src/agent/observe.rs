@@ -368,31 +368,68 @@ pub fn write_script_marker(
     path: &str,
     n: u32,
 ) -> io::Result<()> {
-    plain("application", app)?;
-    plain("package", rpm)?;
-    let dir = etc_dir(root, app);
-    fs::create_dir_all(&dir).map_err(at(&dir))?;
-    let name = script_name(path, n);
-    let target = dir.join(&name);
-    let tmp = dir.join(format!("{name}{TMP}"));
-    remove_file_entry(&tmp)?;
-    let content = deploy_script(root, rpm);
-    let write = || -> io::Result<()> {
-        let mut file = fs::OpenOptions::new()
+    let marker = ScriptMarker::prepare(root, app, rpm, path, n)?;
+    marker.sync()?;
+    marker.commit()
+}
+
+/// A `.script` marker written to its temporary file and not yet in place: the deploy script
+/// runs while the file is synced ([`ScriptMarker::sync`]), and the marker takes its place
+/// once the script went well ([`ScriptMarker::commit`]), or is removed
+/// ([`ScriptMarker::discard`]). Durable as [`write_script_marker`]'s.
+#[derive(Debug)]
+pub struct ScriptMarker {
+    file: fs::File,
+    tmp: PathBuf,
+    target: PathBuf,
+}
+
+impl ScriptMarker {
+    /// Writes the marker's content to `<marker>.script.tmp` (see [`write_script_marker`]).
+    pub fn prepare(root: &Path, app: &str, rpm: &str, path: &str, n: u32) -> io::Result<Self> {
+        plain("application", app)?;
+        plain("package", rpm)?;
+        let dir = etc_dir(root, app);
+        fs::create_dir_all(&dir).map_err(at(&dir))?;
+        let name = script_name(path, n);
+        let target = dir.join(&name);
+        let tmp = dir.join(format!("{name}{TMP}"));
+        remove_file_entry(&tmp)?;
+        let content = deploy_script(root, rpm);
+        let written = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .open(&tmp)?;
-        file.write_all(content.as_os_str().as_bytes())?;
-        file.sync_all()
-    };
-    if let Err(e) = write() {
-        let _ = fs::remove_file(&tmp);
-        return Err(at(&tmp)(e));
+            .open(&tmp)
+            .and_then(|mut file| {
+                file.write_all(content.as_os_str().as_bytes())?;
+                Ok(file)
+            });
+        match written {
+            Ok(file) => Ok(ScriptMarker { file, tmp, target }),
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                Err(at(&tmp)(e))
+            }
+        }
     }
-    fs::rename(&tmp, &target).map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        at(&target)(e)
-    })
+
+    /// Syncs the temporary file to disk.
+    pub fn sync(&self) -> io::Result<()> {
+        self.file.sync_all().map_err(at(&self.tmp))
+    }
+
+    /// Renames the (synced) temporary file over the marker.
+    pub fn commit(self) -> io::Result<()> {
+        fs::rename(&self.tmp, &self.target).map_err(|e| {
+            let _ = fs::remove_file(&self.tmp);
+            at(&self.target)(e)
+        })
+    }
+
+    /// Removes the temporary file (best effort: a leftover is cleaned like any other).
+    pub fn discard(self) {
+        let _ = fs::remove_file(&self.tmp);
+    }
 }
 
 /// Removes `ROOT/etc/<app>` of an application no longer wanted: first our stale files in it

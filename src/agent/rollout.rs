@@ -60,6 +60,14 @@ pub fn node_settings(found: &Discovered, path: &str) -> Settings {
 /// version (`cversion`) of `/hosts`.
 pub type MixedCache = std::sync::Mutex<Option<(i32, Option<String>)>>;
 
+/// What the agent, `status` and the fleet plan say of a mixed fleet whose first original
+/// host is `id` (`name`).
+pub fn mixed_reason(id: &str, name: &str) -> String {
+    format!(
+        "host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1"
+    )
+}
+
 /// Why the fleet is mixed: the first registered host node without [`AGENT_PROPERTY`].
 ///
 /// Every host node is read only when the hosts registered changed since the answer in
@@ -88,9 +96,7 @@ pub async fn mixed_fleet(client: &Client, cache: &MixedCache) -> Result<Option<S
                 let props = decode(&data);
                 if props.get(AGENT_PROPERTY).is_none() {
                     let name = props.get("name").map(py_str).unwrap_or_default();
-                    why = Some(format!(
-                        "host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1"
-                    ));
+                    why = Some(mixed_reason(id, &name));
                     break;
                 }
             }
@@ -113,7 +119,87 @@ async fn deploy_targets(client: &Client, path: &str) -> Result<usize, ZkError> {
     }
 }
 
-/// Works out the rollout of every application node among `steps`' deployments.
+/// What the rollout of a pass's deployments depends on beyond the tree: read from ZooKeeper
+/// by the agent ([`rollout_plan`]), or taken from what `zkdeployment plan` read
+/// (`crate::fleet`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FleetFacts {
+    /// Why the fleet is mixed, if it is (it matters only when a node wants K > 1).
+    pub mixed: Option<String>,
+    /// The number of deploy targets (children of `<node>/deploy`) of application nodes whose
+    /// `max-parallel` is a percentage; a node not here counts 0.
+    pub targets: BTreeMap<String, usize>,
+}
+
+/// The application nodes among `steps`' deployments, each with its package and its rollout
+/// settings as discovered (a bad value reads as the defaults: discovery reported it).
+pub fn wanted_rollouts<'a>(
+    found: &Discovered,
+    steps: &'a [Step],
+) -> BTreeMap<&'a str, (&'a str, Settings)> {
+    let mut wanted = BTreeMap::new();
+    for step in steps {
+        if let Step::Deploy { path, rpm, .. } = step {
+            wanted.insert(path.as_str(), (rpm.as_str(), node_settings(found, path)));
+        }
+    }
+    wanted
+}
+
+/// True if a node of `wanted` asks for K > 1: only then does the mixed-fleet rule matter
+/// (and the agent reads the host nodes).
+pub fn wants_parallel(wanted: &BTreeMap<&str, (&str, Settings)>) -> bool {
+    wanted
+        .values()
+        .any(|(_, r)| r.max_parallel != settings::Parallel::Count(1))
+}
+
+/// The nodes of `wanted` whose `max-parallel` is a percentage (of their deploy targets).
+pub fn percent_nodes<'a>(wanted: &BTreeMap<&'a str, (&'a str, Settings)>) -> Vec<&'a str> {
+    wanted
+        .iter()
+        .filter(|(_, (_, r))| r.max_parallel.is_percent())
+        .map(|(path, _)| *path)
+        .collect()
+}
+
+/// The rollout of every application node among `steps`' deployments, pure: from the
+/// discovered settings, what is known of the fleet (`facts`), and `health` (whether a package
+/// has a health check). The mixed-fleet note is kept only when a node wants K > 1.
+pub fn plan_rollouts(
+    found: &Discovered,
+    steps: &[Step],
+    facts: &FleetFacts,
+    mut health: impl FnMut(&str) -> bool,
+) -> RolloutPlan {
+    let wanted = wanted_rollouts(found, steps);
+    let mut plan = RolloutPlan {
+        mixed: facts.mixed.clone().filter(|_| wants_parallel(&wanted)),
+        ..RolloutPlan::default()
+    };
+    for (path, (rpm, r)) in wanted {
+        let parallel = if plan.mixed.is_some() {
+            1
+        } else {
+            r.max_parallel
+                .effective(facts.targets.get(path).copied().unwrap_or(0))
+        };
+        plan.nodes.insert(
+            path.to_string(),
+            Rollout {
+                parallel,
+                canary: r.canary,
+                health: health(rpm),
+                health_deadline_ms: (r.health_deadline * 1000.0) as u64,
+            },
+        );
+    }
+    plan
+}
+
+/// Works out the rollout of every application node among `steps`' deployments: reads what
+/// [`plan_rollouts`] needs of the fleet (the host nodes only when a node wants K > 1, the
+/// deploy targets of percentage nodes only when the fleet is not mixed).
 pub async fn rollout_plan(
     client: &Client,
     mixed_cache: &MixedCache,
@@ -121,46 +207,22 @@ pub async fn rollout_plan(
     found: &Discovered,
     steps: &[Step],
 ) -> Result<RolloutPlan, ZkError> {
-    let mut plan = RolloutPlan::default();
-    let mut wanted: BTreeMap<&str, (&str, Settings)> = BTreeMap::new();
-    for step in steps {
-        if let Step::Deploy { path, rpm, .. } = step {
-            wanted.insert(path, (rpm, node_settings(found, path)));
+    let wanted = wanted_rollouts(found, steps);
+    let mut facts = FleetFacts::default();
+    if wants_parallel(&wanted) {
+        facts.mixed = mixed_fleet(client, mixed_cache).await?;
+    }
+    if facts.mixed.is_none() {
+        let paths = percent_nodes(&wanted);
+        let counts =
+            futures::future::join_all(paths.iter().map(|path| deploy_targets(client, path))).await;
+        for (path, count) in paths.into_iter().zip(counts) {
+            facts.targets.insert(path.to_string(), count?);
         }
     }
-    let parallel_wanted = wanted
-        .values()
-        .any(|(_, r)| r.max_parallel != settings::Parallel::Count(1));
-    if parallel_wanted {
-        plan.mixed = mixed_fleet(client, mixed_cache).await?;
-    }
-    let needs_count = plan.mixed.is_none();
-    let counts = futures::future::join_all(wanted.iter().map(|(path, (_, r))| async move {
-        if r.max_parallel.is_percent() && needs_count {
-            deploy_targets(client, path).await.map(Some)
-        } else {
-            Ok(None)
-        }
+    Ok(plan_rollouts(found, steps, &facts, |rpm| {
+        has_health_check(root, rpm)
     }))
-    .await;
-    for ((path, (rpm, r)), hosts) in wanted.into_iter().zip(counts) {
-        let hosts = hosts?;
-        let parallel = if plan.mixed.is_some() {
-            1
-        } else {
-            r.max_parallel.effective(hosts.unwrap_or(0))
-        };
-        plan.nodes.insert(
-            path.to_string(),
-            Rollout {
-                parallel,
-                canary: r.canary,
-                health: has_health_check(root, rpm),
-                health_deadline_ms: (r.health_deadline * 1000.0) as u64,
-            },
-        );
-    }
-    Ok(plan)
 }
 
 /// The canary count of a node's version key, from the node lock's data.

@@ -57,14 +57,20 @@ impl Agent {
         self.run_dir.status_path().with_file_name("last-mail.json")
     }
 
-    /// Sets `status` in this host's node: one write guarded by the data version this process
-    /// last wrote, else (someone else wrote it, or nothing is known yet) a read and a write.
+    /// Sets `status` in this host's node (see [`Agent::update_host_node`]).
     pub async fn set_host_status(&self, status: Value) -> Result<(), ZkError> {
+        self.update_host_node(|p| {
+            p.insert("status".into(), status.clone());
+        })
+        .await
+    }
+
+    /// Changes this host's node: one write guarded by the data version this process last
+    /// wrote (none when the change changes nothing there), else (someone else wrote it, or
+    /// nothing is known yet) a read and a write.
+    pub async fn update_host_node(&self, change: impl Fn(&mut Props)) -> Result<(), ZkError> {
         let path = host_path(&self.host.id);
         let known = self.host_node.lock().expect("host node cache").clone();
-        let change = |p: &mut Props| {
-            p.insert("status".into(), status.clone());
-        };
         let after = match known {
             Some((props, version)) => {
                 update_props_known(&self.client, &path, &props, version, change).await

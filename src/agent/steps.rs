@@ -18,7 +18,6 @@ use crate::tree::literal::py_str;
 use crate::zk::call_retrying;
 use crate::zk::paths::{host_path, role_path, DEPLOYED_AT};
 use crate::zk::role_lock::enter;
-use crate::zk::update::update_props;
 
 impl Step {
     /// Runs this step: the checkpoint (a stop request, a halted or paused cluster abandon the
@@ -183,11 +182,12 @@ impl Step {
             Step::RecordVersion => {
                 let version = pass.version.clone();
                 let at = serde_json::json!(crate::files::now());
-                update_props(&agent.client, &host_path(&agent.host.id), |p| {
-                    p.insert("version".into(), version.clone());
-                    p.insert(DEPLOYED_AT.into(), at.clone());
-                })
-                .await?;
+                agent
+                    .update_host_node(|p| {
+                        p.insert("version".into(), version.clone());
+                        p.insert(DEPLOYED_AT.into(), at.clone());
+                    })
+                    .await?;
                 pass.recorded = true;
                 if let Err(e) = agent.run_dir.set_host_version(&version) {
                     tracing::warn!("cannot write host_version: {e}");
@@ -276,8 +276,28 @@ pub async fn deploy_script(
     )?;
     let argv = script_argv(&observe::deploy_script(root, d.rpm), d);
     let cmd = pass.script(argv, Some(&props_file));
-    run_recorded(&cmd, record).await?;
-    observe::write_script_marker(root, d.app, d.rpm, d.path, d.n)?;
+    // The `.script` marker is written first and synced while the script runs (its first
+    // poll starts it), so that its fsync is not between this script and the next; it takes
+    // its place only once the script went well.
+    let script_marker = observe::ScriptMarker::prepare(root, d.app, d.rpm, d.path, d.n)?;
+    let mut run = std::pin::pin!(run_recorded(&cmd, record));
+    let first = futures::poll!(run.as_mut());
+    let synced = script_marker.sync();
+    let ran = match first {
+        std::task::Poll::Ready(ran) => ran,
+        std::task::Poll::Pending => run.await,
+    };
+    match (ran, synced) {
+        (Ok(()), Ok(())) => script_marker.commit()?,
+        (Err(e), _) => {
+            script_marker.discard();
+            return Err(e.into());
+        }
+        (Ok(()), Err(e)) => {
+            script_marker.discard();
+            return Err(e.into());
+        }
+    }
     let marker = etc.join(deployed_name(d.path, d.n));
     if !marker.exists() {
         tracing::warn!(

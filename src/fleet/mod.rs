@@ -23,7 +23,7 @@ use crate::agent::model::Host;
 use crate::tree::Node;
 use crate::zk::{Client, ZkError};
 use index::TargetIndex;
-use plan::{plan_fleet, FleetPlan, Indexed};
+use plan::{fleet_facts, plan_fleet, FleetPlan, Indexed};
 
 /// The stable JSON document of `plan --json`: the candidate, the current cluster version, and
 /// the plan (new keys may be added, none removed or renamed).
@@ -64,6 +64,7 @@ pub async fn plan_candidate(
         .map(|r| &r.host)
         .collect();
     let current = read::prefetch(client, &app_paths, &without).await?;
+    let facts = fleet_facts(candidate, &app_paths, &registered);
     let plan = plan_fleet(
         &current,
         &Indexed {
@@ -71,6 +72,7 @@ pub async fn plan_candidate(
             index: &candidate_index,
         },
         &registered,
+        &facts,
     );
     Ok(Document {
         revision: revision.to_string(),

@@ -3,6 +3,11 @@
 //! (its published inventory, or — without one — what the current tree wants there, as if it
 //! had converged); then those plans grouped by what changes, each change with its hosts.
 //!
+//! Each deployment carries the rollout its agent would give it (`max-parallel`, `canary`,
+//! health check: [`plan_rollouts`], the agent's own rule) from the candidate tree and the fleet
+//! as read ([`fleet_facts`]); whether a package has a health check is known only on the host,
+//! so it comes from the host's inventory, and is unknown without one.
+//!
 //! A step is a *change* unless it is the routine part of every pass: a deploy of an instance
 //! the host already has, and the refresh of a git checkout already at its version. Hosts with
 //! only routine steps are counted, not listed among the changes.
@@ -17,8 +22,10 @@ use super::index::TargetIndex;
 use crate::agent::discover::{discover_in, resolved_props, Discovered, TreeSource};
 use crate::agent::inventory::{Inventory, UNKNOWN_VERSION};
 use crate::agent::model::{is_git, Host, Installed, InstalledDeployment, Wanted};
-use crate::agent::plan::{plan, Inputs, Step};
-use crate::tree::Props;
+use crate::agent::plan::{plan, Inputs, Plan, Rollout, Step};
+use crate::agent::rollout::{mixed_reason, plan_rollouts, FleetFacts};
+use crate::tree::rollout::{self as settings, Parallel};
+use crate::tree::{Node, Props};
 
 /// A registered host, as read from its host node.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +34,49 @@ pub struct Registered {
     pub host: Host,
     /// Its published inventory: `None` if it has none, an error if it cannot be read.
     pub inventory: Option<Result<Inventory, String>>,
+    /// True if its host node carries `agent` (written by this agent, not the original's).
+    pub agent: bool,
+}
+
+impl Registered {
+    /// Whether the host has a health check for `rpm`, as its inventory says (`None`: no
+    /// inventory, or one from an agent that did not publish health checks).
+    pub fn health_check(&self, rpm: &str) -> Option<bool> {
+        match &self.inventory {
+            Some(Ok(inv)) => inv.health.as_ref().map(|h| h.iter().any(|p| p == rpm)),
+            _ => None,
+        }
+    }
+}
+
+/// Why the fleet is mixed (the first registered host, by id, without `agent`), in the words
+/// of the agent's [`crate::agent::rollout::mixed_fleet`].
+pub fn mixed_fleet(hosts: &[Registered]) -> Option<String> {
+    let mut originals: Vec<&Registered> = hosts.iter().filter(|r| !r.agent).collect();
+    originals.sort_by(|a, b| a.host.id.cmp(&b.host.id));
+    originals
+        .first()
+        .map(|r| mixed_reason(&r.host.id, &r.host.name))
+}
+
+/// What the rollout depends on beyond the tree, from the candidate and the hosts as read:
+/// whether the fleet is mixed, and the deploy targets of each of `app_paths` (children of
+/// `<node>/deploy` in the candidate, as the agent counts them in ZooKeeper once it is synced).
+pub fn fleet_facts(
+    candidate: &Node,
+    app_paths: &BTreeSet<String>,
+    hosts: &[Registered],
+) -> FleetFacts {
+    FleetFacts {
+        mixed: mixed_fleet(hosts),
+        targets: app_paths
+            .iter()
+            .map(|path| {
+                let deploy = candidate.get(&format!("{path}/deploy"));
+                (path.clone(), deploy.map_or(0, |d| d.children.len()))
+            })
+            .collect(),
+    }
 }
 
 /// A tree and its index by target.
@@ -163,6 +213,57 @@ pub struct PropertiesChange {
     pub changes: Vec<PropertyChange>,
 }
 
+/// How an application node's deployments roll out across the fleet.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeRollout {
+    /// Application node.
+    pub path: String,
+    /// `max-parallel` as the candidate sets it (`null`: not set): a count, or `'P%'`.
+    pub max_parallel: Value,
+    /// The deploy targets a percentage counts (`null` unless `max-parallel` is one).
+    pub targets: Option<usize>,
+    /// The effective K: how many hosts may deploy the node at once.
+    pub parallel: u32,
+    /// How many hosts deploy a new version one at a time first.
+    pub canary: u32,
+    /// `health-deadline`, seconds.
+    pub health_deadline: f64,
+    /// Whether a health check runs after the deploy script: as the inventories of the hosts
+    /// that deploy it say, or `null` when not known (a host without an inventory that says,
+    /// a package whose version changes, or hosts that differ).
+    pub health: Option<bool>,
+    /// True if a deployment of it changes (an instance added, its package's version, or its
+    /// properties): then it re-runs under this rollout.
+    pub changes: bool,
+}
+
+impl NodeRollout {
+    /// True if anything about it differs from a plain node (one host at a time, no canary,
+    /// no known health check).
+    pub fn is_default(&self) -> bool {
+        self.parallel == 1
+            && self.canary == 0
+            && self.max_parallel.is_null()
+            && self.health != Some(true)
+    }
+
+    /// `max-parallel K, canary C, health check`, as `deploy --dry-run` says it, with the
+    /// health check `unknown` when it is not known.
+    pub fn describe(&self) -> String {
+        let mut how = Rollout {
+            parallel: self.parallel,
+            canary: self.canary,
+            health: self.health == Some(true),
+            ..Rollout::default()
+        }
+        .describe();
+        if self.health.is_none() {
+            how.push_str(", health check unknown");
+        }
+        how
+    }
+}
+
 /// Any other step that changes a host (role controllers, `/etc` removals), by its text.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct OtherChange {
@@ -193,6 +294,11 @@ pub struct FleetPlan {
     pub other: Vec<Group<OtherChange>>,
     /// Hosts whose pass would fail before changing anything, by error.
     pub failures: Vec<Group<FailureGroup>>,
+    /// Why every node uses the node lock with K = 1 (a registered host without `agent`), if
+    /// it does.
+    pub mixed_fleet: Option<String>,
+    /// The rollout of every application node deployed, with the hosts that deploy it.
+    pub rollouts: Vec<Group<NodeRollout>>,
     /// Hosts with changes.
     pub changed: Vec<String>,
     /// Hosts whose pass only re-runs what they have.
@@ -252,6 +358,7 @@ pub fn plan_host<N: TreeSource>(
     current: &dyn Current,
     candidate: &Indexed<'_, N>,
     registered: &Registered,
+    facts: &FleetFacts,
 ) -> (HostPlan, Installed) {
     let host = &registered.host;
     let mut out = HostPlan {
@@ -290,7 +397,15 @@ pub fn plan_host<N: TreeSource>(
             installed: &installed,
             after: None,
         })
-        .map(|p| p.steps)
+        .map(|mut p| {
+            // The agent's rollout rule, a health check as the inventory says (else none).
+            let rollout = plan_rollouts(&found, &p.steps, facts, |rpm| {
+                registered.health_check(rpm) == Some(true)
+            });
+            p.apply_rollout(&rollout.nodes, rollout.mixed);
+            let Plan { steps, .. } = p;
+            steps
+        })
         .map_err(|e| e.to_string())
     });
     match steps {
@@ -321,6 +436,36 @@ fn routine(step: &Step, installed: &Installed) -> bool {
             version, installed, ..
         } => is_git(version.as_deref()) && installed == version,
         _ => false,
+    }
+}
+
+/// A node's rollout as the first host that deploys it has it (every host has the same: the
+/// settings are the candidate's, the facts the fleet's), with `max-parallel` as written.
+fn node_rollout<N: TreeSource>(
+    tree: &N,
+    path: &str,
+    rollout: &Rollout,
+    health: Option<bool>,
+    facts: &FleetFacts,
+) -> NodeRollout {
+    let props = resolved_props(tree, path).unwrap_or_default();
+    let max_parallel = props
+        .get(settings::MAX_PARALLEL)
+        .cloned()
+        .unwrap_or(Value::Null);
+    let written = settings::parse(path, |k| props.get(k).cloned()).unwrap_or_default();
+    NodeRollout {
+        path: path.to_string(),
+        max_parallel,
+        targets: match written.max_parallel {
+            Parallel::Percent(_) => Some(facts.targets.get(path).copied().unwrap_or(0)),
+            Parallel::Count(_) => None,
+        },
+        parallel: rollout.parallel,
+        canary: rollout.canary,
+        health_deadline: rollout.health_deadline_ms as f64 / 1000.0,
+        health,
+        changes: false,
     }
 }
 
@@ -421,12 +566,14 @@ pub fn plan_fleet<N: TreeSource>(
     current: &dyn Current,
     candidate: &Indexed<'_, N>,
     hosts: &[Registered],
+    facts: &FleetFacts,
 ) -> FleetPlan {
     let mut packages: BTreeMap<PackageChange, BTreeSet<String>> = BTreeMap::new();
     let mut instances: BTreeMap<InstanceChange, BTreeSet<String>> = BTreeMap::new();
     let mut other: BTreeMap<OtherChange, BTreeSet<String>> = BTreeMap::new();
     let mut failures: BTreeMap<FailureGroup, BTreeSet<String>> = BTreeMap::new();
     let mut deployers: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut rollouts: BTreeMap<String, NodeRollout> = BTreeMap::new();
     let mut out = FleetPlan {
         registered: hosts.len(),
         packages: Vec::new(),
@@ -434,6 +581,8 @@ pub fn plan_fleet<N: TreeSource>(
         properties: Vec::new(),
         other: Vec::new(),
         failures: Vec::new(),
+        mixed_fleet: facts.mixed.clone(),
+        rollouts: Vec::new(),
         changed: Vec::new(),
         routine: Vec::new(),
         idle: Vec::new(),
@@ -441,7 +590,7 @@ pub fn plan_fleet<N: TreeSource>(
         hosts: Vec::new(),
     };
     for registered in hosts {
-        let (hp, installed) = plan_host(current, candidate, registered);
+        let (hp, installed) = plan_host(current, candidate, registered, facts);
         let id = hp.id.clone();
         if !hp.inventory {
             out.without_inventory.push(id.clone());
@@ -452,6 +601,15 @@ pub fn plan_fleet<N: TreeSource>(
                 .or_default()
                 .insert(id.clone());
         }
+        // Packages whose version changes: whether they have a health check is not known yet.
+        let reinstalled: BTreeSet<&str> = hp
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Install { rpm, .. } if !routine(s, &installed) => Some(rpm.as_str()),
+                _ => None,
+            })
+            .collect();
         for step in &hp.steps {
             match step {
                 Step::Install {
@@ -476,11 +634,26 @@ pub fn plan_fleet<N: TreeSource>(
                         .or_default()
                         .insert(id.clone());
                 }
-                Step::Deploy { rpm, path, n, .. } => {
+                Step::Deploy {
+                    rpm,
+                    path,
+                    n,
+                    rollout,
+                    ..
+                } => {
                     deployers
                         .entry(path.clone())
                         .or_default()
                         .insert(id.clone());
+                    let reinstalled = reinstalled.contains(rpm.as_str());
+                    let health = registered.health_check(rpm).filter(|_| !reinstalled);
+                    let node = rollouts.entry(path.clone()).or_insert_with(|| {
+                        node_rollout(candidate.tree, path, rollout, health, facts)
+                    });
+                    if node.health != health {
+                        node.health = None;
+                    }
+                    node.changes |= reinstalled || !routine(step, &installed);
                     if !routine(step, &installed) {
                         instances
                             .entry(InstanceChange {
@@ -520,11 +693,11 @@ pub fn plan_fleet<N: TreeSource>(
     // Properties: each application node deployed in the candidate that exists in the current
     // tree, compared once (links resolved on each side).
     let mut cache: HashMap<String, Vec<PropertyChange>> = HashMap::new();
-    for (path, hosts) in deployers {
+    for (path, hosts) in &deployers {
         let changes = cache.entry(path.clone()).or_insert_with(|| {
             match (
-                current.properties(&path),
-                resolved_props(candidate.tree, &path),
+                current.properties(path),
+                resolved_props(candidate.tree, path),
             ) {
                 (Some(old), Ok(new)) => property_changes(&old, &new),
                 _ => Vec::new(),
@@ -533,13 +706,28 @@ pub fn plan_fleet<N: TreeSource>(
         if !changes.is_empty() {
             out.properties.push(Group {
                 what: PropertiesChange {
-                    path,
+                    path: path.clone(),
                     changes: changes.clone(),
                 },
-                hosts: hosts.into_iter().collect(),
+                hosts: hosts.iter().cloned().collect(),
             });
         }
     }
+    for group in &out.properties {
+        if let Some(node) = rollouts.get_mut(&group.what.path) {
+            node.changes = true;
+        }
+    }
+    out.rollouts = rollouts
+        .into_iter()
+        .map(|(path, what)| Group {
+            what,
+            hosts: deployers
+                .get(&path)
+                .map(|h| h.iter().cloned().collect())
+                .unwrap_or_default(),
+        })
+        .collect();
     // A host re-running a deployment with new settings has changes too.
     let resettled: BTreeSet<&String> = out.properties.iter().flat_map(|g| &g.hosts).collect();
     for hp in &mut out.hosts {
@@ -583,6 +771,155 @@ mod tests {
         assert_eq!(compare_versions("1.0a", "1.0"), Greater);
         assert_eq!(compare_versions("1.01", "1.1"), Equal);
         assert_eq!(compare_versions("1.b", "1.1"), Less);
+    }
+
+    fn tree(text: &str) -> Node {
+        crate::tree::parse::parse(text).unwrap()
+    }
+
+    fn registered(id: &str, agent: bool) -> Registered {
+        Registered {
+            host: Host {
+                id: id.into(),
+                name: format!("{id}.example.com"),
+                role: None,
+            },
+            inventory: None,
+            agent,
+        }
+    }
+
+    /// `/acme/a` (foo) on h1–h5 with `settings`, `/acme/b` (bar) on h1.
+    fn fleet_tree(settings: &str) -> Node {
+        tree(&format!(
+            "/acme\n  /a : foo\n    version = '1.0'\n{settings}    /deploy\n      /h1\n      /h2\n      /h3\n      /h4\n      /h5\n  /b : bar\n    version = '1.0'\n    /deploy\n      /h1\n"
+        ))
+    }
+
+    #[test]
+    fn the_rollout_core_is_the_agents_rule() {
+        let tree =
+            &fleet_tree("    max-parallel = '30%'\n    canary = 1\n    health-deadline = 60\n");
+        let host = Host {
+            id: "h1".into(),
+            name: "h1".into(),
+            role: None,
+        };
+        let index = TargetIndex::build(tree);
+        let found = discover_in(tree, &index.deploy_nodes(&host), &host).unwrap();
+        let steps = plan(Inputs {
+            wanted: &found.deployments,
+            controller: None,
+            role: None,
+            installed: &Installed::default(),
+            after: None,
+        })
+        .unwrap()
+        .steps;
+        let facts = FleetFacts {
+            mixed: None,
+            targets: BTreeMap::from([("/acme/a".to_string(), 5)]),
+        };
+        let health = |rpm: &str| rpm == "foo";
+        let got = plan_rollouts(&found, &steps, &facts, health);
+        assert_eq!(got.mixed, None);
+        let a = &got.nodes["/acme/a"];
+        // 30 % of 5 is 1.5: rounded up, 2.
+        assert_eq!((a.parallel, a.canary, a.health), (2, 1, true));
+        assert_eq!(a.health_deadline_ms, 60_000);
+        assert_eq!(got.nodes["/acme/b"], Rollout::default());
+        // A percentage of nothing counted is still at least 1.
+        let none = plan_rollouts(&found, &steps, &FleetFacts::default(), health);
+        assert_eq!(none.nodes["/acme/a"].parallel, 1);
+        // A mixed fleet: K = 1 everywhere (the canary setting is kept, and unused at K = 1).
+        let mixed = FleetFacts {
+            mixed: Some("why".into()),
+            ..facts.clone()
+        };
+        let got = plan_rollouts(&found, &steps, &mixed, health);
+        assert_eq!(got.mixed.as_deref(), Some("why"));
+        assert!(got.nodes.values().all(|r| r.parallel == 1), "{got:?}");
+        // No node wants K > 1: the mixed fleet does not matter (the agent does not look).
+        let plain: Vec<Step> = steps
+            .iter()
+            .filter(|s| !matches!(s, Step::Deploy { path, .. } if path == "/acme/a"))
+            .cloned()
+            .collect();
+        assert_eq!(plan_rollouts(&found, &plain, &mixed, health).mixed, None);
+    }
+
+    #[test]
+    fn the_fleet_plan_carries_each_nodes_rollout() {
+        let current = fleet_tree("");
+        let candidate = fleet_tree("    max-parallel = '30%'\n    canary = 1\n");
+        let (ci, ni) = (TargetIndex::build(&current), TargetIndex::build(&candidate));
+        let current = Indexed {
+            tree: &current,
+            index: &ci,
+        };
+        let candidate_idx = Indexed {
+            tree: &candidate,
+            index: &ni,
+        };
+        let mut hosts: Vec<Registered> = (1..=5)
+            .map(|i| registered(&format!("h{i}"), true))
+            .collect();
+        let paths: BTreeSet<String> = ["/acme/a".to_string(), "/acme/b".to_string()].into();
+        let facts = fleet_facts(&candidate, &paths, &hosts);
+        assert_eq!(facts.targets["/acme/a"], 5);
+        assert_eq!(facts.mixed, None);
+        let out = plan_fleet(&current, &candidate_idx, &hosts, &facts);
+        let a = &out.rollouts[0];
+        assert_eq!(a.hosts.len(), 5);
+        assert_eq!(
+            (
+                a.what.path.as_str(),
+                a.what.parallel,
+                a.what.canary,
+                a.what.targets
+            ),
+            ("/acme/a", 2, 1, Some(5))
+        );
+        assert_eq!(a.what.max_parallel, Value::from("30%"));
+        // No inventory: whether a health check runs is not known.
+        assert_eq!(a.what.health, None);
+        assert!(a.what.changes);
+        let b = &out.rollouts[1].what;
+        assert!(b.is_default() && !b.changes, "{b:?}");
+        let deploys: Vec<u32> = out.hosts[0]
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Deploy { rollout, .. } => Some(rollout.parallel),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deploys, [2, 1]);
+        let text = super::super::render::render(&out, "files", &Value::from("r1"));
+        assert!(
+            text.contains("/acme/a [max-parallel 2, canary 1, health check unknown]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("max-parallel '30%' of 5 deploy targets"),
+            "{text}"
+        );
+        assert!(!text.contains("/acme/b ["), "{text}");
+        assert!(!text.contains("mixed fleet"), "{text}");
+
+        // The original's agent registered a host: every node K = 1, and the plan says why.
+        hosts.push(registered("h0", false));
+        let facts = fleet_facts(&candidate, &paths, &hosts);
+        let out = plan_fleet(&current, &candidate_idx, &hosts, &facts);
+        let why = "host h0 (h0.example.com) has no 'agent' property (the original's agent): every node uses the node lock, max-parallel 1";
+        assert_eq!(out.mixed_fleet.as_deref(), Some(why));
+        assert!(out.rollouts.iter().all(|g| g.what.parallel == 1));
+        let text = super::super::render::render(&out, "files", &Value::from("r1"));
+        assert!(text.contains(&format!("mixed fleet: {why}")), "{text}");
+        assert!(
+            text.contains("max-parallel '30%' in the tree: 1 while the fleet is mixed"),
+            "{text}"
+        );
     }
 
     #[test]

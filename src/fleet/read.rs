@@ -14,6 +14,7 @@ use super::plan::{converged, Prefetched, Registered};
 use crate::agent::discover::{discover_in, resolved_props, TreeSource};
 use crate::agent::inventory::{self, Inventory};
 use crate::agent::model::Host;
+use crate::agent::rollout::AGENT_PROPERTY;
 use crate::tree::Props;
 use crate::zk::decode;
 use crate::zk::index::{by_target, walk_deploy_nodes};
@@ -50,6 +51,7 @@ pub fn registered(hosts: &ZNode) -> Vec<Registered> {
                     .props
                     .get(inventory::PROPERTY)
                     .map(|v| Inventory::from_value(v).map_err(|e| e.to_string())),
+                agent: node.props.contains_key(AGENT_PROPERTY),
             }
         })
         .collect()

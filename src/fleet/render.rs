@@ -1,12 +1,13 @@
 //! The fleet plan for a terminal: a headline, then the changes grouped by kind, each with its
 //! host count and the first few host ids; property values as the tree writes them (Python
-//! literals), `old → new`.
+//! literals), `old → new`; the rollout of each deployment that changes, when it is not a plain
+//! one (`[max-parallel K, canary C, health check]` as `deploy --dry-run` says it).
 
 use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::plan::{FleetPlan, Group};
+use super::plan::{FleetPlan, Group, NodeRollout};
 use crate::agent::inventory::UNKNOWN_VERSION;
 use crate::tree::literal::repr;
 
@@ -95,6 +96,9 @@ pub fn render(plan: &FleetPlan, revision: &str, cluster: &Value) -> String {
             hosts_line(&plan.without_inventory)
         );
     }
+    if let Some(why) = &plan.mixed_fleet {
+        let _ = writeln!(out, "  mixed fleet: {why}");
+    }
     section(&mut out, "Packages:", &plan.packages, |p| match p.change {
         "install" => format!("install    {} {}", p.rpm, version(&p.to)),
         "remove" => match p.from.as_deref() {
@@ -123,6 +127,43 @@ pub fn render(plan: &FleetPlan, revision: &str, cluster: &Value) -> String {
             text
         },
     );
+    let rollouts: Vec<Group<NodeRollout>> = plan
+        .rollouts
+        .iter()
+        .filter(|g| g.what.changes && !g.what.is_default())
+        .cloned()
+        .collect();
+    section(
+        &mut out,
+        "Rollout (how the deployments that change go out across the fleet):",
+        &rollouts,
+        |r| {
+            let mut text = format!("{} [{}]", r.path, r.describe());
+            if r.max_parallel.is_null() {
+                return text;
+            }
+            if plan.mixed_fleet.is_some() {
+                let _ = write!(
+                    text,
+                    "\nmax-parallel {} in the tree: 1 while the fleet is mixed",
+                    repr(&r.max_parallel)
+                );
+            } else if let Some(targets) = r.targets {
+                let _ = write!(
+                    text,
+                    "\nmax-parallel {} of {targets} deploy target{}",
+                    repr(&r.max_parallel),
+                    if targets == 1 { "" } else { "s" }
+                );
+            }
+            text
+        },
+    );
+    if rollouts.iter().any(|g| g.what.health.is_none()) {
+        out.push_str(
+            "  (health check unknown: only a host knows; its inventory says so for the version it has installed)\n",
+        );
+    }
     section(&mut out, "Other steps:", &plan.other, |o| o.step.clone());
     section(
         &mut out,

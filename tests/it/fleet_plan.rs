@@ -313,6 +313,21 @@ async fn the_plan_is_what_the_agents_then_do() {
     );
     assert_eq!(doc["failures"], json!([]));
     assert_eq!(doc["changed"], json!(["h1", "h2", "h3", "h4", "h5"]));
+    // h5 is the original's: a mixed fleet, every node one host at a time.
+    assert!(
+        doc["mixed_fleet"]
+            .as_str()
+            .is_some_and(|why| why.starts_with("host h5 (h5.example.com) has no 'agent'")),
+        "{}",
+        run.stdout
+    );
+    for g in doc["rollouts"].as_array().unwrap() {
+        assert_eq!(
+            (&g["parallel"], &g["canary"]),
+            (&json!(1), &json!(0)),
+            "{g}"
+        );
+    }
 
     // The text form says the same, grouped, with old → new values.
     let text = plan(&conn, &["-u", &repo.url(), "-t", dir]).await;
@@ -330,6 +345,7 @@ async fn the_plan_is_what_the_agents_then_do() {
         "version: '1.0' → '1.4'",
         "role controller install webrc 1.1",
         "without an inventory, planned as if converged on the current tree: 1 host: h5",
+        "mixed fleet: host h5 (h5.example.com)",
     ] {
         assert!(text.stdout.contains(expected), "{expected:?} in\n{text}");
     }

@@ -21,6 +21,7 @@ mod ensemble;
 mod faults;
 mod fleet;
 mod fleet_plan;
+mod fleet_plan_rollout;
 mod fleet_status;
 mod git_checkout;
 mod harness_selftest;
