@@ -98,11 +98,9 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
     // The waiting status last written: rewritten only when it changes, so that its age
     // (what the monitor reports) counts from the start of the wait.
     let mut waiting: Option<String> = None;
-    // The cluster is checked at the start of the first round, and before a wait if not
-    // since the last step. Right after a step or a wait the next node is entered at once:
-    // a node taken is checked for in the step's own first round trip (before its script),
-    // and a round that takes nothing checks before it waits again.
-    let (mut check_first, mut fresh) = (true, false);
+    // A node is entered at once: a node taken is checked for in its step's own first round
+    // trip (the checkpoint before its script), and a round that takes nothing checks the
+    // cluster before it waits.
     // The lock or lease taken while waiting in a queue, for the one pending node.
     let mut ready: Option<Entry> = None;
     // The node whose holder went away while the host waited.
@@ -113,11 +111,6 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
         let mut ran = None;
         // Where the last node tried can be waited for in a queue.
         let mut queue = Queue::No;
-        if check_first {
-            pass.checkpoint().await?;
-            check_first = false;
-            fresh = true;
-        }
         // Woken by one node's holder: that node only (the others' holders are still
         // watched); else every node, in plan order.
         let order: Vec<usize> = match focus.take() {
@@ -194,14 +187,9 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
             Some(i) => {
                 pending.remove(i);
                 waiting = None;
-                fresh = false;
             }
             None => {
-                // (Not checked since the last step or wait: checked now, and not again
-                // until after the wait.)
-                if !fresh {
-                    pass.checkpoint().await?;
-                }
+                pass.checkpoint().await?;
                 waited_since.get_or_insert_with(Instant::now);
                 tracing::info!("every pending node is locked by another host; waiting");
                 // What every pending node waits for, as last found.
@@ -282,7 +270,6 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                         focus = woken.and_then(|k| owner.get(k).copied());
                     }
                 }
-                fresh = false;
             }
         }
     }

@@ -190,7 +190,6 @@ impl Agent {
         tracing::info!("{}", "=".repeat(60));
         tracing::info!("Deploying version {}", py_str(&version));
         let started = pass.started;
-        pass.status("deploying").await;
         let mut basis = None;
         let result = run_plan(&mut pass, &mut basis).await;
         pass.controlled = false;
@@ -371,7 +370,10 @@ async fn run_plan(
     pass: &mut Pass<'_>,
     basis: &mut Option<(Installed, Vec<Step>)>,
 ) -> Result<(), Interrupt> {
-    let (discovered, installed, plan, discovery) = pass.agent.prepare(&pass.version).await?;
+    // The status goes out with discovery's first reads (its host node write is not waited for
+    // first); the status file says `deploying` before either starts.
+    let (_, prepared) = futures::join!(pass.status("deploying"), pass.agent.prepare(&pass.version));
+    let (discovered, installed, plan, discovery) = prepared?;
     *basis = Some((installed, plan.steps.clone()));
     pass.properties = discovered.properties;
     pass.discovery = Some(discovery);

@@ -304,22 +304,29 @@ async fn list_reading(client: &Client, path: &str, extra: Extra<'_>) -> Result<F
                 _ => None,
             }
         },
-        async {
-            match (beside, extra.beside) {
-                (Some(list), Some(node)) => match call("list", node, list).await {
-                    Ok(names) => Some(names),
-                    Err(e) if e.is_no_node() => Some(Vec::new()),
-                    Err(_) => None,
-                },
-                _ => None,
-            }
-        },
+        listed_beside(beside, extra.beside),
     );
     Ok(Found {
         names: names?,
         read,
         beside,
     })
+}
+
+/// The answer of a list of the children of `node` sent beside an acquisition: the names
+/// (none when the node does not exist), or `None` when not asked or not answered.
+pub(super) async fn listed_beside(
+    list: Option<impl std::future::Future<Output = Result<Vec<String>, zookeeper_client::Error>>>,
+    node: Option<&str>,
+) -> Option<Vec<String>> {
+    match (list, node) {
+        (Some(list), Some(node)) => match call("list", node, list).await {
+            Ok(names) => Some(names),
+            Err(e) if e.is_no_node() => Some(Vec::new()),
+            Err(_) => None,
+        },
+        _ => None,
+    }
 }
 
 /// Creates our contender under `path` (and `path` when missing), lists the contenders and

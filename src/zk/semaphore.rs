@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use zookeeper_client::{Acls, CreateMode, OneshotWatcher};
 
-use super::lock::{acquire_queued, ensure_node, write_and_delete, Extra, Held};
+use super::lock::{acquire_queued, ensure_node, listed_beside, write_and_delete, Extra, Held};
 use super::{call, call_retrying, join, open_persistent, Client, ZkError, LOSS_RETRIES};
 
 /// The suffix kazoo gives the lock that guards a semaphore (`PATH-__lock__`).
@@ -408,16 +408,7 @@ async fn create_lease(
             call("write", &node, async {
                 commit.await.map_err(zookeeper_client::Error::from)
             }),
-            async {
-                match (listed, taker.beside) {
-                    (Some(list), Some(b)) => match call("list", b, list).await {
-                        Ok(names) => Some(names),
-                        Err(e) if e.is_no_node() => Some(Vec::new()),
-                        Err(_) => None,
-                    },
-                    _ => None,
-                }
-            }
+            listed_beside(listed, taker.beside)
         );
         match committed {
             Ok(_) => return Ok((lease(beside), true)),

@@ -96,7 +96,7 @@ async fn sync(conn: &str, repo: &TestRepo, work: &std::path::Path) -> support::R
     .await
 }
 
-async fn plan(conn: &str, args: &[&str]) -> support::Run {
+pub(crate) async fn plan(conn: &str, args: &[&str]) -> support::Run {
     let mut all = vec!["plan", "-z", conn];
     all.extend_from_slice(args);
     support::run_async(&all).await
@@ -104,7 +104,7 @@ async fn plan(conn: &str, args: &[&str]) -> support::Run {
 
 /// Waits until the host node says `done` at `version` and carries an inventory of it, and
 /// the pass report (written last) is that pass's.
-async fn wait_converged(h: &TestHost, version: &str) {
+pub(crate) async fn wait_converged(h: &TestHost, version: &str) {
     wait_for_async(
         &format!("{} converged at {version}", h.id),
         LIMIT,

@@ -9,8 +9,9 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::fleet_plan::{plan, wait_converged};
 use serde_json::{json, Value};
-use support::agent::{v, wait_for_async, Pm, Spawned, TestHost};
+use support::agent::{add_foo_health_check, v, Pm, Spawned, TestHost};
 use support::rpm::FakeYum;
 use zookeeper_client::{Acls, CreateMode};
 
@@ -33,47 +34,7 @@ fn tree(settings: &str, b_version: &str) -> String {
 
 /// A health check (always passing) in every payload of foo in the host's fake repository.
 fn add_health_check(h: &TestHost) {
-    let Pm::Fake(fake) = &h.pm else {
-        panic!("fake yum only")
-    };
-    let repo = fake.state().join("repo/foo");
-    let mut found = 0;
-    for payload in std::fs::read_dir(&repo).unwrap() {
-        let bin = payload.unwrap().path().join("opt/foo/bin");
-        if bin.is_dir() {
-            let file = bin.join("zookeeper-health");
-            std::fs::write(&file, "#!/bin/sh\necho ok\n").unwrap();
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
-            found += 1;
-        }
-    }
-    assert!(found > 0, "no payload of foo in {}", repo.display());
-}
-
-/// Waits until the host node says `done` at `version` with an inventory of that pass.
-async fn wait_converged(h: &TestHost, version: &str) {
-    wait_for_async(
-        &format!("{} converged at {version}", h.id),
-        LIMIT,
-        || async {
-            if h.report()["version"] != json!(version) {
-                return None;
-            }
-            h.host_node().await.filter(|n| {
-                n.get("version") == Some(&json!(version))
-                    && n.get("status") == Some(&json!("done"))
-                    && n.get("inventory").and_then(|i| i.get("version")) == Some(&json!(version))
-            })
-        },
-    )
-    .await;
-}
-
-async fn plan(conn: &str, args: &[&str]) -> support::Run {
-    let mut all = vec!["plan", "-z", conn];
-    all.extend_from_slice(args);
-    support::run_async(&all).await
+    add_foo_health_check(h, "#!/bin/sh\necho ok\n");
 }
 
 /// The rollout of each deployment among `steps` (JSON steps, as `deploy --dry-run --json`

@@ -11,7 +11,7 @@ use crate::support;
 use std::time::Duration;
 
 use serde_json::json;
-use support::agent::{lines, now, v, wait_for, wait_for_async, Pm, TestHost};
+use support::agent::{add_foo_health_check, lines, now, v, wait_for, wait_for_async, Pm, TestHost};
 use support::proxy::Proxy;
 use support::rpm::FakeYum;
 use support::split_chroot;
@@ -21,22 +21,10 @@ const LIMIT: Duration = Duration::from_secs(90);
 /// Adds a health check to every version of package foo in the host's fake repository: it
 /// logs `try <time>` to `ZK_TEST_HEALTH_LOG` and passes.
 fn add_health_check(h: &TestHost) {
-    let Pm::Fake(fake) = &h.pm else {
-        panic!("fake yum only")
-    };
-    let script = "#!/bin/sh\necho \"try $(date +%s.%N)\" >> \"$ZK_TEST_HEALTH_LOG\"\necho ok\n";
-    let mut found = 0;
-    for payload in std::fs::read_dir(fake.state().join("repo/foo")).unwrap() {
-        let bin = payload.unwrap().path().join("opt/foo/bin");
-        if bin.is_dir() {
-            let file = bin.join("zookeeper-health");
-            std::fs::write(&file, script).unwrap();
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
-            found += 1;
-        }
-    }
-    assert!(found > 0, "no payload of foo");
+    add_foo_health_check(
+        h,
+        "#!/bin/sh\necho \"try $(date +%s.%N)\" >> \"$ZK_TEST_HEALTH_LOG\"\necho ok\n",
+    );
 }
 
 #[tokio::test]

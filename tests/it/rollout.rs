@@ -11,7 +11,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::agent::{deploy_all, fleet, ids, lines, v, wait_for, wait_for_async, Pm, TestHost};
+use support::agent::{
+    add_foo_health_check, deploy_all, fleet, ids, lines, v, wait_for, wait_for_async, TestHost,
+};
 use support::git::TestRepo;
 use zookeeper_client::{Acls, CreateMode};
 
@@ -39,9 +41,6 @@ fn tree_version(props: &str, hosts: &[&str], version: &str) -> String {
 /// logs `try <host> <time>` / `healthy <host> <time>` to `ZK_TEST_HEALTH_LOG`, and passes on
 /// its `ZK_TEST_HEALTH_PASS`-th run on that host (0: never; default 1).
 fn add_health_check(h: &TestHost) {
-    let Pm::Fake(fake) = &h.pm else {
-        panic!("fake yum only")
-    };
     let script = r#"#!/bin/sh
 count="$ZKDEPLOYMENT_ROOT/health-tries"
 n=$(cat "$count" 2>/dev/null || echo 0); n=$((n + 1)); echo "$n" > "$count"
@@ -57,19 +56,7 @@ echo "checking port 8080"
 echo "not ready yet (try $n)"
 exit 1
 "#;
-    let repo = fake.state().join("repo/foo");
-    let mut found = 0;
-    for payload in std::fs::read_dir(&repo).unwrap() {
-        let bin = payload.unwrap().path().join("opt/foo/bin");
-        if bin.is_dir() {
-            let file = bin.join("zookeeper-health");
-            std::fs::write(&file, script).unwrap();
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
-            found += 1;
-        }
-    }
-    assert!(found > 0, "no payload of foo in {}", repo.display());
+    add_foo_health_check(h, script);
 }
 
 /// One run of a deploy script.

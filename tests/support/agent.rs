@@ -511,3 +511,24 @@ pub fn ids(hosts: &[TestHost]) -> Vec<&str> {
 pub async fn deploy_all(hosts: &[TestHost], env: &[(&str, &str)]) -> Vec<Run> {
     futures::future::join_all(hosts.iter().map(|h| h.deploy_env(&[], env))).await
 }
+
+/// Puts `script` as the health check (`opt/foo/bin/zookeeper-health`) into every version of
+/// package foo in the host's fake repository.
+pub fn add_foo_health_check(h: &TestHost, script: &str) {
+    let Pm::Fake(fake) = &h.pm else {
+        panic!("fake yum only")
+    };
+    let repo = fake.state().join("repo/foo");
+    let mut found = 0;
+    for payload in std::fs::read_dir(&repo).unwrap() {
+        let bin = payload.unwrap().path().join("opt/foo/bin");
+        if bin.is_dir() {
+            let file = bin.join("zookeeper-health");
+            std::fs::write(&file, script).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+            found += 1;
+        }
+    }
+    assert!(found > 0, "no payload of foo in {}", repo.display());
+}
