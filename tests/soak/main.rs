@@ -142,6 +142,15 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
                 .map(move |t| (host.clone(), *pid, t))
         })
         .collect();
+    // The mixed-fleet rule judges steps by their pass's start: without any (the log line
+    // changed), it would judge nothing.
+    if passes.is_empty() && runs.iter().any(|r| r.kind == "deploy") {
+        journal.violations.push(
+            "no pass start (`Deploying version`) found in the agents' logs: the mixed-fleet \
+             rule cannot judge any step"
+                .into(),
+        );
+    }
     journal.passes = passes;
     let journal = journal;
     let mut counts = checker::Counts::default();
