@@ -550,9 +550,15 @@ async fn dead_lock_holder(pass: &Pass<'_>, lock: &str) -> Result<Option<String>,
 /// The message naming a node lock's holder that died mid-step, from its in-flight record
 /// `rec` left in `lock`.
 pub(super) fn died_in_flight(rec: &serde_json::Map<String, Value>, lock: &str) -> String {
+    died_with_record(rec, &format!("in-flight record left in {lock}"))
+}
+
+/// `<name> (<host>) died deploying <path> <n> (version <v>) since <t>: <left>`, from an
+/// in-flight record `rec`.
+fn died_with_record(rec: &serde_json::Map<String, Value>, left: &str) -> String {
     let field = |k: &str| rec.get(k).map(py_str).unwrap_or_default();
     format!(
-        "{} ({}) died deploying {} {} (version {}) since {}: in-flight record left in {lock}",
+        "{} ({}) died deploying {} {} (version {}) since {}: {left}",
         field("name"),
         field("host"),
         field("path"),
@@ -603,15 +609,9 @@ pub(super) async fn dead_lease_holder(
         if mine {
             continue;
         }
-        let field = |k: &str| rec.get(k).map(py_str).unwrap_or_default();
-        return Ok(Some(format!(
-            "{} ({}) died deploying {} {} (version {}) since {}: in-flight record of lease {key} left in {guard}",
-            field("name"),
-            field("host"),
-            field("path"),
-            field("n"),
-            field("version"),
-            field("since"),
+        return Ok(Some(died_with_record(
+            rec,
+            &format!("in-flight record of lease {key} left in {guard}"),
         )));
     }
     Ok(None)
