@@ -507,37 +507,11 @@ async fn deploy_locked<'a>(
     let read = held.read.take();
     let (result, leave) = locked(pass, node, read, canary).await;
     let agent = pass.agent;
-    if let (
-        Ok(()),
-        Leave::Clear {
-            known: Some((props, version)),
-            canary,
-        },
-    ) = (&result, &leave)
-    {
-        let mut props = props.clone();
-        clear_record(&mut props, canary.as_deref(), &agent.host.id);
-        let data = encode(&props);
-        if let Ok(answer) =
-            send_write_and_delete(&agent.client, node.lock, &data, *version, &held.node)
-        {
-            let (lock, canary) = (node.lock.to_string(), canary.clone());
-            return Ok(Some(Box::pin(async move {
-                if answer.await? {
-                    return Ok(());
-                }
-                finish_release(
-                    &agent.client,
-                    &lock,
-                    held,
-                    canary.as_deref(),
-                    &agent.host.id,
-                )
-                .await
-            })));
-        }
+    let releasing = leave_lock(&agent.client, node.lock, held, leave, &agent.host.id);
+    if result.is_ok() {
+        return Ok(Some(releasing));
     }
-    let released = leave_lock(&agent.client, node.lock, held, leave, &agent.host.id).await;
+    let released = releasing.await;
     // The step's own outcome first: a failed release only hides it.
     result?;
     released.map_err(Interrupt::from)?;
@@ -667,27 +641,33 @@ async fn locked(
     )
 }
 
-/// Lets the lock go, writing what `leave` says into the lock node first.
-async fn leave_lock(
-    client: &Client,
+/// Lets the lock go, writing what `leave` says into the lock node first. When the data we
+/// last wrote is known, the write and the release go out at once, in one transaction, before
+/// this returns; the future answers it (completing the release when the transaction could
+/// not be applied).
+fn leave_lock<'a>(
+    client: &'a Client,
     lock: &str,
     held: Held,
     leave: Leave,
-    host_id: &str,
-) -> Result<(), ZkError> {
+    host_id: &'a str,
+) -> Releasing<'a> {
+    let lock = lock.to_string();
     let Leave::Clear { known, canary } = leave else {
-        return held.release(client).await;
+        return Box::pin(async move { held.release(client).await });
     };
-    if let Some((mut props, version)) = known {
+    let sent = known.map(|(mut props, version)| {
         clear_record(&mut props, canary.as_deref(), host_id);
-        if held
-            .release_writing(client, lock, &encode(&props), version)
-            .await?
-        {
-            return Ok(());
+        send_write_and_delete(client, &lock, &encode(&props), version, &held.node)
+    });
+    Box::pin(async move {
+        if let Some(answer) = sent {
+            if answer?.await? {
+                return Ok(());
+            }
         }
-    }
-    finish_release(client, lock, held, canary.as_deref(), host_id).await
+        finish_release(client, &lock, held, canary.as_deref(), host_id).await
+    })
 }
 
 /// Removes our in-flight record from the lock node's data `p` (and, for a canary that

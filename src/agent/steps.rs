@@ -287,15 +287,12 @@ pub async fn deploy_script(
         std::task::Poll::Ready(ran) => ran,
         std::task::Poll::Pending => run.await,
     };
-    match (ran, synced) {
-        (Ok(()), Ok(())) => script_marker.commit()?,
-        (Err(e), _) => {
+    // The script's failure first, then the marker's.
+    match ran.map_err(StepError::from).and_then(|()| Ok(synced?)) {
+        Ok(()) => script_marker.commit()?,
+        Err(e) => {
             script_marker.discard();
-            return Err(e.into());
-        }
-        (Ok(()), Err(e)) => {
-            script_marker.discard();
-            return Err(e.into());
+            return Err(e);
         }
     }
     let marker = etc.join(deployed_name(d.path, d.n));

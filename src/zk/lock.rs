@@ -33,21 +33,6 @@ impl Held {
     pub async fn release(self, client: &Client) -> Result<(), ZkError> {
         delete_own(client, &self.node).await
     }
-
-    /// Writes `data` into the lock node `path` if its data version is still `version`, and
-    /// deletes our contender, in one transaction: one round trip for the holder's last
-    /// write and its release. False (and nothing changed, or nothing known after a
-    /// connection loss) when the version no longer matches: the caller then writes and
-    /// releases on its own.
-    pub async fn release_writing(
-        &self,
-        client: &Client,
-        path: &str,
-        data: &[u8],
-        version: i32,
-    ) -> Result<bool, ZkError> {
-        write_and_delete(client, path, data, version, &self.node).await
-    }
 }
 
 /// Writes `data` into `path` if its data version is still `version`, and deletes our node
