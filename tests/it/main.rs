@@ -44,3 +44,4 @@ mod sync;
 mod tree_parse;
 mod yum;
 mod zc_zk_compat;
+mod zk_socket;
