@@ -13,7 +13,7 @@ use super::pass::{run_recorded, Pass};
 use super::plan::Step;
 use super::software::{self, Ran};
 use super::status::StepReport;
-use crate::files::write_replacing;
+use crate::files::replace_unless_same;
 use crate::tree::literal::py_str;
 use crate::zk::call_retrying;
 use crate::zk::paths::{host_path, role_path, DEPLOYED_AT};
@@ -268,11 +268,11 @@ pub async fn deploy_script(
         source,
     })?;
     // Names the file already. Not synced: rewritten before every deploy script anyway, and
-    // an fsync costs milliseconds between two hosts' deploy scripts.
-    write_replacing(
+    // an fsync costs milliseconds between two hosts' deploy scripts; not rewritten when it
+    // holds these properties already.
+    replace_unless_same(
         &props_file,
         &serde_json::to_vec_pretty(&props).unwrap_or_default(),
-        false,
     )?;
     let argv = script_argv(&observe::deploy_script(root, d.rpm), d);
     let cmd = pass.script(argv, Some(&props_file));

@@ -394,6 +394,15 @@ fn write_script_marker_writes_the_script_path_without_newline() {
         deploy_script(r, "z4m").display().to_string()
     );
     assert_eq!(names(&etc_dir(r, "z4m")), ["cust,a.3.script"]);
+    // The same content again (a re-run at a new version): the file is left as it is.
+    let inode = |f: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(f).unwrap().ino()
+    };
+    let before = inode(&file);
+    write_script_marker(r, "z4m", "z4m", "/cust/a", 3).unwrap();
+    assert_eq!(inode(&file), before, "rewritten although unchanged");
+    assert_eq!(names(&etc_dir(r, "z4m")), ["cust,a.3.script"]);
     // And observation reads it back.
     install(r, "z4m");
     install(r, "z4m-4.0.0");
@@ -423,6 +432,15 @@ fn write_script_marker_never_writes_through_a_symlink() {
         .file_type()
         .is_symlink());
     assert_eq!(names(&dir), ["x.0.script"]);
+    // A symlink to a file that holds the marker's very content is replaced too.
+    fs::remove_file(&marker).unwrap();
+    fs::write(&victim, deploy_script(r, "foo").display().to_string()).unwrap();
+    symlink(&victim, &marker).unwrap();
+    write_script_marker(r, "foo", "foo", "/x", 0).unwrap();
+    assert!(!fs::symlink_metadata(&marker)
+        .unwrap()
+        .file_type()
+        .is_symlink());
 }
 
 #[test]
