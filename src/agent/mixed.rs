@@ -74,7 +74,7 @@ pub async fn mixed_fleet(client: &Client, cache: &MixedCache) -> Result<Option<S
     let [hosts, registry]: [MultiReadResult; 2] = results
         .try_into()
         .map_err(|_| unexpected("not 2 results"))?;
-    let hosts = stat(HOSTS, hosts)?.ok_or_else(|| no_hosts())?;
+    let hosts = stat(HOSTS, hosts)?.ok_or_else(no_hosts)?;
     let registry = stat(AGENT_REGISTRY, registry)?;
     let registered = registry.map_or(0, |s| s.num_children);
     if hosts.num_children == registered {
@@ -173,7 +173,7 @@ async fn read_hosts(
         let [hosts, host_ids, registry, registered]: [MultiReadResult; 4] = results
             .try_into()
             .map_err(|_| unexpected("not 4 results"))?;
-        let hosts = stat(HOSTS, hosts)?.ok_or_else(|| no_hosts())?;
+        let hosts = stat(HOSTS, hosts)?.ok_or_else(no_hosts)?;
         let registry = stat(AGENT_REGISTRY, registry)?;
         let registered: std::collections::HashSet<String> =
             children(AGENT_REGISTRY, registered)?.into_iter().collect();
