@@ -1,21 +1,23 @@
 //! The agent's view of the cluster in ZooKeeper: the cluster version on `/hosts`, halting the
 //! cluster (`version = None` plus a `halt` record, or a record under `/hosts-halt` when
-//! `/hosts` is protected), registering the host's ephemeral node. Properties are changed
+//! `/hosts` is protected), registering the host's ephemeral node (with its registry node
+//! `/agent-registry/<id>`, in the same transaction). Properties are changed
 //! with [`crate::zk::update::update_props`] (version-guarded, so concurrent edits by others
 //! are never clobbered).
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use zookeeper_client::{Acl, Acls, CreateMode, Permission};
+use zookeeper_client::{Acl, Acls, CreateMode, MultiWriteError, Permission};
 
 use super::model::{agent_id, Host};
 use crate::files::now;
 use crate::tree::Props;
 use crate::zk::halts::{record_halt, HALTS, HALT_PREFIX};
-use crate::zk::paths::{host_path, AGENT_PROPERTY, HOSTS};
+use crate::zk::lock::ensure_node;
+use crate::zk::paths::{host_path, registry_path, AGENT_PROPERTY, AGENT_REGISTRY, HOSTS};
 use crate::zk::update::update_props;
-use crate::zk::{call, call_retrying, decode, encode, Client, ZkError};
+use crate::zk::{call, call_retrying, decode, encode, Client, ZkError, REQUEST_TIMEOUT};
 
 /// The cluster version (`None`/missing → `Value::Null`); `None` too while a host's halt
 /// record exists under [`HALTS`] (see [`crate::zk::halts`]).
@@ -99,7 +101,8 @@ fn pid_alive(pid: i64) -> bool {
     }
 }
 
-/// Registers the host: the ephemeral `/hosts/<id>` with `name`, `version`, `role` and `pid`.
+/// Registers the host: the ephemeral `/hosts/<id>` with `name`, `version`, `role`, `pid` and
+/// `agent`, and with it (one transaction) the ephemeral registry node `/agent-registry/<id>`.
 /// A legacy persistent node's `version` wins over `version` (and the node is replaced). A node
 /// left by a dead agent of this host (same name, its pid gone) is waited out for up to
 /// `wait`; a live one means another agent is running. Returns the host version in effect.
@@ -176,22 +179,113 @@ pub async fn register(
         Acls::anyone_all()
     };
     let mode = CreateMode::Ephemeral.with_acls(acls);
-    match call(
-        "create",
-        &path,
-        client.create(&path, &encode(&props), &mode),
-    )
-    .await
-    {
-        Ok(_) => Ok(version),
+    let data = encode(&props);
+    if create_registered(client, &path, &host.id, &data, &mode).await? {
+        return Ok(version);
+    }
+    // Our own session already has it (a re-registration): replace its properties, and add
+    // the registry node if this session has none yet.
+    update_props(client, &path, |p| *p = props.clone()).await?;
+    let registry = registry_path(&host.id);
+    match call("create", &registry, client.create(&registry, b"", &mode)).await {
+        Ok(_) => {}
         Err(ZkError::Op {
             source: zookeeper_client::Error::NodeExists,
             ..
-        }) => {
-            // Our own session already has it (a re-registration): replace its properties.
-            update_props(client, &path, |p| *p = props.clone()).await?;
-            Ok(version)
+        }) => {}
+        Err(ZkError::Op { source, .. }) if registry_refused(&source) => {
+            unregistered(&registry, &source)
         }
-        Err(e) => Err(e.into()),
+        Err(e) => return Err(e.into()),
+    }
+    Ok(version)
+}
+
+/// Creates the host node `path` and the registry node of `id` in one transaction (so any
+/// snapshot of ZooKeeper has both or neither, and the session's end removes both in one
+/// transaction too; README, "Rolling deploys"). `/agent-registry` is created if missing; if
+/// the registry node cannot be made (the agent may not create `/agent-registry` on a
+/// protected root, or a node of another session holds the name), the host node is created
+/// alone: the mixed-fleet check then reads this host's node (slower, still right). False if
+/// the host node exists already.
+async fn create_registered(
+    client: &Client,
+    path: &str,
+    id: &str,
+    data: &[u8],
+    mode: &zookeeper_client::CreateOptions<'_>,
+) -> Result<bool, RegisterError> {
+    let registry = registry_path(id);
+    let op = |source| ZkError::Op {
+        op: "register",
+        path: path.to_string(),
+        source,
+    };
+    let mut made_parent = false;
+    loop {
+        let mut writer = client.new_multi_writer();
+        writer.add_create(path, data, mode).map_err(op)?;
+        writer.add_create(&registry, b"", mode).map_err(op)?;
+        let failed = match tokio::time::timeout(REQUEST_TIMEOUT, writer.commit()).await {
+            Ok(Ok(_)) => return Ok(true),
+            Ok(Err(e)) => e,
+            Err(_) => {
+                return Err(ZkError::Timeout {
+                    op: "register",
+                    path: path.to_string(),
+                }
+                .into())
+            }
+        };
+        match failed {
+            MultiWriteError::OperationFailed {
+                index: 0,
+                source: zookeeper_client::Error::NodeExists,
+            } => return Ok(false),
+            MultiWriteError::OperationFailed {
+                index: 1,
+                source: zookeeper_client::Error::NoNode,
+            } if !made_parent => {
+                made_parent = true;
+                match ensure_node(client, AGENT_REGISTRY).await {
+                    Ok(()) => continue,
+                    Err(ZkError::Op { source, .. }) if registry_refused(&source) => {
+                        unregistered(AGENT_REGISTRY, &source)
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            MultiWriteError::OperationFailed { index: 1, source } if registry_refused(&source) => {
+                unregistered(&registry, &source)
+            }
+            other => return Err(op(other.into()).into()),
+        }
+        // The host node alone.
+        return match call("create", path, client.create(path, data, mode)).await {
+            Ok(_) => Ok(true),
+            Err(ZkError::Op {
+                source: zookeeper_client::Error::NodeExists,
+                ..
+            }) => Ok(false),
+            Err(e) => Err(e.into()),
+        };
+    }
+}
+
+/// True for the errors of a registry node that registration goes on without: no permission
+/// (a protected root without `/agent-registry`), the parent missing, or a node of another
+/// session holding the name.
+fn registry_refused(e: &zookeeper_client::Error) -> bool {
+    use zookeeper_client::Error::*;
+    matches!(e, NoAuth | NoNode | NodeExists)
+}
+
+/// Logs (once per process) that this host registered without its registry node.
+fn unregistered(path: &str, e: &zookeeper_client::Error) {
+    static LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !LOGGED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            "cannot create {path} ({e}): registering without it; agents check whether the fleet is mixed by reading this host's node (run `sync --auth` to create {AGENT_REGISTRY})"
+        );
     }
 }

@@ -7,7 +7,7 @@
 //!
 //! Within the agent, modules depend downward only: `daemon` → `execute` → `deploy` →
 //! `rollout` → `steps` → `health` / `pass` → `session`, with `discover`, `observe`,
-//! `software`, `role` and `cluster` below them; `plan`, `model`, `error` and `status` are shared vocabulary at the
+//! `software`, `role`, `mixed` and `cluster` below them; `plan`, `model`, `error` and `status` are shared vocabulary at the
 //! bottom.
 
 pub mod cluster;
@@ -18,6 +18,7 @@ pub mod error;
 pub mod execute;
 pub mod health;
 pub mod inventory;
+pub mod mixed;
 pub mod model;
 pub mod observe;
 pub mod pass;

@@ -18,7 +18,8 @@
 //!   record) only after its step succeeded, still holding the lock. A failing canary halts
 //!   the cluster, so no other host starts that version; the next version starts a new count.
 //! - Mixed fleets: while any registered host node lacks `agent` (the original's agent, which
-//!   knows only the node locks), every node uses the node lock with K = 1.
+//!   knows only the node locks), every node uses the node lock with K = 1 (the check, O(1)
+//!   whatever the fleet's size: [`super::mixed`]).
 
 use std::collections::BTreeMap;
 
@@ -34,11 +35,12 @@ use crate::files::now;
 use crate::tree::literal::py_str;
 use crate::tree::rollout::{self as settings, Rollout as Settings};
 use crate::tree::Props;
-use crate::zk::paths::{node_lock_path as lock_path, HOSTS};
+use crate::zk::paths::node_lock_path as lock_path;
 use crate::zk::semaphore::{self, Lease};
 use crate::zk::update::{update_props, update_props_known};
 use crate::zk::{call_retrying, decode, encode, join, Client, ZkError};
 
+pub use super::mixed::{mixed_fleet, mixed_reason, MixedCache};
 pub use crate::zk::paths::AGENT_PROPERTY;
 
 /// The rollout of every application node of a pass.
@@ -54,58 +56,6 @@ pub struct RolloutPlan {
 pub fn node_settings(found: &Discovered, path: &str) -> Settings {
     let props = found.properties.get(path);
     settings::parse(path, |k| props.and_then(|p| p.get(k)).cloned()).unwrap_or_default()
-}
-
-/// What this process last found about the fleet: whether it is mixed, as of a children
-/// version (`cversion`) of `/hosts`.
-pub type MixedCache = std::sync::Mutex<Option<(i32, Option<String>)>>;
-
-/// What the agent, `status` and the fleet plan say of a mixed fleet whose first original
-/// host is `id` (`name`).
-pub fn mixed_reason(id: &str, name: &str) -> String {
-    format!(
-        "host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1"
-    )
-}
-
-/// Why the fleet is mixed: the first registered host node without [`AGENT_PROPERTY`].
-///
-/// Every host node is read only when the hosts registered changed since the answer in
-/// `cache` (the children version of `/hosts`): a host node's data is written only by the
-/// agent whose session registered it, so a host changes agents only by registering anew.
-/// Otherwise one request answers, however big the fleet.
-pub async fn mixed_fleet(client: &Client, cache: &MixedCache) -> Result<Option<String>, ZkError> {
-    let (mut ids, stat) = call_retrying("list", HOSTS, || client.get_children(HOSTS)).await?;
-    if let Some((cversion, why)) = cache.lock().expect("mixed fleet cache").as_ref() {
-        if *cversion == stat.cversion {
-            return Ok(why.clone());
-        }
-    }
-    ids.sort();
-    let reads = ids.iter().map(|id| {
-        let path = join(HOSTS, id);
-        async move {
-            let got = call_retrying("get", &path, || client.get_data(&path)).await;
-            (id, got)
-        }
-    });
-    let mut why = None;
-    for (id, got) in futures::future::join_all(reads).await {
-        match got {
-            Ok((data, _)) => {
-                let props = decode(&data);
-                if props.get(AGENT_PROPERTY).is_none() {
-                    let name = props.get("name").map(py_str).unwrap_or_default();
-                    why = Some(mixed_reason(id, &name));
-                    break;
-                }
-            }
-            Err(e) if e.is_no_node() => {}
-            Err(e) => return Err(e),
-        }
-    }
-    *cache.lock().expect("mixed fleet cache") = Some((stat.cversion, why.clone()));
-    Ok(why)
 }
 
 /// The number of deploy targets of the application node at `path` (children of

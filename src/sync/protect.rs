@@ -9,8 +9,9 @@
 //!   `synced-roots`: the nodes its files define and any other found there); and
 //!   `/deployment-index` with its children: READ for everyone, ALL for the syncer's identity
 //!   ([`Kind::Owned`]);
-//! - `/hosts` and [`HALTS`]: READ and CREATE for everyone (hosts register and record halts),
-//!   ALL for the syncer ([`Kind::Register`]); `/hosts` is left open to everyone instead with
+//! - `/hosts`, [`HALTS`] and [`AGENT_REGISTRY`]: READ and CREATE for everyone (hosts
+//!   register, with their registry node, and record halts), ALL for the syncer
+//!   ([`Kind::Register`]; created if missing, the last two); `/hosts` is left open to everyone instead with
 //!   `--open-hosts` (a mixed fleet, whose original agents halt by writing `/hosts`);
 //! - `/hosts-lock`: only syncers take it ([`Kind::Owned`]).
 //!
@@ -24,6 +25,7 @@ use super::desired::Desired;
 use crate::zk::acl::{repair, Kind, Protection};
 use crate::zk::halts::HALTS;
 use crate::zk::lock::ensure_node;
+use crate::zk::paths::AGENT_REGISTRY;
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
 use crate::zk::{call, join, Client, ZkError};
 
@@ -49,13 +51,15 @@ pub async fn protect(
     }
     let register = protection.acl(Kind::Register);
     let mode = CreateMode::Persistent.with_acls(zookeeper_client::Acls::new(&register));
-    match call("create", HALTS, client.create(HALTS, b"", &mode)).await {
-        Err(ZkError::Op {
-            source: zookeeper_client::Error::NodeExists,
-            ..
-        })
-        | Ok(_) => {}
-        Err(e) => return Err(e),
+    for node in [HALTS, AGENT_REGISTRY] {
+        match call("create", node, client.create(node, b"", &mode)).await {
+            Err(ZkError::Op {
+                source: zookeeper_client::Error::NodeExists,
+                ..
+            })
+            | Ok(_) => {}
+            Err(e) => return Err(e),
+        }
     }
 
     let owned = protection.acl(Kind::Owned);
@@ -67,7 +71,8 @@ pub async fn protect(
     let mut nodes = vec![
         ("/".to_string(), owned.clone()),
         (crate::zk::paths::HOSTS.to_string(), hosts),
-        (HALTS.to_string(), register),
+        (HALTS.to_string(), register.clone()),
+        (AGENT_REGISTRY.to_string(), register),
         (crate::zk::paths::HOSTS_LOCK.to_string(), owned.clone()),
     ];
     // Every persistent node under the repository's roots as it is now (after the apply):

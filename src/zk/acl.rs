@@ -7,8 +7,9 @@
 //! to the `auth` scheme (which the server expands to the ids of the *setting* session), so a
 //! node's ACL can be compared with the one it should have and repaired when it differs.
 //!
-//! Two nodes let everyone CREATE children as well: `/hosts` (agents register their ephemeral
-//! host nodes there) and the halt node ([`super::halts::HALTS`], where agents that cannot
+//! Three nodes let everyone CREATE children as well: `/hosts` (agents register their ephemeral
+//! host nodes there), the agent registry ([`super::paths::AGENT_REGISTRY`], their registry
+//! nodes beside them) and the halt node ([`super::halts::HALTS`], where agents that cannot
 //! write `/hosts` record a halt). Nobody but the owner may change their data or delete their
 //! children.
 
@@ -22,7 +23,8 @@ use super::{call, Client, ZkError};
 pub enum Kind {
     /// Tree and index nodes, the import root: READ for all, ALL for the owner.
     Owned,
-    /// `/hosts` and the halt node: READ and CREATE for all, ALL for the owner.
+    /// `/hosts`, the agent registry and the halt node: READ and CREATE for all, ALL for the
+    /// owner.
     Register,
     /// Open to everyone (`world:anyone` ALL): zc.zk's default, and `/hosts` in a mixed fleet.
     Open,

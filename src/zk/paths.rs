@@ -1,7 +1,8 @@
 //! Where things live in ZooKeeper: the cluster node `/hosts` and the host nodes under it, the
 //! syncer's `/hosts-lock`, the node locks `/agent-locks/<name>` (kazoo's lock recipe, shared
-//! with the original's agents), the semaphores `/agent-semaphores/<name>`, role declarations `/roles/<role>` and the persistent role
-//! locks `/role-locks/<role>`, and the top-level roots that belong to the agents and syncers
+//! with the original's agents), the semaphores `/agent-semaphores/<name>`, the registry of
+//! this project's agents `/agent-registry/<host-id>`, role declarations `/roles/<role>` and
+//! the persistent role locks `/role-locks/<role>`, and the top-level roots that belong to the agents and syncers
 //! rather than to a repository. One place, so the agent, the syncer, `status` and `resume`
 //! agree.
 
@@ -16,6 +17,11 @@ pub const HOSTS_LOCK: &str = "/hosts-lock";
 pub const AGENT_LOCKS: &str = "/agent-locks";
 /// Where the semaphores of rolling deploys live (`max-parallel` K > 1; kazoo's recipe).
 pub const AGENT_SEMAPHORES: &str = "/agent-semaphores";
+/// The registry of this project's agents: an ephemeral `/agent-registry/<host-id>` created
+/// with the host node `/hosts/<host-id>`, in one transaction of the same session, so the two
+/// go together (README, "Rolling deploys", mixed fleets). The original's agents never create
+/// one: `/hosts` having more children than this node means some host may be the original's.
+pub const AGENT_REGISTRY: &str = "/agent-registry";
 /// Where role controllers are declared.
 pub const ROLES: &str = "/roles";
 /// Where the persistent role locks live (created by operators).
@@ -28,12 +34,13 @@ pub const DEPLOYMENT_INDEX: &str = "/deployment-index";
 /// Top-level nodes that belong to ZooKeeper, the agents and the syncers: discovery never
 /// walks them, a repository may not define them (`/role-locks` excepted in `.zkx` overlays,
 /// where operators may create role lock nodes), and a sync never deletes them.
-pub const RESERVED_ROOTS: [&str; 8] = [
+pub const RESERVED_ROOTS: [&str; 9] = [
     "/zookeeper",
     HOSTS,
     HOSTS_LOCK,
     AGENT_LOCKS,
     AGENT_SEMAPHORES,
+    AGENT_REGISTRY,
     ROLE_LOCKS,
     HALTS,
     DEPLOYMENT_INDEX,
@@ -65,6 +72,11 @@ pub const INVENTORY: &str = "inventory";
 /// The path of a host's node.
 pub fn host_path(id: &str) -> String {
     format!("{HOSTS}/{id}")
+}
+
+/// The registry node of a host (see [`AGENT_REGISTRY`]).
+pub fn registry_path(id: &str) -> String {
+    format!("{AGENT_REGISTRY}/{id}")
 }
 
 /// The kazoo lock name of an application node: the path without its leading `/`, `/` → `,`.
@@ -99,6 +111,8 @@ mod tests {
     #[test]
     fn paths() {
         assert_eq!(host_path("h1"), "/hosts/h1");
+        assert_eq!(registry_path("h1"), "/agent-registry/h1");
+        assert!(is_reserved_root("agent-registry"));
         assert_eq!(node_lock_path("/cust/app"), "/agent-locks/cust,app");
         assert_eq!(role_lock_path("web"), "/role-locks/web");
         assert_eq!(role_path("web"), "/roles/web");

@@ -60,8 +60,9 @@ const DEFAULT_SECONDS: u64 = 120;
 const CONVERGE_LIMIT: Duration = Duration::from_secs(150);
 /// Top-level nodes the agents and the syncer keep beside the tree (the syncer writes the
 /// deployment index, README "Fleet scale: the deployment index").
-const RUNTIME_ROOTS: [&str; 7] = [
+const RUNTIME_ROOTS: [&str; 8] = [
     "hosts",
+    "agent-registry",
     "hosts-lock",
     "agent-locks",
     "agent-semaphores",

@@ -1,0 +1,219 @@
+//! Is the fleet mixed? (README, "Rolling deploys", mixed fleets.) While any registered host
+//! node lacks [`AGENT_PROPERTY`] (the original's agent, which knows only the node locks),
+//! every node uses the node lock with K = 1.
+//!
+//! The check costs O(1) whatever the size of the fleet. Our agents register the ephemeral
+//! host node `/hosts/<id>` and the ephemeral registry node `/agent-registry/<id>` in one
+//! transaction of one session (`super::cluster::register`), and both go in one transaction
+//! when the session ends; the original's agents never create registry nodes. So at any
+//! atomic snapshot every registry child has a host node of ours beside it, and
+//! `numChildren(/hosts) - numChildren(/agent-registry)` counts the host nodes that may be
+//! the original's. One multi-read of the two nodes' stats answers:
+//!
+//! - counts equal: not mixed;
+//! - counts differ (an original agent, an older zkdeployment that writes no registry node,
+//!   `/agent-registry` missing): both lists, read in one multi-read, and only the host nodes
+//!   not in the registry are read (an older version of ours carries `agent`: not mixed).
+//!   That answer is kept, keyed by the children versions (`cversion`) of both nodes, so an
+//!   unchanged fleet costs the one multi-read again;
+//! - a server without multi-read (ZooKeeper < 3.6): every host node, as version one did,
+//!   read again only when the children of `/hosts` changed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use futures::FutureExt;
+use zookeeper_client::{MultiReadResult, Stat};
+
+use crate::tree::literal::py_str;
+use crate::zk::multiread::Want;
+use crate::zk::paths::{AGENT_PROPERTY, AGENT_REGISTRY, HOSTS};
+use crate::zk::{call_retrying, decode, join, Client, ZkError};
+
+/// What this process last found about a fleet whose counts differ: whether it is mixed, as
+/// of the children versions of `/hosts` and `/agent-registry` (-1: none, or not read).
+pub type MixedCache = Mutex<Option<((i32, i32), Option<String>)>>;
+
+/// What the agent, `status` and the fleet plan say of a mixed fleet whose first original
+/// host is `id` (`name`).
+pub fn mixed_reason(id: &str, name: &str) -> String {
+    format!(
+        "host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1"
+    )
+}
+
+/// Set once the server refused a multi-read: from then on this process reads as version one.
+static NO_MULTI_READ: AtomicBool = AtomicBool::new(false);
+
+/// Why the fleet is mixed: the first (by sorted id) registered host node without
+/// [`AGENT_PROPERTY`] that has no registry node (see the module doc).
+pub async fn mixed_fleet(client: &Client, cache: &MixedCache) -> Result<Option<String>, ZkError> {
+    if NO_MULTI_READ.load(Ordering::Relaxed) {
+        return read_hosts(client, cache, false).await;
+    }
+    // One atomic read of both stats. Two separate reads would not do: a host of ours leaving
+    // (or arriving) between them shifts one count and not the other, and the difference
+    // could then equal zero while an original agent is registered.
+    let read = read_at_once(
+        client,
+        &[Want::Data(HOSTS.into()), Want::Data(AGENT_REGISTRY.into())],
+    )
+    .await;
+    let results = match read {
+        Ok(results) => results,
+        Err(ZkError::Op {
+            source: zookeeper_client::Error::Unimplemented,
+            ..
+        }) => {
+            tracing::debug!("the server has no multi-read (ZooKeeper < 3.6): the mixed-fleet check reads every host node");
+            NO_MULTI_READ.store(true, Ordering::Relaxed);
+            return read_hosts(client, cache, false).await;
+        }
+        Err(e) => return Err(e),
+    };
+    let [hosts, registry]: [MultiReadResult; 2] = results
+        .try_into()
+        .map_err(|_| unexpected("not 2 results"))?;
+    let hosts = stat(HOSTS, hosts)?.ok_or_else(no_hosts)?;
+    let registry = stat(AGENT_REGISTRY, registry)?;
+    let registered = registry.map_or(0, |s| s.num_children);
+    if hosts.num_children == registered {
+        return Ok(None);
+    }
+    let key = (hosts.cversion, registry.map_or(-1, |s| s.cversion));
+    if let Some((known, why)) = cache.lock().expect("mixed fleet cache").as_ref() {
+        if *known == key {
+            return Ok(why.clone());
+        }
+    }
+    read_hosts(client, cache, true).await
+}
+
+/// Reads `wants` in one multi-read (an atomic snapshot), again after a connection loss.
+async fn read_at_once(client: &Client, wants: &[Want]) -> Result<Vec<MultiReadResult>, ZkError> {
+    call_retrying("read", HOSTS, || {
+        // A reader's request is taken by its commit: a new one for every attempt.
+        let mut reader = client.new_multi_reader();
+        let added = wants.iter().try_for_each(|want| match want {
+            Want::Data(p) => reader.add_get_data(p),
+            Want::Children(p) => reader.add_get_children(p),
+        });
+        match added {
+            Ok(()) => reader.commit().left_future(),
+            Err(e) => futures::future::ready(Err(e)).right_future(),
+        }
+    })
+    .await
+}
+
+/// A multi-read answer of the wrong shape.
+fn unexpected(what: &str) -> ZkError {
+    ZkError::Op {
+        op: "read",
+        path: HOSTS.to_string(),
+        source: zookeeper_client::Error::UnexpectedError(format!("multi-read: {what}")),
+    }
+}
+
+/// `/hosts` missing.
+fn no_hosts() -> ZkError {
+    ZkError::Op {
+        op: "read",
+        path: HOSTS.to_string(),
+        source: zookeeper_client::Error::NoNode,
+    }
+}
+
+/// The stat of a multi-read's data result (`None`: the node does not exist).
+fn stat(path: &str, result: MultiReadResult) -> Result<Option<Stat>, ZkError> {
+    match result {
+        MultiReadResult::Data { stat, .. } => Ok(Some(stat)),
+        MultiReadResult::Error {
+            err: zookeeper_client::Error::NoNode,
+        } => Ok(None),
+        MultiReadResult::Error { err } => Err(ZkError::Op {
+            op: "read",
+            path: path.to_string(),
+            source: err,
+        }),
+        _ => Err(unexpected(&format!("no data for {path}"))),
+    }
+}
+
+/// The children of a multi-read's children result (none if the node does not exist).
+fn children(path: &str, result: MultiReadResult) -> Result<Vec<String>, ZkError> {
+    match result {
+        MultiReadResult::Children { children } => Ok(children),
+        MultiReadResult::Error {
+            err: zookeeper_client::Error::NoNode,
+        } => Ok(Vec::new()),
+        MultiReadResult::Error { err } => Err(ZkError::Op {
+            op: "list",
+            path: path.to_string(),
+            source: err,
+        }),
+        _ => Err(unexpected(&format!("no children for {path}"))),
+    }
+}
+
+/// Lists the host nodes (and, with `atomic`, the registry in the same multi-read), reads
+/// the host nodes that have no registry node, and keeps the answer in `cache`. Without
+/// `atomic` (no multi-read) every host node is read, keyed by `/hosts`'s children version.
+async fn read_hosts(
+    client: &Client,
+    cache: &MixedCache,
+    atomic: bool,
+) -> Result<Option<String>, ZkError> {
+    let (key, mut ids) = if atomic {
+        let wants = [HOSTS, AGENT_REGISTRY]
+            .into_iter()
+            .flat_map(|p| [Want::Data(p.into()), Want::Children(p.into())])
+            .collect::<Vec<_>>();
+        let results = read_at_once(client, &wants).await?;
+        let [hosts, host_ids, registry, registered]: [MultiReadResult; 4] = results
+            .try_into()
+            .map_err(|_| unexpected("not 4 results"))?;
+        let hosts = stat(HOSTS, hosts)?.ok_or_else(no_hosts)?;
+        let registry = stat(AGENT_REGISTRY, registry)?;
+        let registered: std::collections::HashSet<String> =
+            children(AGENT_REGISTRY, registered)?.into_iter().collect();
+        let ids: Vec<String> = children(HOSTS, host_ids)?
+            .into_iter()
+            .filter(|id| !registered.contains(id))
+            .collect();
+        ((hosts.cversion, registry.map_or(-1, |s| s.cversion)), ids)
+    } else {
+        let (ids, stat) = call_retrying("list", HOSTS, || client.get_children(HOSTS)).await?;
+        if let Some((known, why)) = cache.lock().expect("mixed fleet cache").as_ref() {
+            if *known == (stat.cversion, -1) {
+                return Ok(why.clone());
+            }
+        }
+        ((stat.cversion, -1), ids)
+    };
+    ids.sort();
+    let reads = ids.iter().map(|id| {
+        let path = join(HOSTS, id);
+        async move {
+            let got = call_retrying("get", &path, || client.get_data(&path)).await;
+            (id, got)
+        }
+    });
+    let mut why = None;
+    for (id, got) in futures::future::join_all(reads).await {
+        match got {
+            Ok((data, _)) => {
+                let props = decode(&data);
+                if props.get(AGENT_PROPERTY).is_none() {
+                    let name = props.get("name").map(py_str).unwrap_or_default();
+                    why = Some(mixed_reason(id, &name));
+                    break;
+                }
+            }
+            Err(e) if e.is_no_node() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    *cache.lock().expect("mixed fleet cache") = Some((key, why.clone()));
+    Ok(why)
+}
