@@ -63,9 +63,14 @@ pub fn write_replacing(path: &Path, data: &[u8], sync: bool) -> std::io::Result<
 pub fn holds(path: &Path, content: &[u8]) -> bool {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
+    // Only a regular file is opened: a FIFO or a device planted there is never read (and,
+    // swapped in after this look, opened without blocking and refused by the check below).
+    if !std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file()) {
+        return false;
+    }
     let Ok(mut file) = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
         .open(path)
     else {
         return false;
@@ -130,5 +135,11 @@ mod tests {
             .file_type()
             .is_symlink());
         assert_eq!(std::fs::read(&link).unwrap(), b"two");
+        // A FIFO is not opened (reading it would block), and is replaced.
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(!holds(&fifo, b""));
+        replace_unless_same(&fifo, b"three").unwrap();
+        assert_eq!(std::fs::read(&fifo).unwrap(), b"three");
     }
 }

@@ -202,24 +202,57 @@ async fn a_step_in_progress_is_ok_then_warning_then_critical_by_age() {
         0,
         "ZKDEPLOYMENT OK - deploying /a 0 (foo 1.0)",
     );
-    m.status(250.0, &json!("v2"), "deploying /a 0 (foo 1.0)");
-    expect(
-        &m.check(&[]).await,
-        1,
-        "ZKDEPLOYMENT WARNING - Too long deploying v2 (deploying /a 0 (foo 1.0); 250 > 200)",
-    );
-    m.status(700.0, &json!("v2"), "installing foo");
-    expect(
-        &m.check(&[]).await,
-        2,
-        "ZKDEPLOYMENT CRITICAL - Too long deploying v2 (installing foo; 700 > 600)",
-    );
-    m.status(50.0, &json!("v2"), "installing foo");
-    expect(
-        &m.check(&["-w", "10", "-e", "100"]).await,
-        1,
-        "ZKDEPLOYMENT WARNING - Too long deploying v2 (installing foo; 50 > 10)",
-    );
+    let (run, ages) = m.check_aged(250, "deploying /a 0 (foo 1.0)", &[]).await;
+    expect_any(&run, 1, ages, |age| {
+        format!(
+            "ZKDEPLOYMENT WARNING - Too long deploying v2 (deploying /a 0 (foo 1.0); {age} > 200)"
+        )
+    });
+    let (run, ages) = m.check_aged(700, "installing foo", &[]).await;
+    expect_any(&run, 2, ages, |age| {
+        format!("ZKDEPLOYMENT CRITICAL - Too long deploying v2 (installing foo; {age} > 600)")
+    });
+    let (run, ages) = m
+        .check_aged(50, "installing foo", &["-w", "10", "-e", "100"])
+        .await;
+    expect_any(&run, 1, ages, |age| {
+        format!("ZKDEPLOYMENT WARNING - Too long deploying v2 (installing foo; {age} > 10)")
+    });
+}
+
+impl Mon {
+    /// Writes a status line of version v2 `age` seconds old and runs the check. The age the
+    /// check reports lies between `age` and `age` plus the seconds the check took: the status
+    /// file keeps its time to 0.01 s, so the line is written 0.01 s older (never rounded to
+    /// under `age`), and the check reads the clock some time after the line was written.
+    async fn check_aged(
+        &self,
+        age: u64,
+        status: &str,
+        args: &[&str],
+    ) -> (Run, std::ops::RangeInclusive<u64>) {
+        let started = std::time::Instant::now();
+        self.status(age as f64 + 0.01, &json!("v2"), status);
+        let run = self.check(args).await;
+        let took = started.elapsed().as_secs_f64() + 0.02;
+        (run, age..=age + took.floor() as u64)
+    }
+}
+
+/// [`expect`] where the line is `line(age)` for one of `ages`.
+fn expect_any(
+    run: &Run,
+    code: i32,
+    ages: std::ops::RangeInclusive<u64>,
+    line: impl Fn(u64) -> String,
+) {
+    let got = run.stdout.trim_end();
+    let text = got.split_once(" | ").map_or(got, |(text, _)| text);
+    let age = ages
+        .clone()
+        .find(|age| line(*age) == text)
+        .unwrap_or(*ages.start());
+    expect(run, code, &line(age));
 }
 
 #[tokio::test]
