@@ -25,7 +25,7 @@ use super::rollout::{
 };
 use crate::zk::encode;
 use crate::zk::lock::{
-    acquire_queued, first_contender, send_write_and_delete, try_lock_beside, wait_for_any,
+    acquire_queued_any, first_contender, send_write_and_delete, try_lock_beside, wait_for_any,
     Contender, Extra, Held, TryLock,
 };
 use crate::zk::paths::semaphore_path;
@@ -35,6 +35,9 @@ use crate::zk::{call_retrying, decode, join, Client, ZkError};
 
 /// Longest wait on busy locks before looking again.
 const LOCK_RECHECK: Duration = Duration::from_secs(10);
+
+/// Most node-lock queues a host waits in at once (beyond, it watches the holders).
+const MAX_QUEUES: usize = 16;
 
 /// How a host entered an application node, or why it could not.
 enum Entry {
@@ -90,6 +93,7 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                 n: *n,
                 rollout,
                 busy: None,
+                lock_queue: false,
             }),
             _ => None,
         })
@@ -160,6 +164,7 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                         Queue::No
                     };
                     let text = format!("{} held by {who}", node.path);
+                    pending[i].lock_queue = matches!(queue, Queue::Lock);
                     pending[i].busy = Some((nodes, text));
                 }
                 entry => {
@@ -236,34 +241,40 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                         }
                         .map(|lease| Entry::Lease { lease });
                     }
-                    (Queue::Lock, [node]) => {
-                        let sem = semaphore_path(node.path);
-                        let extra = Extra {
-                            read: Some(node.lock),
-                            beside: Some(&sem),
-                        };
-                        ready = match acquire_queued(
+                    _ if pending.len() <= MAX_QUEUES && pending.iter().all(|n| n.lock_queue) => {
+                        // Every pending node's lock is busy: wait in all their queues at
+                        // once, and take the first whose turn comes (README, "Rolling
+                        // deploys": the host that has waited longest gets a freed node).
+                        let sems: Vec<String> =
+                            pending.iter().map(|n| semaphore_path(n.path)).collect();
+                        let places: Vec<(&str, Extra<'_>)> = pending
+                            .iter()
+                            .zip(&sems)
+                            .map(|(n, sem)| {
+                                let extra = Extra {
+                                    read: Some(n.lock),
+                                    beside: Some(sem.as_str()),
+                                };
+                                (n.lock, extra)
+                            })
+                            .collect();
+                        let got = acquire_queued_any(
                             &agent.client,
-                            node.lock,
+                            &places,
                             &identifier,
                             LOCK_RECHECK,
-                            extra,
                         )
-                        .await
-                        {
-                            Ok(held) => {
-                                match cross_busy_for_lock(&agent.client, node, &held).await? {
-                                    // The next round watches the leases.
-                                    Some(_) => {
-                                        held.release(&agent.client).await?;
-                                        None
-                                    }
-                                    None => Some(Entry::Lock { held, canary: None }),
+                        .await?;
+                        if let Some((i, held)) = got {
+                            match cross_busy_for_lock(&agent.client, &pending[i], &held).await? {
+                                // The next round watches the leases.
+                                Some(_) => held.release(&agent.client).await?,
+                                None => {
+                                    ready = Some(Entry::Lock { held, canary: None });
+                                    focus = Some(i);
                                 }
                             }
-                            Err(ZkError::Timeout { op: "lock", .. }) => None,
-                            Err(e) => return Err(e.into()),
-                        };
+                        }
                     }
                     _ => {
                         let woken = wait_for_any(&agent.client, &busy, LOCK_RECHECK).await?;
@@ -298,6 +309,9 @@ struct NodeLocked<'p> {
     rollout: &'p Rollout,
     /// When last found busy: the nodes to watch (the holders) and who holds it.
     busy: Option<(Vec<String>, String)>,
+    /// When last found busy, it was its node lock, held by a host of its own kind (K = 1, no
+    /// canary, not across kinds): a host may wait in that lock's queue.
+    lock_queue: bool,
 }
 
 /// Tries to enter a node: its node lock when K = 1 or while its canaries are not done,

@@ -402,56 +402,153 @@ pub async fn acquire_queued(
     limit: std::time::Duration,
     extra: Extra<'_>,
 ) -> Result<Held, ZkError> {
+    match acquire_queued_any(client, &[(path, extra)], identifier, limit).await? {
+        Some((_, held)) => Ok(held),
+        None => Err(ZkError::Timeout {
+            op: "lock",
+            path: path.to_string(),
+        }),
+    }
+}
+
+/// Waits in the queue of every lock of `places` at once (each with what to read with its
+/// lists, as [`acquire_queued`]) and takes the first one whose turn comes (the first in
+/// `places`' order when several come together), leaving the other queues before it returns.
+/// `None` after `limit` (every contender of ours removed).
+///
+/// A host that wants several busy nodes is so served in the order it began to wait, as its
+/// peers are: whoever has waited longest for a node gets it when it is freed. (Watching the
+/// holders instead, and racing for a freed node, lets a host queued for its last node take
+/// every node it waits for first, and leaves nodes idle while hosts with more work left are
+/// still waiting: `scripts/rollout-model.py`.)
+pub async fn acquire_queued_any(
+    client: &Client,
+    places: &[(&str, Extra<'_>)],
+    identifier: &str,
+    limit: std::time::Duration,
+) -> Result<Option<(usize, Held)>, ZkError> {
     let deadline = tokio::time::Instant::now() + limit;
-    // The create and the first list (and reads) in one round trip, answered in that order.
-    let Created { node, found } = create_listing(client, path, identifier, extra).await?;
-    let mut found = found;
-    let name = node.rsplit('/').next().unwrap_or_default().to_string();
-    let ours = sequence_of(&name).unwrap_or(i64::MAX);
+    // Every create and first list (and reads) in one round trip, answered in that order.
+    let created = futures::future::join_all(
+        places
+            .iter()
+            .map(|(path, extra)| create_listing(client, path, identifier, *extra)),
+    )
+    .await;
+    let mut nodes = Vec::with_capacity(places.len());
+    let mut found = Vec::with_capacity(places.len());
+    let mut failed = None;
+    for made in created {
+        match made {
+            Ok(Created { node, found: f }) => {
+                nodes.push(Some(node));
+                found.push(f);
+            }
+            Err(e) => {
+                nodes.push(None);
+                found.push(None);
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = failed {
+        let _ = leave_queues(client, &nodes, None).await;
+        return Err(e);
+    }
+    let sequences: Vec<i64> = nodes
+        .iter()
+        .map(|node| {
+            let node = node.as_deref().unwrap_or_default();
+            sequence_of(node.rsplit('/').next().unwrap_or_default()).unwrap_or(i64::MAX)
+        })
+        .collect();
     let waited = async {
         loop {
-            let now = match found.take() {
-                Some(now) => now,
-                None => match list_reading(client, path, extra).await {
-                    Err(e) if e.is_connection_loss() => Found {
-                        names: call_retrying("list", path, || client.list_children(path)).await?,
-                        read: None,
-                        beside: None,
-                    },
-                    other => other?,
-                },
-            };
-            let before = now
-                .names
-                .iter()
-                .filter_map(|n| sequence_of(n).map(|s| (s, n)))
-                .filter(|(s, _)| *s < ours)
-                .max();
-            let Some((_, predecessor)) = before else {
-                return Ok(now);
-            };
+            // The queues not listed since their last change, listed together.
+            let stale: Vec<usize> = (0..places.len()).filter(|&i| found[i].is_none()).collect();
+            let lists = futures::future::join_all(stale.iter().map(|&i| {
+                let (path, extra) = places[i];
+                async move {
+                    match list_reading(client, path, extra).await {
+                        Err(e) if e.is_connection_loss() => Ok(Found {
+                            names: call_retrying("list", path, || client.list_children(path))
+                                .await?,
+                            read: None,
+                            beside: None,
+                        }),
+                        other => other,
+                    }
+                }
+            }))
+            .await;
+            for (i, listed) in stale.into_iter().zip(lists) {
+                found[i] = Some(listed?);
+            }
+            let mut predecessors = Vec::with_capacity(places.len());
+            for (i, now) in found.iter().enumerate() {
+                let names = now.as_ref().map(|f| f.names.as_slice()).unwrap_or_default();
+                let before = names
+                    .iter()
+                    .filter_map(|n| sequence_of(n).map(|s| (s, n)))
+                    .filter(|(s, _)| *s < sequences[i])
+                    .max();
+                match before {
+                    None => return Ok(Some(i)),
+                    Some((_, predecessor)) => predecessors.push(join(places[i].0, predecessor)),
+                }
+            }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
-                return Err(ZkError::Timeout {
-                    op: "lock",
-                    path: path.to_string(),
-                });
+                return Ok(None);
             }
-            wait_for_any(client, &[join(path, predecessor)], left).await?;
+            match wait_for_any(client, &predecessors, left).await? {
+                Some(i) => found[i] = None,
+                None => return Ok(None),
+            }
         }
     }
     .await;
     match waited {
-        Ok(first) => Ok(Held {
-            node,
-            read: first.read,
-            beside: first.beside,
-        }),
+        Ok(Some(i)) => {
+            leave_queues(client, &nodes, Some(i)).await?;
+            let first = found[i].take().expect("listed");
+            let node = nodes[i].take().expect("created");
+            Ok(Some((
+                i,
+                Held {
+                    node,
+                    read: first.read,
+                    beside: first.beside,
+                },
+            )))
+        }
+        Ok(None) => {
+            leave_queues(client, &nodes, None).await?;
+            Ok(None)
+        }
         Err(e) => {
-            let _ = delete_own(client, &node).await;
+            let _ = leave_queues(client, &nodes, None).await;
             Err(e)
         }
     }
+}
+
+/// Removes our contenders `nodes` (all at once), but the one at `keep`.
+async fn leave_queues(
+    client: &Client,
+    nodes: &[Option<String>],
+    keep: Option<usize>,
+) -> Result<(), ZkError> {
+    let left = futures::future::join_all(
+        nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != keep)
+            .filter_map(|(_, node)| node.as_deref())
+            .map(|node| delete_own(client, node)),
+    )
+    .await;
+    left.into_iter().collect()
 }
 
 /// Whether the contender `node` (a full path) has the lowest sequence among `names`.
