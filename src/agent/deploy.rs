@@ -258,13 +258,9 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                                 (n.lock, extra)
                             })
                             .collect();
-                        let got = acquire_queued_any(
-                            &agent.client,
-                            &places,
-                            &identifier,
-                            LOCK_RECHECK,
-                        )
-                        .await?;
+                        let got =
+                            acquire_queued_any(&agent.client, &places, &identifier, LOCK_RECHECK)
+                                .await?;
                         if let Some((i, held)) = got {
                             match cross_busy_for_lock(&agent.client, &pending[i], &held).await? {
                                 // The next round watches the leases.

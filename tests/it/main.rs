@@ -30,6 +30,7 @@ mod hostile;
 mod index;
 mod index_differential;
 mod least_privilege;
+mod lock_queues;
 mod mixed_registry;
 mod monitor;
 mod notify;

@@ -1,0 +1,153 @@
+//! Waiting in several node-lock queues at once (`zk::lock::acquire_queued_any`, README
+//! "Rolling deploys"): a host whose every wanted node is busy queues in all of them, takes
+//! the first whose turn comes and leaves the other queues; whoever queued first for a node
+//! gets it first; giving up leaves no contender behind.
+
+use crate::support;
+
+use std::time::Duration;
+
+use zkdeployment::zk::lock::{acquire_queued_any, try_lock, Extra, Held, TryLock};
+use zkdeployment::zk::Client;
+
+/// The identifiers of the contenders of the lock at `path`, in queue order.
+async fn queue(client: &Client, path: &str) -> Vec<String> {
+    let contenders = zkdeployment::zk::lock::contenders(client, path)
+        .await
+        .unwrap();
+    contenders.into_iter().map(|c| c.identifier).collect()
+}
+
+/// Takes the lock at `path` as `who` (it must be free).
+async fn take(client: &Client, path: &str, who: &str) -> Held {
+    match try_lock(client, path, who).await.unwrap() {
+        TryLock::Acquired(held) => held,
+        TryLock::Busy { holder } => panic!("{path} is held by {}", holder.identifier),
+    }
+}
+
+/// Waits (bounded) until the queue of `path` is `want`.
+async fn wait_queue(client: &Client, path: &str, want: &[&str]) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = queue(client, path).await;
+        if now == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{path}: queue {now:?}, not {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_host_waits_in_every_queue_takes_the_first_freed_and_leaves_the_others() {
+    let conn = support::chroot("lock-queues").await;
+    let (x, y) = ("/agent-locks/x", "/agent-locks/y");
+    let holder = support::connect(&conn).await;
+    let held_x = take(&holder, x, "hx").await;
+    let held_y = take(&holder, y, "hy").await;
+
+    // W queues for x and y; then V queues for y only, behind W.
+    let w_client = support::connect(&conn).await;
+    let w = tokio::spawn(async move {
+        let places = [(x, Extra::default()), (y, Extra::default())];
+        let got = acquire_queued_any(&w_client, &places, "w", Duration::from_secs(60)).await;
+        (w_client, got.unwrap())
+    });
+    wait_queue(&holder, x, &["hx", "w"]).await;
+    wait_queue(&holder, y, &["hy", "w"]).await;
+    let v_client = support::connect(&conn).await;
+    let v = tokio::spawn(async move {
+        let places = [(y, Extra::default())];
+        let got = acquire_queued_any(&v_client, &places, "v", Duration::from_secs(60)).await;
+        (v_client, got.unwrap())
+    });
+    wait_queue(&holder, y, &["hy", "w", "v"]).await;
+
+    // y is freed: W (first in line) takes it and leaves x's queue; V still waits.
+    held_y.release(&holder).await.unwrap();
+    let (w_client, got) = tokio::time::timeout(Duration::from_secs(30), w)
+        .await
+        .expect("W took a lock")
+        .unwrap();
+    let (index, w_held) = got.expect("W took a lock before its limit");
+    assert_eq!(index, 1, "W took x, which was never freed");
+    assert_eq!(queue(&holder, x).await, ["hx"], "W is still queued for x");
+    assert_eq!(queue(&holder, y).await, ["w", "v"]);
+    assert!(!v.is_finished(), "V took y while W held it");
+
+    // W lets y go: V's turn.
+    w_held.release(&w_client).await.unwrap();
+    let (_v_client, got) = tokio::time::timeout(Duration::from_secs(30), v)
+        .await
+        .expect("V took y")
+        .unwrap();
+    assert_eq!(got.expect("V took y before its limit").0, 0);
+    assert_eq!(queue(&holder, y).await, ["v"]);
+    held_x.release(&holder).await.unwrap();
+}
+
+#[tokio::test]
+async fn giving_up_leaves_no_contender_in_any_queue() {
+    let conn = support::chroot("lock-queues-limit").await;
+    let (x, y) = ("/agent-locks/x", "/agent-locks/y");
+    let holder = support::connect(&conn).await;
+    let _held_x = take(&holder, x, "hx").await;
+    let _held_y = take(&holder, y, "hy").await;
+    let waiter = support::connect(&conn).await;
+    let places = [(x, Extra::default()), (y, Extra::default())];
+    let got = acquire_queued_any(&waiter, &places, "w", Duration::from_millis(500))
+        .await
+        .unwrap();
+    assert!(got.is_none(), "took a lock held by another");
+    assert_eq!(queue(&holder, x).await, ["hx"]);
+    assert_eq!(queue(&holder, y).await, ["hy"]);
+}
+
+/// The agent itself: with both its nodes' locks held by another, it waits in both queues
+/// (before, it watched the holders and queued nowhere), takes the node freed first, and
+/// queues again for the other once its first step is done.
+#[tokio::test]
+async fn an_agent_with_every_node_busy_waits_in_all_their_queues() {
+    use support::agent::{fleet, lines, v, wait_for_async};
+    const LIMIT: Duration = Duration::from_secs(90);
+    let hosts = fleet("lock-queues-agent", 1).await;
+    let h = &hosts[0];
+    h.tree(
+        "/acme\n  /a : foo\n    version = '1.0'\n    /deploy\n      /h1\n  /b : foo\n    version = '1.0'\n    /deploy\n      /h1\n",
+        v("r2"),
+    )
+    .await;
+    let (a, b) = ("/agent-locks/acme,a", "/agent-locks/acme,b");
+    let held_a = take(&h.client, a, "holder").await;
+    let held_b = take(&h.client, b, "holder").await;
+    let times = h.scratch("times.txt");
+    let tp = times.display().to_string();
+    let mut run = h.spawn("deploy", &[], &[("ZK_TEST_TIMES", &tp)]);
+    let queued = |q: Vec<String>| q.len() == 2 && q[0] == "holder";
+    wait_for_async("the host to queue for both nodes", LIMIT, || async {
+        (queued(queue(&h.client, a).await) && queued(queue(&h.client, b).await)).then_some(())
+    })
+    .await;
+    assert!(lines(&times).is_empty(), "{:?}", lines(&times));
+    // b is freed: its step runs, and the host queues for a again (a is still held).
+    held_b.release(&h.client).await.unwrap();
+    wait_for_async("b's step, then the queue for a", LIMIT, || async {
+        let ran = lines(&times)
+            .iter()
+            .any(|l| l.starts_with("end") && l.contains("/acme/b"));
+        (ran && queued(queue(&h.client, a).await)).then_some(())
+    })
+    .await;
+    held_a.release(&h.client).await.unwrap();
+    assert_eq!(run.wait(LIMIT).await, 0, "{}", run.output());
+    let starts: Vec<String> = lines(&times)
+        .into_iter()
+        .filter(|l| l.starts_with("start"))
+        .collect();
+    assert_eq!(starts.len(), 2, "{starts:?}");
+    assert!(starts[0].contains("/acme/b"), "{starts:?}");
+}
