@@ -1,7 +1,8 @@
 //! Running deployments. Without a role controller each instance runs under its node lock
 //! (`/agent-locks/<name>`, kazoo's recipe): a host holds at most one node lock, goes on with
-//! another pending node of the run when one is busy, and waits (on watches) only when every
-//! pending node is busy. After taking a lock and before the script runs, an in-flight record
+//! another pending node of the run when one is busy, and waits only when every pending node
+//! is busy: in the queues of all their node locks at once, taking the first whose turn comes
+//! (else on watches of the holders). After taking a lock and before the script runs, an in-flight record
 //! goes into the lock node's data; it is cleared when the step has ended, so a record found by
 //! the next holder means its writer died mid-step, and that host halts the cluster naming it.
 //! A node whose `max-parallel` K is above 1 is entered with a lease of its semaphore instead
