@@ -238,10 +238,15 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
     );
 
     if !violations.is_empty() {
-        // Keep the evidence: the scripts' log and the journal.
+        // Keep the evidence: the scripts' log, the journal, every agent's log and the trees
+        // committed.
         let keep = std::env::temp_dir().join(format!("zkd-soak-{seed}"));
-        let _ = std::fs::create_dir_all(&keep);
+        let _ = std::fs::create_dir_all(keep.join("agents"));
         let _ = std::fs::copy(world.scripts_log(), keep.join("scripts.log"));
+        for (host, pid, log) in &journal.agent_logs {
+            let _ = std::fs::copy(log, keep.join("agents").join(format!("{host}-{pid}.log")));
+        }
+        let _ = std::fs::write(keep.join("commits.txt"), format!("{commits:#?}"));
         let notes = format!(
             "unchecked by the oracle: {} (e.g. {:?})\n{journal:#?}",
             counts.unknown, counts.unknown_example
