@@ -293,7 +293,7 @@ enum Queue {
     Lock,
     /// In the queue of the semaphore's guard (K > 1).
     Semaphore(String),
-    /// Watching the holders (a canary's turn, or several nodes left).
+    /// Watching the holders (a canary's turn, or a node held across kinds).
     No,
 }
 

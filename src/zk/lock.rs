@@ -441,26 +441,22 @@ pub async fn acquire_queued_any(
     for made in created {
         match made {
             Ok(Created { node, found: f }) => {
-                nodes.push(Some(node));
+                nodes.push(node);
                 found.push(f);
             }
             Err(e) => {
-                nodes.push(None);
-                found.push(None);
                 failed.get_or_insert(e);
             }
         }
     }
     if let Some(e) = failed {
+        // The contenders made in the other queues go again.
         let _ = leave_queues(client, &nodes, None).await;
         return Err(e);
     }
     let sequences: Vec<i64> = nodes
         .iter()
-        .map(|node| {
-            let node = node.as_deref().unwrap_or_default();
-            sequence_of(node.rsplit('/').next().unwrap_or_default()).unwrap_or(i64::MAX)
-        })
+        .map(|node| sequence_of(node.rsplit('/').next().unwrap_or_default()).unwrap_or(i64::MAX))
         .collect();
     let waited = async {
         loop {
@@ -512,7 +508,7 @@ pub async fn acquire_queued_any(
         Ok(Some(i)) => {
             leave_queues(client, &nodes, Some(i)).await?;
             let first = found[i].take().expect("listed");
-            let node = nodes[i].take().expect("created");
+            let node = nodes.swap_remove(i);
             Ok(Some((
                 i,
                 Held {
@@ -536,7 +532,7 @@ pub async fn acquire_queued_any(
 /// Removes our contenders `nodes` (all at once), but the one at `keep`.
 async fn leave_queues(
     client: &Client,
-    nodes: &[Option<String>],
+    nodes: &[String],
     keep: Option<usize>,
 ) -> Result<(), ZkError> {
     let left = futures::future::join_all(
@@ -544,8 +540,7 @@ async fn leave_queues(
             .iter()
             .enumerate()
             .filter(|(i, _)| Some(*i) != keep)
-            .filter_map(|(_, node)| node.as_deref())
-            .map(|node| delete_own(client, node)),
+            .map(|(_, node)| delete_own(client, node)),
     )
     .await;
     left.into_iter().collect()
