@@ -287,7 +287,7 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
     Ok(())
 }
 
-/// Where a host with one node left waits for it.
+/// Where a host may wait for a node it found busy.
 enum Queue {
     /// In the node lock's queue (K = 1).
     Lock,
