@@ -1,7 +1,9 @@
 //! Rollout benchmark (issue 13): long-running agent processes on one ZooKeeper, every package
 //! already installed (a stand-in `yum` answers `list installed` at once), deploy scripts that
 //! log their start and end times (bash's `$EPOCHREALTIME`, no extra process) and sleep. A
-//! version bump starts each scenario; the numbers are printed, never asserted.
+//! version bump starts each scenario, written as `sync` writes it (`/hosts` with the
+//! deployment index's root, so agents read the index); the numbers are printed, never
+//! asserted.
 //!
 //! - `10 × 5`: 10 agents, 5 application nodes deployed to all of them, scripts sleeping
 //!   0.2 s: bump → every host done against the 2.0 s lower bound, and the hand-off between
@@ -11,7 +13,10 @@
 //! - one host, 3 nodes, trivial scripts: bump → first script, bump → `done`, and the time
 //!   between one script's end and the next one's start.
 //!
-//! Run with `cargo bench --bench rollout` (`BENCH_ROLLOUT=small` skips the 100-agent runs).
+//! Run with `cargo bench --bench rollout` (`BENCH_ROLLOUT=small` skips the 100-agent runs,
+//! `BENCH_ROLLOUT=hundred` runs only them). `BENCH_KEEP=DIR` copies each 100-agent round's
+//! script times (`times-K`, after a line `bump <time>`) into DIR, for a closer look;
+//! `BENCH_K=25` (a list) runs only those values of K.
 //! `ZKD_BENCH_BIN=PATH` runs that binary as the agents instead of the one cargo built (a
 //! copy: to compare two builds under the same conditions).
 
@@ -158,16 +163,23 @@ async fn warm_server(client: &Client) {
     }
 }
 
+/// Sets the cluster version as `sync` does: `/hosts` and the deployment index's root in one
+/// transaction, the index's new generation written first (not timed), so that agents read
+/// the index rather than walk the tree. Gives the time of the transaction.
 async fn bump(client: &Client, version: &str) -> f64 {
-    let at = zkdeployment::files::now();
-    client
-        .set_data(
-            "/hosts",
-            json!({ "version": version }).to_string().as_bytes(),
-            None,
-        )
-        .await
+    use zkdeployment::sync::index::{live_data, write_generation};
+    let generation = write_generation(client, None).await.unwrap();
+    let index = live_data(&json!(version), &generation);
+    let hosts = json!({ "version": version }).to_string();
+    let mut writer = client.new_multi_writer();
+    writer
+        .add_set_data("/hosts", hosts.as_bytes(), None)
         .unwrap();
+    writer
+        .add_set_data(zkdeployment::zk::index::INDEX, &index, None)
+        .unwrap();
+    let at = zkdeployment::files::now();
+    writer.commit().await.unwrap();
     at
 }
 
@@ -350,6 +362,12 @@ async fn hundred_by_one() {
     .into_iter()
     .enumerate()
     {
+        // `BENCH_K=10,25` runs only those rounds.
+        if let Ok(only) = std::env::var("BENCH_K") {
+            if !only.split(',').any(|s| s.trim() == k.to_string()) {
+                continue;
+            }
+        }
         let v = format!("v{}", round + 2);
         import(&client, &tree(1, &ids, prop)).await;
         let at = bump(&client, &v).await;
@@ -357,6 +375,11 @@ async fn hundred_by_one() {
         let total = done - at;
         let bound = 100.0 / k as f64 * 0.5;
         let rs = runs(&times, at);
+        if let Some(dir) = std::env::var_os("BENCH_KEEP") {
+            let text = std::fs::read_to_string(&times).unwrap_or_default();
+            let kept = format!("bump {at}\n{text}");
+            std::fs::write(Path::new(&dir).join(format!("times-{k}")), kept).unwrap();
+        }
         // Hand-off: for K = 1 the gap between consecutive runs of the node.
         let handoff = if k == 1 {
             let g = gaps(&rs, |r| r.node.as_str());
@@ -428,10 +451,13 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let only = std::env::var("BENCH_ROLLOUT").unwrap_or_default();
     rt.block_on(async {
-        one_host().await;
-        ten_by_five().await;
-        if std::env::var("BENCH_ROLLOUT").as_deref() != Ok("small") {
+        if only != "hundred" {
+            one_host().await;
+            ten_by_five().await;
+        }
+        if only != "small" {
             hundred_by_one().await;
         }
     });
