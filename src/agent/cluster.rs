@@ -28,7 +28,26 @@ pub async fn cluster_version(client: &Client) -> Result<Value, ZkError> {
         call_retrying("list", HALTS, || client.list_children(HALTS)),
     );
     let (data, _) = hosts?;
-    let version = decode(&data).get("version").cloned().unwrap_or(Value::Null);
+    effective_version(&data, halts)
+}
+
+/// [`cluster_version`] with `/hosts` watched (the watcher fires on its next change), and
+/// the version as `/hosts` says it (halt records aside), in the same round trip.
+pub async fn watch_cluster_version(
+    client: &Client,
+) -> Result<(Value, Value, zookeeper_client::OneshotWatcher), ZkError> {
+    let (hosts, halts) = futures::join!(
+        call("watch", HOSTS, client.get_and_watch_data(HOSTS)),
+        call_retrying("list", HALTS, || client.list_children(HALTS)),
+    );
+    let (data, _, watcher) = hosts?;
+    let written = decode(&data).get("version").cloned().unwrap_or(Value::Null);
+    Ok((written, effective_version(&data, halts)?, watcher))
+}
+
+/// The version in `/hosts`' data, `None` while a halt record is among `halts`.
+fn effective_version(data: &[u8], halts: Result<Vec<String>, ZkError>) -> Result<Value, ZkError> {
+    let version = decode(data).get("version").cloned().unwrap_or(Value::Null);
     let halted = match halts {
         Ok(names) => names.iter().any(|n| n.starts_with(HALT_PREFIX)),
         Err(e) if e.is_no_node() => false,

@@ -10,14 +10,14 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::cluster::{register, RegisterError};
+use super::cluster::{register, watch_cluster_version, RegisterError};
 use super::execute::PassOutcome;
 use super::model::Host;
 use super::session::Agent;
 use super::status::RunDir;
 use crate::config::Config;
 use crate::zk::paths::HOSTS;
-use crate::zk::{call, connect, decode, ConnectOptions, ZkError};
+use crate::zk::{call, connect, ConnectOptions, ZkError};
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -251,14 +251,14 @@ async fn serve(ctx: &mut Agent, wake: &Notify) -> Result<(), ZkError> {
         if ctx.stop.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let (data, _, watcher) = call("watch", HOSTS, ctx.client.get_and_watch_data(HOSTS)).await?;
-        let version = decode(&data).get("version").cloned().unwrap_or(Value::Null);
+        // The watch, and the version the pass acts on, read in one round trip.
+        let (version, effective, watcher) = watch_cluster_version(&ctx.client).await?;
         tracing::info!(
             "cluster version {}, host version {}",
             crate::tree::literal::py_str(&version),
             crate::tree::literal::py_str(&ctx.host_version)
         );
-        match ctx.run_pass(false).await? {
+        match ctx.run_pass_at(effective, false).await? {
             PassOutcome::Abandoned(why) => tracing::warn!("pass abandoned: {why}"),
             PassOutcome::Failed(why) => tracing::error!("pass failed: {why}"),
             _ => {}

@@ -218,6 +218,7 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                 // release wakes the next in line only, not every host waiting).
                 match (queue, &pending[..]) {
                     (Queue::Semaphore(sem), [node]) => {
+                        let record = lease_record(pass, node);
                         let got = semaphore::acquire_waiting(
                             &agent.client,
                             &sem,
@@ -225,6 +226,7 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                             node.rollout.parallel,
                             LOCK_RECHECK,
                             Some(node.lock),
+                            Some(&record),
                         )
                         .await?;
                         ready = match got {
@@ -375,6 +377,7 @@ async fn enter_semaphore(
 ) -> Result<Entry, Interrupt> {
     let sem = semaphore_path(node.path);
     let client = &pass.agent.client;
+    let record = lease_record(pass, node);
     Ok(
         match semaphore::try_acquire(
             client,
@@ -382,6 +385,7 @@ async fn enter_semaphore(
             identifier,
             node.rollout.parallel,
             Some(node.lock),
+            Some(&record),
         )
         .await?
         {
@@ -411,6 +415,14 @@ async fn enter_semaphore(
             }
         },
     )
+}
+
+/// The in-flight record created with a lease of the node's semaphore (its record node's
+/// data), so that taking the lease and recording the step cost one transaction.
+fn lease_record(pass: &Pass<'_>, node: &NodeLocked<'_>) -> Vec<u8> {
+    in_flight_record(pass, node.path, node.n)
+        .to_string()
+        .into_bytes()
 }
 
 /// With the node lock just taken (`held`): busy if leases of the node's semaphore older than
@@ -584,14 +596,13 @@ async fn locked(
     // And whether the node's semaphore keeps records (of lease holders that may have died
     // before K became 1).
     let sem = semaphore_path(node.path);
-    let guard = semaphore::lock_path(&sem);
     let (checked, (), written, leased) = tokio::join!(
         pass.checkpoint(),
         pass.status(&label),
         update_props_known(&agent.client, lock, &lock_props, stat.version, |p| {
             p.insert("in-flight".into(), record.clone());
         }),
-        has_lease_records(&agent.client, &guard),
+        has_lease_records(&agent.client, &sem),
     );
     let known = match written {
         Ok(written) => written,
@@ -612,7 +623,7 @@ async fn locked(
     }
     let dead = match leased {
         Ok(false) => Ok(None),
-        Ok(true) => dead_lease_holder(pass, &sem, &guard, None).await,
+        Ok(true) => dead_lease_holder(pass, &sem, None).await,
         Err(e) => Err(e),
     };
     match dead {

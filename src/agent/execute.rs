@@ -16,7 +16,7 @@ use super::observe;
 use super::pass::Pass;
 use super::plan::{plan, Inputs, Plan, Step};
 use super::role::installed_controllers;
-use super::rollout::rollout_plan;
+use super::rollout::{read_fleet_facts, rollout_plan};
 use super::session::Agent;
 use super::software;
 use super::status::{Report, ReportOutcome};
@@ -56,6 +56,34 @@ pub struct DryRun {
 }
 
 impl Agent {
+    /// What the host has: its disk, and the installed version of every package the tree
+    /// wants here and of its role controller (yum, one query at a time).
+    async fn installed(&self, discovered: &Discovered) -> Result<Installed, Interrupt> {
+        let root = &self.config.root;
+        let mut installed = observe::observe_disk(root).map_err(StepError::from)?;
+        let yum = self.yum();
+        let controllers = installed_controllers(root).map_err(StepError::from)?;
+        if controllers.len() > 1 {
+            return Err(StepError::TooManyControllers(controllers).into());
+        }
+        if let Some(rc) = controllers.into_iter().next() {
+            let v = software::installed_version(&yum, root, &rc).await?;
+            installed.controller = Some((rc, v));
+        }
+        let mut rpms: Vec<String> = discovered
+            .deployments
+            .iter()
+            .map(|d| d.rpm.clone())
+            .collect();
+        rpms.sort();
+        rpms.dedup();
+        for rpm in rpms {
+            let v = software::installed_version(&yum, root, &rpm).await?;
+            installed.versions.insert(rpm, v);
+        }
+        Ok(installed)
+    }
+
     /// Discovers (from the deployment index at `version` when it may, else by the walk),
     /// observes and plans; changes nothing.
     async fn prepare(
@@ -82,27 +110,18 @@ impl Agent {
         );
         drop(snap);
         let root = &self.config.root;
-        let mut installed = observe::observe_disk(root).map_err(StepError::from)?;
-        let yum = self.yum();
-        let controllers = installed_controllers(root).map_err(StepError::from)?;
-        if controllers.len() > 1 {
-            return Err(StepError::TooManyControllers(controllers).into());
-        }
-        if let Some(rc) = controllers.into_iter().next() {
-            let v = software::installed_version(&yum, root, &rc).await?;
-            installed.controller = Some((rc, v));
-        }
-        let mut rpms: Vec<String> = discovered
+        // How each deployment rolls out depends on the fleet (mixed or not, how many hosts
+        // a percentage counts): asked first, answered while yum runs.
+        let paths: Vec<&str> = discovered
             .deployments
             .iter()
-            .map(|d| d.rpm.clone())
+            .map(|d| d.path.as_str())
             .collect();
-        rpms.sort();
-        rpms.dedup();
-        for rpm in rpms {
-            let v = software::installed_version(&yum, root, &rpm).await?;
-            installed.versions.insert(rpm, v);
-        }
+        let (installed, facts) = tokio::join!(
+            self.installed(&discovered),
+            read_fleet_facts(&self.client, &self.mixed, &discovered, &paths)
+        );
+        let (installed, facts) = (installed?, facts?);
         let mut plan = plan(Inputs {
             wanted: &discovered.deployments,
             controller: discovered.controller.as_ref(),
@@ -111,10 +130,7 @@ impl Agent {
             after: self.config.after.as_deref(),
         })
         .map_err(StepError::from)?;
-        // How each deployment rolls out depends on the fleet (mixed or not, how many hosts
-        // a percentage counts), read now.
-        let rollout =
-            rollout_plan(&self.client, &self.mixed, root, &discovered, &plan.steps).await?;
+        let rollout = rollout_plan(&discovered, &plan.steps, &facts, root);
         if let Some(why) = &rollout.mixed {
             tracing::warn!("mixed fleet: {why}");
         }
@@ -151,6 +167,15 @@ impl Agent {
     /// Runs one pass for the current cluster version.
     pub async fn run_pass(&mut self, force: bool) -> Result<PassOutcome, ZkError> {
         let version = cluster_version(&self.client).await?;
+        self.run_pass_at(version, force).await
+    }
+
+    /// Runs one pass for `version`, the cluster version just read ([`cluster_version`]).
+    pub async fn run_pass_at(
+        &mut self,
+        version: Value,
+        force: bool,
+    ) -> Result<PassOutcome, ZkError> {
         self.metrics.halted = version.is_null();
         if version.is_null() || version == Value::Bool(false) {
             tracing::warn!(

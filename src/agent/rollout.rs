@@ -5,12 +5,14 @@
 //! - K = 1 (`max-parallel` unset or 1, or a mixed fleet): the node lock `/agent-locks/<name>`
 //!   of section 4, unchanged.
 //! - K > 1: a lease of the kazoo-compatible semaphore `/agent-semaphores/<name>`
-//!   ([`crate::zk::semaphore`]) with max_leases = K. Each lease's in-flight record goes into
-//!   the data of the semaphore's guard lock node `/agent-semaphores/<name>-__lock__`, as
-//!   `{"in-flight": {<lease>: record}}`; a host that takes a lease and finds a record whose
-//!   lease is gone (its writer died mid-step) halts the cluster naming it. A live holder
-//!   clears its record before giving its lease back, so "record present after its lease was
-//!   seen gone" proves the writer died.
+//!   ([`crate::zk::semaphore`]) with max_leases = K. Each lease's in-flight record is a node
+//!   of its own, `/agent-semaphores/<name>-__in-flight__/<lease>`, created in the transaction
+//!   that creates the lease and deleted in the one that deletes it; a host that takes a lease
+//!   and finds a record whose lease is gone (its writer died mid-step) halts the cluster
+//!   naming it. A live holder's record never outlives its lease, so "record present after
+//!   its lease was seen gone" proves the writer died. (Earlier agents kept the records in
+//!   the data of the guard lock node `/agent-semaphores/<name>-__lock__`, as
+//!   `{"in-flight": {<lease>: record}}`: they are read there too, with the same rule.)
 //! - `canary = C` (with K > 1): while fewer than C hosts have deployed the node's package
 //!   version (health check included), hosts deploy it one at a time under the node lock; the
 //!   count lives in the node lock's data, `{"canary": {"version": "<rpm> <version>",
@@ -37,8 +39,8 @@ use crate::tree::rollout::{self as settings, Rollout as Settings};
 use crate::tree::Props;
 use crate::zk::paths::node_lock_path as lock_path;
 use crate::zk::semaphore::{self, Lease};
-use crate::zk::update::{update_props, update_props_known};
-use crate::zk::{call_retrying, decode, encode, join, Client, ZkError};
+use crate::zk::update::update_props;
+use crate::zk::{call_retrying, decode, join, Client, ZkError};
 
 pub use super::mixed::{mixed_fleet, mixed_reason, MixedCache};
 pub use crate::zk::paths::AGENT_PROPERTY;
@@ -59,14 +61,13 @@ pub fn node_settings(found: &Discovered, path: &str) -> Settings {
 }
 
 /// The number of deploy targets of the application node at `path` (children of
-/// `<path>/deploy`): the hosts a percentage counts.
+/// `<path>/deploy`): the hosts a percentage counts. Read from the node's stat, not by
+/// listing them: a few bytes whatever the fleet's size (a list of 10,000 host names would
+/// be about 100 KB, for every host, on every pass).
 async fn deploy_targets(client: &Client, path: &str) -> Result<usize, ZkError> {
     let deploy = join(path, "deploy");
-    match call_retrying("list", &deploy, || client.list_children(&deploy)).await {
-        Ok(names) => Ok(names.len()),
-        Err(e) if e.is_no_node() => Ok(0),
-        Err(e) => Err(e),
-    }
+    let stat = call_retrying("stat", &deploy, || client.check_stat(&deploy)).await?;
+    Ok(stat.map_or(0, |s| usize::try_from(s.num_children).unwrap_or(0)))
 }
 
 /// What the rollout of a pass's deployments depends on beyond the tree: read from ZooKeeper
@@ -147,32 +148,50 @@ pub fn plan_rollouts(
     plan
 }
 
-/// Works out the rollout of every application node among `steps`' deployments: reads what
-/// [`plan_rollouts`] needs of the fleet (the host nodes only when a node wants K > 1, the
-/// deploy targets of percentage nodes only when the fleet is not mixed).
-pub async fn rollout_plan(
+/// Reads what [`plan_rollouts`] needs of the fleet for the application nodes at `paths`
+/// (a pass's discovered deployments, before it knows which it will run): whether the fleet
+/// is mixed (only when one of them wants K > 1) and the deploy targets of those whose
+/// `max-parallel` is a percentage, in one round trip. Sent before the yum queries, answered
+/// while they run.
+pub async fn read_fleet_facts(
     client: &Client,
     mixed_cache: &MixedCache,
-    root: &std::path::Path,
+    found: &Discovered,
+    paths: &[&str],
+) -> Result<FleetFacts, ZkError> {
+    let wanted: BTreeMap<&str, (&str, Settings)> = paths
+        .iter()
+        .map(|path| (*path, ("", node_settings(found, path))))
+        .collect();
+    let percent = percent_nodes(&wanted);
+    let (mixed, counts) = tokio::join!(
+        async {
+            match wants_parallel(&wanted) {
+                true => mixed_fleet(client, mixed_cache).await,
+                false => Ok(None),
+            }
+        },
+        futures::future::join_all(percent.iter().map(|path| deploy_targets(client, path)))
+    );
+    let mut facts = FleetFacts {
+        mixed: mixed?,
+        ..FleetFacts::default()
+    };
+    for (path, count) in percent.into_iter().zip(counts) {
+        facts.targets.insert(path.to_string(), count?);
+    }
+    Ok(facts)
+}
+
+/// The rollout of `steps`' deployments from the facts read ([`read_fleet_facts`]), with the
+/// health checks found under `root`.
+pub fn rollout_plan(
     found: &Discovered,
     steps: &[Step],
-) -> Result<RolloutPlan, ZkError> {
-    let wanted = wanted_rollouts(found, steps);
-    let mut facts = FleetFacts::default();
-    if wants_parallel(&wanted) {
-        facts.mixed = mixed_fleet(client, mixed_cache).await?;
-    }
-    if facts.mixed.is_none() {
-        let paths = percent_nodes(&wanted);
-        let counts =
-            futures::future::join_all(paths.iter().map(|path| deploy_targets(client, path))).await;
-        for (path, count) in paths.into_iter().zip(counts) {
-            facts.targets.insert(path.to_string(), count?);
-        }
-    }
-    Ok(plan_rollouts(found, steps, &facts, |rpm| {
-        has_health_check(root, rpm)
-    }))
+    facts: &FleetFacts,
+    root: &std::path::Path,
+) -> RolloutPlan {
+    plan_rollouts(found, steps, facts, |rpm| has_health_check(root, rpm))
 }
 
 /// The canary count of a node's version key, from the node lock's data.
@@ -236,78 +255,59 @@ pub fn add_canary(p: &mut crate::tree::Props, key: &str, host_id: &str) {
     p.insert("canary".into(), json!({"version": key, "hosts": hosts}));
 }
 
-/// One deployment holding a lease of the semaphore `sem`: first the in-flight records of
-/// dead holders (halt, naming the first), then ours around the script and its health check,
-/// then the lease given back (with our record cleared in the same transaction when it can).
-/// A failure halts the cluster before the lease is given back.
+/// One deployment holding a lease of the semaphore `sem` (its in-flight record made with
+/// it): first the records of dead holders (halt, naming the first), then the step and its
+/// health check, then the lease given back with its record in one transaction. A failure
+/// halts the cluster before the lease is given back; a failure that could not be recorded
+/// leaves the record for the next holder to report.
 pub async fn deploy_leased(
     pass: &mut Pass<'_>,
     step: &Step,
     sem: &str,
     lease: Lease,
 ) -> Result<(), Interrupt> {
-    let guard = semaphore::lock_path(sem);
-    let (result, written) = leased(pass, step, sem, &guard, &lease).await;
+    let (result, keep_record) = leased(pass, step, sem, &lease).await;
     let client = &pass.agent.client;
-    let name = lease.name().to_string();
-    let released = match written {
-        None => lease.release(client).await,
-        Some(known) => release_clearing(client, &guard, lease, known, &name).await,
+    let released = match keep_record {
+        true => lease.release_keeping_record(client).await,
+        false => lease.release(client).await,
     };
     // The step's own outcome first: a failed release only hides it.
     result?;
     released.map_err(Interrupt::from)
 }
 
-/// The deployment itself, with the lease held; gives what is known of the guard node after
-/// our in-flight record was written (`Some(None)` when written but not known, `None` when
-/// there is no record of ours to clear).
+/// The deployment itself, with the lease held; true when our record is to stay.
 async fn leased(
     pass: &mut Pass<'_>,
     step: &Step,
     sem: &str,
-    guard: &str,
     lease: &Lease,
-) -> (Result<(), Interrupt>, Option<Option<(Props, i32)>>) {
+) -> (Result<(), Interrupt>, bool) {
     let agent = pass.agent;
-    let Step::Deploy { path, n, .. } = step else {
-        return (Ok(()), None);
+    let Step::Deploy { path, .. } = step else {
+        return (Ok(()), false);
     };
-    // The checkpoint, the status, the guard's records and the live leases in one round trip.
+    // The checkpoint, the status and every record of a holder that may have died, in one
+    // round trip: the records before the live leases (a record listed, then its lease not,
+    // is a suspect), and the node lock's record (a holder that died under the lock, K was 1
+    // or it was a canary, is named by the next host whichever way it enters).
     let label = step.to_string();
-    // And the node lock's record: a holder that died under the lock (K was 1, or it was a
-    // canary) is named by the next host whichever way it enters.
     let lock = lock_path(path);
-    let (checked, (), got, live, lock_record) = tokio::join!(
+    let (checked, (), suspected, lock_record) = tokio::join!(
         pass.checkpoint(),
         pass.status(&label),
-        call_retrying("get", guard, || agent.client.get_data(guard)),
-        semaphore::leases(&agent.client, sem),
+        suspected_lease_records(&agent.client, sem, Some(lease.name())),
         has_lock_record(&agent.client, &lock),
     );
     if let Err(interrupt) = checked {
-        return (Err(interrupt), None);
+        return (Err(interrupt), false);
     }
-    let (read, live) = match (got, live) {
-        (Ok(read), Ok(live)) => (Some(read), live),
-        (Err(e), _) if !e.is_no_node() => return (Err(e.into()), None),
-        (_, Err(e)) => return (Err(e.into()), None),
-        (Err(_), Ok(live)) => (None, live),
-    };
-    let props = read
-        .as_ref()
-        .map(|(data, _)| decode(data))
-        .unwrap_or_default();
-    let suspected = match props.get("in-flight") {
-        Some(Value::Object(m)) => m
-            .keys()
-            .any(|k| !live.contains(k) && k.as_str() != lease.name()),
-        _ => false,
-    };
     // A dead holder under a lease first, else one under the node lock: the first found halts.
     let dead = match suspected {
-        true => dead_lease_holder(pass, sem, guard, Some(lease.name())).await,
-        false => Ok(None),
+        Ok(true) => dead_lease_holder(pass, sem, Some(lease.name())).await,
+        Ok(false) => Ok(None),
+        Err(e) => Err(e),
     };
     let dead = match (dead, lock_record) {
         (Ok(None), Ok(true)) => dead_lock_holder(pass, &lock).await,
@@ -318,79 +318,51 @@ async fn leased(
         Ok(None) => {}
         Ok(Some(message)) => {
             return match halt_for_dead_holder(pass, message).await {
-                Ok(interrupt) => (Err(interrupt), None),
-                Err(e) => (Err(e.into()), None),
+                Ok(interrupt) => (Err(interrupt), false),
+                Err(e) => (Err(e.into()), false),
             }
         }
-        Err(e) => return (Err(e.into()), None),
+        Err(e) => return (Err(e.into()), false),
     }
-    let record = in_flight_record(pass, path, *n);
-    let name = lease.name().to_string();
-    let add = |p: &mut Props| {
-        let mut all = match p.remove("in-flight") {
-            Some(Value::Object(m)) => m,
-            _ => Default::default(),
-        };
-        all.insert(name.clone(), record.clone());
-        p.insert("in-flight".into(), Value::Object(all));
-    };
-    // Version-guarded from the data just read (one round trip), unless records were
-    // cleared in between: then read again.
-    let written = match (&read, suspected) {
-        (Some((_, stat)), false) => {
-            update_props_known(&agent.client, guard, &props, stat.version, add)
-                .await
-                .map(Some)
-        }
-        _ => update_props(&agent.client, guard, add).await.map(|_| None),
-    };
-    let known = match written {
-        Ok(known) => known,
-        // Unknown whether it was written: cleared (if there) with the release.
-        Err(e) => return (Err(e.into()), Some(None)),
-    };
     match execute_halting(pass, step).await {
-        Ok(result) => (result.map_err(halted), Some(known)),
+        Ok(result) => (result.map_err(halted), false),
         // The halt could not be recorded: the record stays for the next holder to report.
-        Err(e) => (Err(e.into()), None),
+        Err(e) => (Err(e.into()), true),
     }
 }
 
-/// Gives the lease back and removes its in-flight record from the guard node, in one
-/// transaction guarded by the guard node's data version: first the version of our own write
-/// (current when no other holder wrote since), else read again (other holders write the
-/// same node), and after repeated conflicts one after the other.
-async fn release_clearing(
+/// Whether the semaphore `sem` keeps a record whose lease is gone (not `ours`): in the
+/// records' node, or (earlier agents) in the guard's data. Listed in one round trip,
+/// the records before the leases.
+async fn suspected_lease_records(
     client: &Client,
-    guard: &str,
-    lease: Lease,
-    known: Option<(Props, i32)>,
-    name: &str,
-) -> Result<(), ZkError> {
-    let mut known = known;
-    for _ in 0..RELEASE_ATTEMPTS {
-        let Some((mut props, version)) = known.take() else {
-            break;
-        };
-        clear_record(&mut props, name);
-        if lease
-            .release_writing(client, guard, &encode(&props), version)
-            .await?
-        {
-            return Ok(());
-        }
-        known = match call_retrying("get", guard, || client.get_data(guard)).await {
-            Ok((data, stat)) => Some((decode(&data), stat.version)),
-            Err(e) if e.is_no_node() => None,
-            Err(e) => return Err(e),
-        };
-    }
-    clear_lease_record(client, guard, name).await?;
-    lease.release(client).await
+    sem: &str,
+    ours: Option<&str>,
+) -> Result<bool, ZkError> {
+    let guard = semaphore::lock_path(sem);
+    let records = semaphore::records_path(sem);
+    let (kept, legacy, live) = tokio::join!(
+        list_or_none(client, &records),
+        lock_data(client, &guard),
+        semaphore::leases(client, sem),
+    );
+    let (kept, legacy, live) = (kept?, legacy?, live?);
+    let gone = |k: &String| !live.contains(k) && Some(k.as_str()) != ours;
+    let in_guard = match legacy.get("in-flight") {
+        Some(Value::Object(m)) => m.keys().any(gone),
+        _ => false,
+    };
+    Ok(in_guard || kept.iter().any(gone))
 }
 
-/// Attempts at clearing a record and giving the lease back in one transaction.
-const RELEASE_ATTEMPTS: usize = 3;
+/// The children of `path` (none when it does not exist).
+async fn list_or_none(client: &Client, path: &str) -> Result<Vec<String>, ZkError> {
+    match call_retrying("list", path, || client.list_children(path)).await {
+        Ok(names) => Ok(names),
+        Err(e) if e.is_no_node() => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
 
 /// Removes the in-flight record of lease `name` from the guard node's properties.
 fn clear_record(p: &mut Props, name: &str) {
@@ -402,7 +374,7 @@ fn clear_record(p: &mut Props, name: &str) {
     }
 }
 
-/// The in-flight record a holder writes into its lock node (or its semaphore's guard node)
+/// The in-flight record a holder writes into its lock node (or creates with its lease)
 /// before it runs a deploy step: who runs what, so the next holder can name a holder that died.
 pub(super) fn in_flight_record(pass: &Pass<'_>, path: &str, n: u32) -> Value {
     let agent = pass.agent;
@@ -462,9 +434,13 @@ async fn has_lock_record(client: &Client, lock: &str) -> Result<bool, ZkError> {
     Ok(lock_data(client, lock).await?.contains_key("in-flight"))
 }
 
-/// True if the semaphore guard `guard` holds in-flight records.
-pub(super) async fn has_lease_records(client: &Client, guard: &str) -> Result<bool, ZkError> {
-    Ok(lock_data(client, guard).await?.contains_key("in-flight"))
+/// True if the semaphore `sem` keeps in-flight records (in the records' node, or in the
+/// guard's data), in one round trip.
+pub(super) async fn has_lease_records(client: &Client, sem: &str) -> Result<bool, ZkError> {
+    let guard = semaphore::lock_path(sem);
+    let records = semaphore::records_path(sem);
+    let (kept, legacy) = tokio::join!(list_or_none(client, &records), lock_data(client, &guard));
+    Ok(!kept?.is_empty() || legacy?.contains_key("in-flight"))
 }
 
 /// The message naming a node-lock holder that died mid-step, for a host entering the node
@@ -518,18 +494,75 @@ fn died_with_record(rec: &serde_json::Map<String, Value>, left: &str) -> String 
     )
 }
 
-/// The message naming a lease holder that died mid-step, if the guard's records show one
-/// (its record is cleared). Records left by this very process (an earlier session) are
-/// cleared silently.
+/// The message naming a lease holder that died mid-step, if the semaphore's records show
+/// one (its record is cleared): first those in the guard's data (earlier agents), then
+/// the record nodes. Records left by this very process (an earlier session) are cleared
+/// silently.
 /// `ours`: the lease we hold, if any (a host entering under the node lock holds none, and
 /// still names a lease holder that died before K became 1).
 pub(super) async fn dead_lease_holder(
     pass: &Pass<'_>,
     sem: &str,
-    guard: &str,
+    ours: Option<&str>,
+) -> Result<Option<String>, ZkError> {
+    if let Some(message) = dead_in_guard(pass, sem, ours).await? {
+        return Ok(Some(message));
+    }
+    let agent = pass.agent;
+    let client = &agent.client;
+    let records = semaphore::records_path(sem);
+    // The records listed before the leases, in one round trip.
+    let (first, live) = tokio::join!(
+        list_or_none(client, &records),
+        semaphore::leases(client, sem)
+    );
+    let (first, live) = (first?, live?);
+    let suspects = first
+        .iter()
+        .filter(|k| !live.contains(k) && Some(k.as_str()) != ours);
+    // A live holder's record goes with its lease (or before it): a record still there after
+    // its lease was seen gone was left by a holder that died.
+    for key in suspects {
+        let node = join(&records, key);
+        let data = match call_retrying("get", &node, || client.get_data(&node)).await {
+            Ok((data, _)) => data,
+            Err(e) if e.is_no_node() => continue,
+            Err(e) => return Err(e),
+        };
+        let rec = match serde_json::from_slice(&data) {
+            Ok(Value::Object(rec)) => rec,
+            _ => Default::default(),
+        };
+        match call_retrying("delete", &node, || client.delete(&node, None)).await {
+            Err(e) if e.is_no_node() => {}
+            other => other?,
+        }
+        if is_mine(pass, &rec) {
+            continue;
+        }
+        return Ok(Some(died_with_record(
+            &rec,
+            &format!("in-flight record of lease {key} left in {records}"),
+        )));
+    }
+    Ok(None)
+}
+
+/// Whether an in-flight record was written by this very process.
+fn is_mine(pass: &Pass<'_>, rec: &serde_json::Map<String, Value>) -> bool {
+    rec.get("host").and_then(Value::as_str) == Some(pass.agent.host.id.as_str())
+        && rec.get("pid").and_then(Value::as_u64) == Some(u64::from(std::process::id()))
+}
+
+/// [`dead_lease_holder`] for the records kept in the guard's data by earlier agents.
+async fn dead_in_guard(
+    pass: &Pass<'_>,
+    sem: &str,
     ours: Option<&str>,
 ) -> Result<Option<String>, ZkError> {
     let agent = pass.agent;
+    let guard = semaphore::lock_path(sem);
+    let guard = guard.as_str();
     let records = |props: crate::tree::Props| match props.get("in-flight") {
         Some(Value::Object(m)) => m.clone(),
         _ => Default::default(),
@@ -553,10 +586,8 @@ pub(super) async fn dead_lease_holder(
         let Some(Value::Object(rec)) = again.get(key) else {
             continue;
         };
-        let mine = rec.get("host").and_then(Value::as_str) == Some(agent.host.id.as_str())
-            && rec.get("pid").and_then(Value::as_u64) == Some(u64::from(std::process::id()));
         clear_lease_record(&agent.client, guard, key).await?;
-        if mine {
+        if is_mine(pass, rec) {
             continue;
         }
         return Ok(Some(died_with_record(

@@ -36,20 +36,10 @@ impl Held {
 }
 
 /// Writes `data` into `path` if its data version is still `version`, and deletes our node
-/// `node`, in one transaction. False (nothing changed, or nothing known after a connection
-/// loss) when the version no longer matches.
-pub async fn write_and_delete(
-    client: &Client,
-    path: &str,
-    data: &[u8],
-    version: i32,
-    node: &str,
-) -> Result<bool, ZkError> {
-    send_write_and_delete(client, path, data, version, node)?.await
-}
-
-/// [`write_and_delete`], with its request sent before this returns (the answer is the
+/// `node`, in one transaction, the request sent before this returns (the answer is the
 /// future's): a request the caller makes next goes out after it, and shares its round trip.
+/// The answer is false (nothing changed, or nothing known after a connection loss) when the
+/// version no longer matches.
 pub fn send_write_and_delete<'a>(
     client: &'a Client,
     path: &str,

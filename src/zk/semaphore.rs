@@ -13,14 +13,18 @@
 //! (under the lock) instead of refused, so a change of `max-parallel` between two versions
 //! needs no operator. kazoo refuses such a semaphore (`ValueError`) until the values agree.
 //!
-//! The lock node's data is free for the agent's use (kazoo never reads or writes it): the
-//! agent keeps its leases' in-flight records there ([`crate::agent`]).
+//! A taker may ask for a record node to be created with its lease, in the same transaction:
+//! `PATH-__in-flight__/<lease name>` (persistent, kazoo never looks there), deleted with the
+//! lease when it is given back. The agent keeps its leases' in-flight records there
+//! ([`crate::agent`]): one small node per lease, so holders never write a node another
+//! holder writes. (Earlier agents kept them in the guard node's data, which kazoo
+//! never reads or writes either; the agent still reads them there.)
 
 use std::time::Duration;
 
 use zookeeper_client::{Acls, CreateMode, OneshotWatcher};
 
-use super::lock::{acquire_queued, ensure_node, listed_beside, write_and_delete, Extra, Held};
+use super::lock::{acquire_queued, ensure_node, listed_beside, Extra, Held};
 use super::{call, call_retrying, join, open_persistent, Client, ZkError, LOSS_RETRIES};
 
 /// The suffix kazoo gives the lock that guards a semaphore (`PATH-__lock__`).
@@ -30,9 +34,17 @@ pub const LOCK_SUFFIX: &str = "-__lock__";
 /// trips at a time) before giving up.
 const GUARD_LIMIT: Duration = Duration::from_secs(60);
 
+/// The suffix of the node holding the record nodes of the semaphore's leases.
+pub const RECORDS_SUFFIX: &str = "-__in-flight__";
+
 /// The guard lock of the semaphore at `path`.
 pub fn lock_path(path: &str) -> String {
     format!("{path}{LOCK_SUFFIX}")
+}
+
+/// The node holding the record nodes of the leases of the semaphore at `path`.
+pub fn records_path(path: &str) -> String {
+    format!("{path}{RECORDS_SUFFIX}")
 }
 
 /// A lease this process holds; given back by [`Lease::release`] (or by the session ending).
@@ -44,6 +56,8 @@ pub struct Lease {
     /// not exist), listed in the round trip that created the lease, after it; `None` when
     /// not asked or not known.
     pub beside: Option<Vec<String>>,
+    /// Full path of the record node created with the lease, if one was asked for.
+    pub record: Option<String>,
 }
 
 impl Lease {
@@ -52,26 +66,43 @@ impl Lease {
         self.node.rsplit('/').next().unwrap_or_default()
     }
 
-    /// Deletes our lease node (already gone is fine).
+    /// Deletes our record node (if any) and our lease node, in one transaction when it can
+    /// (already gone is fine). The record never outlives the lease of a live holder: when
+    /// they go one at a time, the record goes first.
     pub async fn release(self, client: &Client) -> Result<(), ZkError> {
-        match call_retrying("delete", &self.node, || client.delete(&self.node, None)).await {
-            Err(e) if e.is_no_node() => Ok(()),
-            other => other,
+        if let Some(record) = &self.record {
+            let mut writer = client.new_multi_writer();
+            let built = writer
+                .add_delete(record, None)
+                .and_then(|()| writer.add_delete(&self.node, None));
+            if built.is_ok() {
+                let commit = writer.commit();
+                let done = call("delete", &self.node, async {
+                    commit.await.map_err(zookeeper_client::Error::from)
+                })
+                .await;
+                if done.is_ok() {
+                    return Ok(());
+                }
+            }
+            // One of them gone already (or the answer lost): each on its own.
+            delete_if_there(client, record).await?;
         }
+        self.release_keeping_record(client).await
     }
 
-    /// Writes `data` into `path` if its data version is still `version`, and deletes our
-    /// lease, in one transaction. False (nothing changed, or nothing known after a
-    /// connection loss) when the version no longer matches: the caller then writes and
-    /// releases on its own.
-    pub async fn release_writing(
-        &self,
-        client: &Client,
-        path: &str,
-        data: &[u8],
-        version: i32,
-    ) -> Result<bool, ZkError> {
-        write_and_delete(client, path, data, version, &self.node).await
+    /// Deletes our lease node only (already gone is fine): its record, if any, stays for the
+    /// next holder to report (a holder that could not record its failure).
+    pub async fn release_keeping_record(self, client: &Client) -> Result<(), ZkError> {
+        delete_if_there(client, &self.node).await
+    }
+}
+
+/// Deletes `node` (already gone is fine).
+async fn delete_if_there(client: &Client, node: &str) -> Result<(), ZkError> {
+    match call_retrying("delete", node, || client.delete(node, None)).await {
+        Err(e) if e.is_no_node() => Ok(()),
+        other => other,
     }
 }
 
@@ -136,13 +167,15 @@ pub async fn holders(client: &Client, path: &str) -> Result<Vec<LeaseHolder>, Zk
 /// Tries once to take a lease of the semaphore at `path` (created if missing, with
 /// `max_leases` as its data) with `identifier` as the lease's data. Waits only for the guard
 /// lock, never for a lease. The children of `beside` (if given) are listed right after the
-/// lease is created, in the same round trip ([`Lease::beside`]).
+/// lease is created, in the same round trip ([`Lease::beside`]); a `record` (if given) is
+/// created with the lease ([`Lease::record`]).
 pub async fn try_acquire(
     client: &Client,
     path: &str,
     identifier: &str,
     max_leases: u32,
     beside: Option<&str>,
+    record: Option<&[u8]>,
 ) -> Result<TryLease, ZkError> {
     // Full already: no need to queue for the guard (the count is checked again under it).
     let names = leases(client, path).await?;
@@ -162,6 +195,7 @@ pub async fn try_acquire(
         identifier,
         max_leases,
         beside,
+        record,
     };
     under_guard(client, &taker, guard, None).await
 }
@@ -182,13 +216,15 @@ struct Taker<'a> {
     identifier: &'a str,
     max_leases: u32,
     beside: Option<&'a str>,
+    /// The data of the record node created with the lease, if one is.
+    record: Option<&'a [u8]>,
 }
 
 /// Takes a lease of the semaphore at `path` as kazoo's blocking `acquire` does: in the guard
 /// lock's queue (each taker watching the one before it), and, first in the queue, watching
 /// the leases until one is free. Only the first in the queue wakes when a lease is given
 /// back, so a release costs a few requests however many hosts wait. Gives up after `limit`
-/// (leaving the queue): `None`.
+/// (leaving the queue): `None`. `beside` and `record` as for [`try_acquire`].
 pub async fn acquire_waiting(
     client: &Client,
     path: &str,
@@ -196,6 +232,7 @@ pub async fn acquire_waiting(
     max_leases: u32,
     limit: Duration,
     beside: Option<&str>,
+    record: Option<&[u8]>,
 ) -> Result<Option<Lease>, ZkError> {
     let deadline = tokio::time::Instant::now() + limit;
     let reads = under_guard_reads(path);
@@ -209,6 +246,7 @@ pub async fn acquire_waiting(
         identifier,
         max_leases,
         beside,
+        record,
     };
     match under_guard(client, &taker, guard, Some(deadline)).await? {
         TryLease::Acquired(lease) => Ok(Some(lease)),
@@ -377,9 +415,10 @@ async fn create_semaphore(client: &Client, path: &str, wanted: &str) -> Result<(
     }
 }
 
-/// Creates our lease node with the guard still held: in one transaction with the guard
-/// contender's deletion when it can (the flag), else alone. The children of the taker's
-/// `beside` are listed in the same round trip, after the transaction.
+/// Creates our lease node (and the taker's record node, if any) with the guard still held:
+/// in one transaction with the guard contender's deletion when it can (the flag), else
+/// alone. The children of the taker's `beside` are listed in the same round trip, after the
+/// transaction. The node holding the records is made the first time it is missing.
 async fn create_lease(
     client: &Client,
     taker: &Taker<'_>,
@@ -388,19 +427,31 @@ async fn create_lease(
     let Taker {
         path, identifier, ..
     } = *taker;
-    let node = join(path, &uuid::Uuid::new_v4().simple().to_string());
+    let name = uuid::Uuid::new_v4().simple().to_string();
+    let node = join(path, &name);
+    let records = records_path(path);
+    let record = taker.record.map(|data| (join(&records, &name), data));
     let lease = |beside| {
         TryLease::Acquired(Lease {
             node: node.clone(),
             beside,
+            record: record.as_ref().map(|(path, _)| path.clone()),
         })
     };
     let mode = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
-    let mut writer = client.new_multi_writer();
-    let built = writer
-        .add_create(&node, identifier.as_bytes(), &mode)
-        .and_then(|()| writer.add_delete(&guard.node, None));
-    if built.is_ok() {
+    let kept = open_persistent();
+    for attempt in 0..2 {
+        let mut writer = client.new_multi_writer();
+        let built = writer
+            .add_create(&node, identifier.as_bytes(), &mode)
+            .and_then(|()| match &record {
+                Some((path, data)) => writer.add_create(path, data, &kept),
+                None => Ok(()),
+            })
+            .and_then(|()| writer.add_delete(&guard.node, None));
+        if built.is_err() {
+            break;
+        }
         // Sent in this order (a request goes out when it is made), so answered in this order.
         let commit = writer.commit();
         let listed = taker.beside.map(|b| client.list_children(b));
@@ -421,8 +472,14 @@ async fn create_lease(
                     return Ok((lease(None), true));
                 }
             }
+            // The records' node is missing (the first record of this semaphore).
+            Err(e) if e.is_no_node() && record.is_some() && attempt == 0 => {
+                ensure_node(client, &records).await?;
+                continue;
+            }
             Err(e) => return Err(e),
         }
+        break;
     }
     let mut lost = 0;
     loop {
@@ -433,7 +490,7 @@ async fn create_lease(
         )
         .await
         {
-            Ok(_) => return Ok((lease(None), false)),
+            Ok(_) => break,
             Err(e) if e.is_connection_loss() && lost < LOSS_RETRIES => {
                 lost += 1;
                 tracing::info!("{e}; looking for our lease once reconnected");
@@ -441,10 +498,30 @@ async fn create_lease(
                     .await?
                     .is_some()
                 {
-                    return Ok((lease(None), false));
+                    break;
                 }
             }
             Err(e) => return Err(e),
         }
     }
+    if let Some((path, data)) = &record {
+        ensure_node(client, &records).await?;
+        match call("create", path, client.create(path, data, &kept)).await {
+            Ok(_) => {}
+            Err(e)
+                if e.is_connection_loss()
+                    || matches!(e.source_error(), Some(zookeeper_client::Error::NodeExists)) =>
+            {
+                // Made unless lost: known once reconnected.
+                if call_retrying("stat", path, || client.check_stat(path))
+                    .await?
+                    .is_none()
+                {
+                    call_retrying("create", path, || client.create(path, data, &kept)).await?;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((lease(None), false))
 }

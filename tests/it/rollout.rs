@@ -158,7 +158,14 @@ async fn at_most_k_hosts_deploy_a_node_at_once() {
         Some(&b"3"[..])
     );
     assert_eq!(children(h, "/agent-semaphores/acme,a").await.len(), 0);
-    let guard = data(h, "/agent-semaphores/acme,a-__lock__").await.unwrap();
+    // The in-flight records went with the leases.
+    assert_eq!(
+        children(h, "/agent-semaphores/acme,a-__in-flight__").await,
+        Vec::<String>::new()
+    );
+    let guard = data(h, "/agent-semaphores/acme,a-__lock__")
+        .await
+        .unwrap_or_default();
     assert!(
         !String::from_utf8_lossy(&guard).contains("in-flight"),
         "records left: {}",
@@ -530,6 +537,12 @@ async fn a_lease_holder_killed_mid_step_makes_the_next_holder_halt_naming_it() {
         (!lines(&times).is_empty()).then_some(())
     })
     .await;
+    // Its in-flight record is a node of its own, named as its lease.
+    let leases = children(h1, "/agent-semaphores/acme,a").await;
+    assert_eq!(
+        children(h1, "/agent-semaphores/acme,a-__in-flight__").await,
+        leases
+    );
     agent.kill_tree().await;
     // Its lease goes with its session.
     wait_for_async("h1's lease to expire", LIMIT, || async {
@@ -549,13 +562,55 @@ async fn a_lease_holder_killed_mid_step_makes_the_next_holder_halt_naming_it() {
         "h1.example.com (h1)",
         "/acme/a 0",
         "version r1",
-        "in-flight",
+        &format!(
+            "in-flight record of lease {} left in /agent-semaphores/acme,a-__in-flight__",
+            leases[0]
+        ),
     ] {
         assert!(error.contains(part), "{part:?} not in {error:?}");
     }
     // h2 never ran its script; the dead record is cleared.
     assert_eq!(lines(&times).len(), 1);
-    let guard = data(h1, "/agent-semaphores/acme,a-__lock__").await.unwrap();
+    assert_eq!(
+        children(h1, "/agent-semaphores/acme,a-__in-flight__").await,
+        Vec::<String>::new()
+    );
+}
+
+#[tokio::test]
+async fn a_record_an_older_agent_left_in_the_guard_still_halts_the_next_holder() {
+    // Earlier agents kept their leases' in-flight records in the guard's data: one whose
+    // lease is gone (its holder died) halts the next holder, as a record node does.
+    let hosts = fleet("rollout-legacy-record", 1).await;
+    let h = &hosts[0];
+    h.tree(&tree("max-parallel = 2", &["h1"]), v("r1")).await;
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    h.client.mkdir("/agent-semaphores", &open).await.ok();
+    let record = json!({"in-flight": {"0123456789abcdef0123456789abcdef": {
+        "host": "old1", "name": "old1.example.com", "path": "/acme/a", "n": 0,
+        "version": "r0", "pid": 1, "since": 1.0}}});
+    h.client
+        .create(
+            "/agent-semaphores/acme,a-__lock__",
+            record.to_string().as_bytes(),
+            &open,
+        )
+        .await
+        .unwrap();
+    let run = h.deploy_env(&[], &[]).await;
+    run.assert_code(1);
+    let error = h.hosts().await["halt"]["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for part in [
+        "old1.example.com (old1) died deploying /acme/a 0 (version r0)",
+        "in-flight record of lease 0123456789abcdef0123456789abcdef left in /agent-semaphores/acme,a-__lock__",
+    ] {
+        assert!(error.contains(part), "{part:?} not in {error:?}");
+    }
+    // The dead record is cleared.
+    let guard = data(h, "/agent-semaphores/acme,a-__lock__").await.unwrap();
     assert!(!String::from_utf8_lossy(&guard).contains("in-flight"));
 }
 

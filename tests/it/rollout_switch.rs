@@ -72,6 +72,8 @@ async fn killed_then_switched(label: &str, first: &str, second: &str, place: &st
     assert_eq!(lines(&times).len(), 1, "{:?}", lines(&times));
     let (data, _) = h1.client.get_data(left_in).await.unwrap();
     assert!(!String::from_utf8_lossy(&data).contains("in-flight"));
+    // (A record node, for a lease: gone.)
+    assert_eq!(children(h1, left_in).await, Vec::<String>::new());
 }
 
 #[tokio::test]
@@ -81,7 +83,7 @@ async fn a_lease_holder_killed_before_k_became_1_is_named_by_the_next_lock_holde
         "    max-parallel = 2\n",
         "",
         "/agent-semaphores/acme,a",
-        "/agent-semaphores/acme,a-__lock__",
+        "/agent-semaphores/acme,a-__in-flight__",
     )
     .await;
 }

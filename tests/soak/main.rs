@@ -451,6 +451,18 @@ async fn final_state(world: &World) {
     for name in children(world, "/agent-semaphores").await {
         let path = format!("/agent-semaphores/{name}");
         let held = children(world, &path).await;
+        if let Some(node) = name.strip_suffix("-__in-flight__") {
+            // Lease records, one node each: gone with their leases.
+            let node = format!("/{}", node.replace(',', "/"));
+            for record in held {
+                if deployed.contains(&node) {
+                    world.violation(format!("{path} keeps the in-flight record {record}"));
+                } else {
+                    world.journal.lock().unwrap().stale_records += 1;
+                }
+            }
+            continue;
+        }
         if !held.is_empty() {
             world.violation(format!(
                 "{path} still has leases or contenders {held:?} after convergence"

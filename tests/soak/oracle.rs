@@ -12,7 +12,7 @@
 //! - or, for a host without a role that does not hold the node lock: one of the leases of
 //!   the semaphore `/agent-semaphores/<name>` is the host's (its data `... (HOST)`), made by
 //!   the same session as its host node, and the in-flight record kept under that lease's name
-//!   in the data of the semaphore's guard `/agent-semaphores/<name>-__lock__` names this host,
+//!   in `/agent-semaphores/<name>-__in-flight__/<lease>` names this host,
 //!   agent pid, path, instance and version. That record is how a script proves it holds a
 //!   lease, as the lock node's record does for the lock.
 //!
@@ -189,7 +189,7 @@ pub fn semaphore_node(path: &str) -> String {
     )
 }
 
-/// The run holds a lease of its node's semaphore, with its in-flight record in the guard.
+/// The run holds a lease of its node's semaphore, with its in-flight record beside it.
 async fn lease_check(zk: &Zk, run: &Holder<'_>) -> Check {
     let sem = semaphore_node(run.path);
     let s = sem.clone();
@@ -230,15 +230,7 @@ async fn lease_check(zk: &Zk, run: &Holder<'_>) -> Check {
         Ok(s) => s,
         Err(check) => return check,
     };
-    let guard = format!("{sem}-__lock__");
-    let g = guard.clone();
-    let records = match zk.call(|c| async move { c.get_data(&g).await }).await {
-        Ok((data, _)) => decode(&data)
-            .get("in-flight")
-            .cloned()
-            .unwrap_or(Value::Null),
-        Err(e) => return Check::Unknown(format!("get {guard}: {e}")),
-    };
+    let records = format!("{sem}-__in-flight__");
     let mut why = Vec::new();
     for (lease, owner) in ours {
         if owner != session {
@@ -248,8 +240,14 @@ async fn lease_check(zk: &Zk, run: &Holder<'_>) -> Check {
             ));
             continue;
         }
-        let record = records.get(&lease).cloned().unwrap_or(Value::Null);
-        match run.matches(&record, &format!("{guard} for lease {lease}")) {
+        let node = format!("{records}/{lease}");
+        let n2 = node.clone();
+        let record = match zk.call_opt(|c| async move { c.get_data(&n2).await }).await {
+            Ok(Some((data, _))) => serde_json::from_slice(&data).unwrap_or(Value::Null),
+            Ok(None) => Value::Null,
+            Err(e) => return Check::Unknown(format!("get {node}: {e}")),
+        };
+        match run.matches(&record, &node) {
             Check::Ok => return Check::Ok,
             Check::Bad(w) | Check::Unknown(w) => why.push(w),
         }

@@ -635,7 +635,7 @@ fn a_killed_lease_holder_must_be_named_by_a_halt() {
         found.len() == 1 && found[0].contains("no halt named it"),
         "{found:?}"
     );
-    let named = ["halting the cluster: h1.example.com (h1) died deploying /acme/a 0 (version v1) since 1.0: in-flight record of lease abc left in /agent-semaphores/acme,a-__lock__".to_string()];
+    let named = ["halting the cluster: h1.example.com (h1) died deploying /acme/a 0 (version v1) since 1.0: in-flight record of lease abc left in /agent-semaphores/acme,a-__in-flight__".to_string()];
     let mut counts = Counts::default();
     let found = check(
         &mut runs.clone(),
