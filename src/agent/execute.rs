@@ -225,7 +225,10 @@ impl Agent {
         let (outcome, report_outcome, error) = match result {
             Ok(()) => {
                 tracing::info!("Done deploying version {}", py_str(&version));
-                pass.final_status("done", ReportOutcome::Done, None).await;
+                // The inventory goes in the same write as the status (one write, not two).
+                let inventory = self.take_inventory(&version, basis.take(), true);
+                pass.final_status("done", ReportOutcome::Done, None, inventory)
+                    .await;
                 pass.metrics.passes_done += 1;
                 // The failure last mailed is over: if it happens again, that is news worth
                 // a mail.
@@ -237,7 +240,7 @@ impl Agent {
             Err(Interrupt::Abandon(why)) => {
                 tracing::warn!("Abandoning deployment because {why}");
                 let text = format!("abandoned ({why})");
-                pass.final_status(&text, ReportOutcome::Abandoned, Some(why.clone()))
+                pass.final_status(&text, ReportOutcome::Abandoned, Some(why.clone()), None)
                     .await;
                 pass.metrics.passes_abandoned += 1;
                 (
@@ -312,9 +315,20 @@ impl Agent {
         basis: Option<(Installed, Vec<Step>)>,
         complete: bool,
     ) {
-        let Some((before, steps)) = basis else {
-            return;
-        };
+        if let Some(value) = self.take_inventory(version, basis, complete) {
+            self.put_inventory(value).await;
+        }
+    }
+
+    /// The inventory [`Self::publish_inventory`] publishes, kept in the run directory; `None`
+    /// when there is none to publish.
+    fn take_inventory(
+        &self,
+        version: &Value,
+        basis: Option<(Installed, Vec<Step>)>,
+        complete: bool,
+    ) -> Option<Value> {
+        let (before, steps) = basis?;
         let root = &self.config.root;
         let observed = observe::observe_disk(root).and_then(|mut installed| {
             installed.controller = installed_controllers(root)?
@@ -327,7 +341,7 @@ impl Agent {
             Ok(installed) => installed,
             Err(e) => {
                 tracing::warn!("cannot take the inventory: {e}");
-                return;
+                return None;
             }
         };
         let mut known = before.versions.clone();
@@ -351,7 +365,7 @@ impl Agent {
         if let Err(e) = crate::files::write_atomic(&file, &bytes) {
             tracing::warn!("cannot write the inventory: {e}");
         }
-        self.put_inventory(value).await;
+        Some(value)
     }
 
     /// Publishes the inventory kept in the run directory, if the host node lacks it.
@@ -465,7 +479,7 @@ async fn fail(pass: &mut Pass<'_>, failure: Failure) -> Result<String, ZkError> 
             p.insert("error".into(), error.clone());
         })
         .await?;
-    pass.final_status("error", ReportOutcome::Error, Some(message.clone()))
+    pass.final_status("error", ReportOutcome::Error, Some(message.clone()), None)
         .await;
     pass.metrics.passes_error += 1;
     // The last step recorded is the failing one only if it did not succeed: a failure that

@@ -22,7 +22,7 @@ use crate::metrics::Metrics;
 use crate::packages::yum::Yum;
 use crate::tree::literal::py_str;
 use crate::tree::Props;
-use crate::zk::paths::host_path;
+use crate::zk::paths::{host_path, INVENTORY};
 use crate::zk::role_lock::RoleLock;
 
 /// One pass in progress.
@@ -76,8 +76,18 @@ impl<'a> Pass<'a> {
     /// deploy script) leaves only once this task yields, and the file's create and rename
     /// take a few tenths of a millisecond on ext4.
     pub async fn status(&self, text: &str) {
+        self.status_with(text, None).await;
+    }
+
+    /// [`Self::status`], with the host's `inventory` property set in the same write.
+    async fn status_with(&self, text: &str, inventory: Option<Value>) {
         let agent = self.agent;
-        let mut mirrored = std::pin::pin!(agent.set_host_status(json!(text)));
+        let mut mirrored = std::pin::pin!(agent.update_host_node(|p| {
+            p.insert("status".into(), json!(text));
+            if let Some(value) = &inventory {
+                p.insert(INVENTORY.into(), value.clone());
+            }
+        }));
         let first = futures::poll!(mirrored.as_mut());
         if first.is_pending() {
             tokio::task::yield_now().await;
@@ -98,8 +108,15 @@ impl<'a> Pass<'a> {
 
     /// Writes the pass report so far, then the final status: whoever sees the status of a
     /// finished pass (`done`, `error`, `abandoned …`) finds that pass's report in
-    /// `last-pass.json` (the executor writes it once more when the pass has ended).
-    pub async fn final_status(&self, text: &str, outcome: ReportOutcome, error: Option<String>) {
+    /// `last-pass.json` (the executor writes it once more when the pass has ended). The
+    /// host's inventory, if given, goes in the status's write.
+    pub async fn final_status(
+        &self,
+        text: &str,
+        outcome: ReportOutcome,
+        error: Option<String>,
+        inventory: Option<Value>,
+    ) {
         let report = Report {
             version: self.version.clone(),
             outcome,
@@ -112,7 +129,7 @@ impl<'a> Pass<'a> {
         if let Err(e) = self.agent.run_dir.write_report(&report) {
             tracing::warn!("cannot write the pass report: {e}");
         }
-        self.status(text).await;
+        self.status_with(text, inventory).await;
     }
 
     /// Rewrites the metrics file.

@@ -57,14 +57,6 @@ impl Agent {
         self.run_dir.status_path().with_file_name("last-mail.json")
     }
 
-    /// Sets `status` in this host's node (see [`Agent::update_host_node`]).
-    pub async fn set_host_status(&self, status: Value) -> Result<(), ZkError> {
-        self.update_host_node(|p| {
-            p.insert("status".into(), status.clone());
-        })
-        .await
-    }
-
     /// Changes this host's node: one write guarded by the data version this process last
     /// wrote (none when the change changes nothing there), else (someone else wrote it, or
     /// nothing is known yet) a read and a write.
