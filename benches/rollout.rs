@@ -347,6 +347,36 @@ async fn ten_by_five() {
     println!("  lock hand-off between hosts: {}", summary(&handoffs));
 }
 
+/// The server's side: requests it received (`mntr` `zk_packets_received`) and its CPU time
+/// in ms (`/proc`), when the bench started the server (`None` parts otherwise).
+fn server_load() -> (Option<i64>, Option<f64>) {
+    let address = support::zk_address();
+    let port: Option<u16> = address.rsplit(':').next().and_then(|p| p.parse().ok());
+    let packets = port.and_then(|port| {
+        support::four_letter(port, "mntr")
+            .lines()
+            .find_map(|l| l.strip_prefix("zk_packets_received"))
+            .and_then(|n| n.trim().parse().ok())
+    });
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let cpu = support::shared_server_pid()
+        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .and_then(|stat| {
+            let after = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .collect::<Vec<_>>();
+            let utime: f64 = after.get(11)?.parse().ok()?;
+            let stime: f64 = after.get(12)?.parse().ok()?;
+            Some((utime + stime) * 1000.0 / ticks)
+        });
+    (packets, cpu)
+}
+
 /// 100 agents × 1 node, scripts sleeping 0.5 s, for each K.
 async fn hundred_by_one() {
     let (client, agents, ids, times, _keep) = fleet("bench-rollout-100", 100, 0.5, 1, "").await;
@@ -370,8 +400,10 @@ async fn hundred_by_one() {
         }
         let v = format!("v{}", round + 2);
         import(&client, &tree(1, &ids, prop)).await;
+        let before = server_load();
         let at = bump(&client, &v).await;
         let done = all_done(&agents, &v, Duration::from_secs(300)).await;
+        let after = server_load();
         let total = done - at;
         let bound = 100.0 / k as f64 * 0.5;
         let rs = runs(&times, at);
@@ -407,6 +439,15 @@ async fn hundred_by_one() {
             100.0 * busy / (k as f64 * (last - first)),
             (done - last) * 1000.0
         );
+        // The server's side of the round (the bump's index generation included).
+        if let ((Some(p0), Some(c0)), (Some(p1), Some(c1))) = (before, after) {
+            eprintln!(
+                "    (K = {k}: the server received {} requests, {:.0} per host, and used {:.0} ms of CPU)",
+                p1 - p0,
+                (p1 - p0) as f64 / 100.0,
+                c1 - c0
+            );
+        }
     }
 }
 

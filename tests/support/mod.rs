@@ -341,6 +341,12 @@ pub fn zk_address() -> String {
         .connect_string()
 }
 
+/// The process id of the server [`zk_address`] started, if it started one.
+#[allow(dead_code)] // for the rollout bench (the server's CPU)
+pub fn shared_server_pid() -> Option<u32> {
+    SHARED.get().and_then(ZkServer::pid)
+}
+
 /// Creates an empty node `/t-<label>-<uuid>` (open ACL) on [`zk_address`] and returns the
 /// connection string rooted there: `ADDRESS/t-<label>-<uuid>`. Characters of `label` other
 /// than ASCII letters, digits, `-` and `_` become `_`.
