@@ -352,12 +352,7 @@ async fn ten_by_five() {
 fn server_load() -> (Option<i64>, Option<f64>) {
     let address = support::zk_address();
     let port: Option<u16> = address.rsplit(':').next().and_then(|p| p.parse().ok());
-    let packets = port.and_then(|port| {
-        support::four_letter(port, "mntr")
-            .lines()
-            .find_map(|l| l.strip_prefix("zk_packets_received"))
-            .and_then(|n| n.trim().parse().ok())
-    });
+    let packets = port.map(support::packets_received);
     let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()

@@ -546,47 +546,66 @@ fn is_first(names: &[String], node: &str) -> bool {
         .is_some_and(|(_, n)| n == name)
 }
 
-/// Whether our contender `node` holds the lock; drops leftovers of our own session first.
+/// Whether our contender `node` holds the lock. Only the first contender is read, whatever
+/// the length of the queue (reading every contender cost a waiter one request per host
+/// queued, at every try: 200 per host in a rollout of 100 hosts under one node lock). A
+/// first contender of our own session other than ours is a leftover of an interrupted
+/// attempt, which would block the lock for everyone while the session lives: it is removed,
+/// and the queue looked at again (a leftover further back is removed once it is first).
 async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkError> {
     let name = node.rsplit('/').next().unwrap_or_default();
-    // Fast path: the children alone say whether we are first (a leftover of an earlier
-    // attempt of ours would have a lower sequence, so there is none then).
-    let names = call_retrying("list", path, || client.list_children(path)).await?;
-    if is_first(&names, node) {
-        return Ok(TryLock::Acquired(Held {
-            node: node.to_string(),
-            read: None,
-            beside: None,
-        }));
-    }
     let session = client.session_id().0;
-    let mut all = contenders(client, path).await?;
-    let (leftovers, others): (Vec<Contender>, Vec<Contender>) = all
-        .drain(..)
-        .partition(|c| c.owner == session && c.name != name);
-    for stale in &leftovers {
-        tracing::warn!(
-            "removing {path}/{}, left by an interrupted attempt of this session",
-            stale.name
-        );
-        delete_own(client, &join(path, &stale.name)).await?;
+    let mut first = None;
+    for _ in 0..DECIDE_ROUNDS {
+        let names = call_retrying("list", path, || client.list_children(path)).await?;
+        if is_first(&names, node) {
+            return Ok(TryLock::Acquired(Held {
+                node: node.to_string(),
+                read: None,
+                beside: None,
+            }));
+        }
+        let Some((sequence, lowest)) = names
+            .into_iter()
+            .filter_map(|n| sequence_of(&n).map(|s| (s, n)))
+            .min()
+        else {
+            break;
+        };
+        let full = join(path, &lowest);
+        let (data, stat) = match call_retrying("get", &full, || client.get_data(&full)).await {
+            Ok(read) => read,
+            // Gone meanwhile: look again.
+            Err(e) if e.is_no_node() => continue,
+            Err(e) => return Err(e),
+        };
+        let contender = Contender {
+            name: lowest,
+            sequence,
+            identifier: String::from_utf8_lossy(&data).into_owned(),
+            owner: stat.ephemeral_owner,
+        };
+        if contender.owner == session && contender.name != name {
+            tracing::warn!("removing {full}, left by an interrupted attempt of this session");
+            delete_own(client, &full).await?;
+            continue;
+        }
+        first = Some(contender);
+        break;
     }
-    match others.first() {
-        Some(first) if first.name == name => Ok(TryLock::Acquired(Held {
-            node: node.to_string(),
-            read: None,
-            beside: None,
-        })),
-        first => Ok(TryLock::Busy {
-            holder: first.cloned().unwrap_or(Contender {
-                name: String::new(),
-                sequence: -1,
-                identifier: String::new(),
-                owner: 0,
-            }),
+    Ok(TryLock::Busy {
+        holder: first.unwrap_or(Contender {
+            name: String::new(),
+            sequence: -1,
+            identifier: String::new(),
+            owner: 0,
         }),
-    }
+    })
 }
+
+/// Most looks at a lock's queue in one [`decide`] (each removes a leftover of ours, or finds
+/// the first contender gone).
+const DECIDE_ROUNDS: usize = 20;
 
 /// Deletes a node of ours; already gone is fine.
 async fn delete_own(client: &Client, node: &str) -> Result<(), ZkError> {

@@ -1,7 +1,8 @@
 //! Waiting in several node-lock queues at once (`zk::lock::acquire_queued_any`, README
 //! "Rolling deploys"): a host whose every wanted node is busy queues in all of them, takes
 //! the first whose turn comes and leaves the other queues; whoever queued first for a node
-//! gets it first; giving up leaves no contender behind.
+//! gets it first; giving up leaves no contender behind. And a try of a busy lock reads only
+//! its first contender, however long the queue.
 
 use crate::support;
 
@@ -150,4 +151,59 @@ async fn an_agent_with_every_node_busy_waits_in_all_their_queues() {
         .collect();
     assert_eq!(starts.len(), 2, "{starts:?}");
     assert!(starts[0].contains("/acme/b"), "{starts:?}");
+}
+
+/// Creates a contender of the lock at `path` as a kazoo client would, with `who` as data.
+async fn queue_up(client: &Client, path: &str, who: &str) {
+    let mode = zookeeper_client::CreateMode::EphemeralSequential
+        .with_acls(zookeeper_client::Acls::anyone_all());
+    let name = format!("{path}/{}__lock__", uuid::Uuid::new_v4().simple());
+    client.create(&name, who.as_bytes(), &mode).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_try_of_a_busy_lock_reads_only_its_first_contender() {
+    // Its own server: the requests it receives are this test's.
+    let server = support::ZkServer::start();
+    let port = server.port;
+    let conn = server.connect_string();
+    let path = "/agent-locks/long";
+    let others = support::connect(&conn).await;
+    let held = take(&others, path, "holder").await;
+    for i in 0..60 {
+        queue_up(&others, path, &format!("waiter {i}")).await;
+    }
+    let me = support::connect(&conn).await;
+    // The fewest of a few tries (an idle session's ping may land in one window).
+    let mut fewest = i64::MAX;
+    for _ in 0..3 {
+        let before = support::packets_received(port);
+        match try_lock(&me, path, "me").await.unwrap() {
+            TryLock::Busy { holder } => assert_eq!(holder.identifier, "holder"),
+            TryLock::Acquired(_) => panic!("{path} taken past its holder"),
+        }
+        fewest = fewest.min(support::packets_received(port) - before);
+    }
+    // A handful (create, list, read the first, delete ours), not one read per contender.
+    assert!(
+        fewest <= 10,
+        "a try of a lock with 61 contenders cost {fewest} requests"
+    );
+    assert_eq!(queue(&me, path).await.len(), 61);
+    held.release(&others).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_leftover_of_this_session_first_in_the_queue_is_removed() {
+    let conn = support::chroot("lock-leftover").await;
+    let path = "/agent-locks/left";
+    let me = support::connect(&conn).await;
+    zkdeployment::zk::lock::ensure_node(&me, path)
+        .await
+        .unwrap();
+    // A contender this very session left (an attempt interrupted after its create).
+    queue_up(&me, path, "me, earlier").await;
+    let held = take(&me, path, "me").await;
+    assert_eq!(queue(&me, path).await, ["me"]);
+    held.release(&me).await.unwrap();
 }

@@ -145,15 +145,6 @@ async fn an_agent_registers_without_the_registry_when_it_may_not_create_it() {
     assert_eq!(h.deploy_log("foo").len(), 1, "{run}");
 }
 
-/// The server's count of requests received (`mntr` `zk_packets_received`).
-fn packets(port: u16) -> i64 {
-    let mntr = support::four_letter(port, "mntr");
-    mntr.lines()
-        .find_map(|l| l.strip_prefix("zk_packets_received"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no zk_packets_received in mntr:\n{mntr}"))
-}
-
 /// Requests one deploy pass (a one-shot `deploy` at a new cluster version, whose K > 1 node
 /// makes it check the fleet) costs the server: the fewest of `TRIES` passes, so that a ping
 /// of an idle session landing in one window does not count. `mixed`: the original's agent
@@ -164,9 +155,9 @@ async fn pass_cost(h: &TestHost, port: u16, label: &str, mixed: bool) -> i64 {
     for i in 0..TRIES {
         let deployed = h.deploy_log("foo").len();
         h.set_version(v(&format!("{label}-{i}"))).await;
-        let before = packets(port);
+        let before = support::packets_received(port);
         let run = h.deploy(&[]).await;
-        let after = packets(port);
+        let after = support::packets_received(port);
         run.assert_ok();
         assert_eq!(
             h.deploy_log("foo").len(),

@@ -281,6 +281,16 @@ pub fn four_letter(port: u16, word: &str) -> String {
     answer
 }
 
+/// The server's count of requests received (`mntr` `zk_packets_received`).
+#[allow(dead_code)] // not every test binary counts requests
+pub fn packets_received(port: u16) -> i64 {
+    let mntr = four_letter(port, "mntr");
+    mntr.lines()
+        .find_map(|l| l.strip_prefix("zk_packets_received"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no zk_packets_received in mntr:\n{mntr}"))
+}
+
 fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
