@@ -26,16 +26,19 @@ use super::rollout::{
 };
 use crate::zk::encode;
 use crate::zk::lock::{
-    acquire_queued_any, first_contender, send_write_and_delete, try_lock_beside, wait_for_any,
-    Contender, Extra, Held, TryLock,
+    acquire_queued_any_checking, first_contender, send_write_and_delete, try_lock_beside,
+    wait_for_any, Contender, Extra, Held, TryLock,
 };
 use crate::zk::paths::semaphore_path;
 use crate::zk::semaphore::{self, Lease, TryLease};
 use crate::zk::update::{update_props, update_props_known};
 use crate::zk::{call_retrying, decode, join, Client, ZkError};
 
-/// Longest wait on busy locks before looking again.
+/// Longest wait on busy locks before looking again (in a lock's queue: checking the
+/// cluster and the holders, keeping its place).
 const LOCK_RECHECK: Duration = Duration::from_secs(10);
+/// Longest stay in the node locks' queues before leaving them and trying every node again.
+const QUEUE_LIMIT: Duration = Duration::from_secs(600);
 
 /// Most node-lock queues a host waits in at once (beyond, it watches the holders).
 const MAX_QUEUES: usize = 16;
@@ -261,9 +264,42 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                                 (n.lock, extra)
                             })
                             .collect();
-                        let got =
-                            acquire_queued_any(&agent.client, &places, &identifier, LOCK_RECHECK)
-                                .await?;
+                        // Every LOCK_RECHECK the host checks the cluster (a halt or a new
+                        // version ends the wait) and who holds each node (for its status),
+                        // keeping its places in the queues; after QUEUE_LIMIT it leaves them
+                        // and tries every node again.
+                        let shown = std::sync::Mutex::new(waiting.clone());
+                        let (watching, client): (&Pass<'_>, &Client) = (pass, &agent.client);
+                        let nodes: Vec<(&str, &str)> =
+                            pending.iter().map(|n| (n.path, n.lock)).collect();
+                        let check = || async {
+                            if watching.checkpoint().await.is_err() {
+                                return false;
+                            }
+                            let text = holders_now(client, &nodes).await;
+                            let changed = {
+                                let mut last = shown.lock().expect("waiting status");
+                                let changed = text.is_some() && *last != text;
+                                if changed {
+                                    last.clone_from(&text);
+                                }
+                                changed
+                            };
+                            if let (true, Some(text)) = (changed, &text) {
+                                watching.status(text).await;
+                            }
+                            true
+                        };
+                        let got = acquire_queued_any_checking(
+                            &agent.client,
+                            &places,
+                            &identifier,
+                            QUEUE_LIMIT,
+                            LOCK_RECHECK,
+                            check,
+                        )
+                        .await?;
+                        waiting = shown.into_inner().expect("waiting status");
                         if let Some((i, held)) = got {
                             match cross_busy_for_lock(&agent.client, &pending[i], &held).await? {
                                 // The next round watches the leases.
@@ -712,6 +748,23 @@ async fn finish_release(
 ) -> Result<(), ZkError> {
     update_props(client, lock, |p| clear_record(p, canary, host_id)).await?;
     held.release(client).await
+}
+
+/// The waiting status for the nodes `(path, lock)` from their locks' holders now (the first
+/// contender of each), `None` when none is held.
+async fn holders_now(client: &Client, nodes: &[(&str, &str)]) -> Option<String> {
+    let firsts =
+        futures::future::join_all(nodes.iter().map(|(_, lock)| first_contender(client, lock)))
+            .await;
+    let holders: Vec<String> = nodes
+        .iter()
+        .zip(firsts)
+        .filter_map(|((path, _), first)| match first {
+            Ok(Some((holder, _))) => Some(format!("{path} held by {}", holder.identifier)),
+            _ => None,
+        })
+        .collect();
+    (!holders.is_empty()).then(|| waiting_status(&holders))
 }
 
 /// The status of a host waiting for node locks: the first few nodes and their holders.

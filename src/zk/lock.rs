@@ -417,7 +417,27 @@ pub async fn acquire_queued_any(
     identifier: &str,
     limit: std::time::Duration,
 ) -> Result<Option<(usize, Held)>, ZkError> {
+    let keep_waiting = || std::future::ready(true);
+    acquire_queued_any_checking(client, places, identifier, limit, limit, keep_waiting).await
+}
+
+/// [`acquire_queued_any`], asking `check` every `every` whether to go on waiting: the host
+/// keeps its places in the queues while it does (a check costs what `check` asks, and the
+/// watches set again), and leaves them all when it says no (`None`, as after `limit`).
+pub async fn acquire_queued_any_checking<F, Fut>(
+    client: &Client,
+    places: &[(&str, Extra<'_>)],
+    identifier: &str,
+    limit: std::time::Duration,
+    every: std::time::Duration,
+    mut check: F,
+) -> Result<Option<(usize, Held)>, ZkError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let deadline = tokio::time::Instant::now() + limit;
+    let mut next_check = tokio::time::Instant::now() + every;
     // Every create and first list (and reads) in one round trip, answered in that order.
     let created = futures::future::join_all(
         places
@@ -483,13 +503,21 @@ pub async fn acquire_queued_any(
                     Some((_, predecessor)) => predecessors.push(join(places[i].0, predecessor)),
                 }
             }
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let now = tokio::time::Instant::now();
+            let left = deadline.saturating_duration_since(now);
             if left.is_zero() {
                 return Ok(None);
             }
-            match wait_for_any(client, &predecessors, left).await? {
+            let until_check = next_check.saturating_duration_since(now);
+            match wait_for_any(client, &predecessors, left.min(until_check)).await? {
                 Some(i) => found[i] = None,
-                None => return Ok(None),
+                None if tokio::time::Instant::now() >= deadline => return Ok(None),
+                None => {
+                    if !check().await {
+                        return Ok(None);
+                    }
+                    next_check = tokio::time::Instant::now() + every;
+                }
             }
         }
     }

@@ -207,3 +207,60 @@ async fn a_leftover_of_this_session_first_in_the_queue_is_removed() {
     assert_eq!(queue(&me, path).await, ["me"]);
     held.release(&me).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_host_checking_while_it_waits_keeps_its_place_until_a_check_says_no() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use zkdeployment::zk::lock::acquire_queued_any_checking;
+    let conn = support::chroot("lock-checking").await;
+    let path = "/agent-locks/c";
+    let holder = support::connect(&conn).await;
+    let held = take(&holder, path, "holder").await;
+    let places = [(path, Extra::default())];
+
+    // Checks that say yes: the waiter stays queued (the same contender) through several,
+    // and takes the lock once it is freed.
+    let waiter = support::connect(&conn).await;
+    let checks = AtomicUsize::new(0);
+    let waiting = acquire_queued_any_checking(
+        &waiter,
+        &places,
+        "waiter",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async {
+            checks.fetch_add(1, Ordering::SeqCst);
+            true
+        },
+    );
+    let freeing = async {
+        wait_queue(&holder, path, &["holder", "waiter"]).await;
+        let queued = zkdeployment::zk::lock::contenders(&holder, path).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let still = zkdeployment::zk::lock::contenders(&holder, path).await.unwrap();
+        assert_eq!(still, queued, "the waiter left its place");
+        held.release(&holder).await.unwrap();
+    };
+    let (got, ()) = tokio::join!(waiting, freeing);
+    let (i, w_held) = got.unwrap().expect("the waiter takes the lock");
+    assert_eq!(i, 0);
+    assert!(checks.load(Ordering::SeqCst) >= 3, "{checks:?}");
+    assert_eq!(queue(&holder, path).await, ["waiter"]);
+    w_held.release(&waiter).await.unwrap();
+
+    // A check that says no: the waiter leaves the queue at once, long before the limit.
+    let held = take(&holder, path, "holder").await;
+    let got = acquire_queued_any_checking(
+        &waiter,
+        &places,
+        "waiter",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async { false },
+    )
+    .await
+    .unwrap();
+    assert!(got.is_none());
+    assert_eq!(queue(&holder, path).await, ["holder"]);
+    held.release(&holder).await.unwrap();
+}
