@@ -264,8 +264,8 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                                 (n.lock, extra)
                             })
                             .collect();
-                        // Every LOCK_RECHECK the host checks the cluster (a halt or a new
-                        // version ends the wait) and who holds each node (for its status),
+                        // Every LOCK_RECHECK the host checks the cluster (a stop, a halt or
+                        // a pause ends the wait) and who holds each node (for its status),
                         // keeping its places in the queues; after QUEUE_LIMIT it leaves them
                         // and tries every node again.
                         let shown = std::sync::Mutex::new(waiting.clone());
@@ -492,7 +492,8 @@ async fn cross_busy_for_lock(
 /// lease (a host deploying the node with K = 1, before K grew, or a canary).
 ///
 /// No request when the node lock had no contender right after our lease was created (listed
-/// in that round trip): a later contender is younger than our lease and gives way to it.
+/// in that round trip): a later contender is younger than our lease and gives way to it. On
+/// an error the lease is given back (with its in-flight record: no step ran).
 async fn cross_busy_for_lease(
     client: &Client,
     node: &NodeLocked<'_>,
@@ -501,14 +502,20 @@ async fn cross_busy_for_lease(
     if lease.beside.as_ref().is_some_and(Vec::is_empty) {
         return Ok(None);
     }
-    Ok(older_lock_holder(client, node.lock, &lease.node)
-        .await?
-        .map(|holder| Entry::Busy {
-            place: node.lock.to_string(),
-            who: format!("{} (the node lock's holder)", holder.identifier),
-            nodes: vec![format!("{}/{}", node.lock, holder.name)],
-            cross: true,
-        }))
+    let holder = match older_lock_holder(client, node.lock, &lease.node).await {
+        Ok(holder) => holder,
+        Err(e) => {
+            // Best effort: the error is the session's, most likely.
+            let _ = lease.clone().release(client).await;
+            return Err(e);
+        }
+    };
+    Ok(holder.map(|holder| Entry::Busy {
+        place: node.lock.to_string(),
+        who: format!("{} (the node lock's holder)", holder.identifier),
+        nodes: vec![format!("{}/{}", node.lock, holder.name)],
+        cross: true,
+    }))
 }
 
 /// The lease nodes of the semaphore `sem` created before the node `ours`.

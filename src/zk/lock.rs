@@ -194,11 +194,11 @@ pub async fn contenders(client: &Client, path: &str) -> Result<Vec<Contender>, Z
 /// Tries once to take the lock at `path` (created if missing) with `identifier` as data.
 ///
 /// Connection losses are survived as kazoo does: a create whose answer was lost is looked
-/// for by its unique prefix before trying again. Contenders left by this very session (an
-/// earlier attempt that failed after its create) are removed: a process holds at most the
-/// contender it is creating now, and a leftover would block the lock for everyone while the
-/// session lives. On any error after the create, our contender is removed again (best
-/// effort).
+/// for by its unique prefix before trying again. A contender left by this very session (an
+/// earlier attempt that failed after its create) is removed once it is first in the queue (a
+/// leftover would block the lock for everyone while the session lives; a waiter in the queue
+/// removes one just before it, [`acquire_queued_any_checking`]). On any error after the
+/// create, our contender is removed again (best effort).
 pub async fn try_lock(client: &Client, path: &str, identifier: &str) -> Result<TryLock, ZkError> {
     try_lock_beside(client, path, identifier, None).await
 }
@@ -517,6 +517,17 @@ where
                         return Ok(None);
                     }
                     next_check = tokio::time::Instant::now() + every;
+                    // The one just before us may be a leftover of this session (an earlier
+                    // attempt interrupted after its create): nobody else removes it.
+                    for (i, predecessor) in predecessors.iter().enumerate() {
+                        if our_leftover(client, predecessor, &nodes).await? {
+                            tracing::warn!(
+                                "removing {predecessor}, left by an interrupted attempt of this session"
+                            );
+                            delete_own(client, predecessor).await?;
+                            found[i] = None;
+                        }
+                    }
                 }
             }
         }
@@ -545,6 +556,15 @@ where
             Err(e)
         }
     }
+}
+
+/// Whether `node` is a contender of this session other than `ours` (one stat).
+async fn our_leftover(client: &Client, node: &str, ours: &[String]) -> Result<bool, ZkError> {
+    if ours.iter().any(|n| n == node) {
+        return Ok(false);
+    }
+    let stat = call_retrying("stat", node, || client.check_stat(node)).await?;
+    Ok(stat.is_some_and(|s| s.ephemeral_owner == client.session_id().0))
 }
 
 /// Removes our contenders `nodes` (all at once), but the one at `keep`.

@@ -505,23 +505,31 @@ async fn create_lease(
         }
     }
     if let Some((path, data)) = &record {
-        ensure_node(client, &records).await?;
-        match call("create", path, client.create(path, data, &kept)).await {
-            Ok(_) => {}
-            Err(e)
-                if e.is_connection_loss()
-                    || matches!(e.source_error(), Some(zookeeper_client::Error::NodeExists)) =>
-            {
-                // Made unless lost: known once reconnected.
-                if call_retrying("stat", path, || client.check_stat(path))
-                    .await?
-                    .is_none()
-                {
-                    call_retrying("create", path, || client.create(path, data, &kept)).await?;
-                }
-            }
-            Err(e) => return Err(e),
+        // The lease is ours: it does not outlive a record that could not be made.
+        if let Err(e) = create_record(client, &records, path, data).await {
+            let _ = delete_if_there(client, &node).await;
+            return Err(e);
         }
     }
     Ok((lease(None), false))
+}
+
+/// Creates the record node `path` (and `records`, its parent, if missing): ours whether this
+/// create or a lost earlier one made it (its name is our lease's, unique).
+async fn create_record(
+    client: &Client,
+    records: &str,
+    path: &str,
+    data: &[u8],
+) -> Result<(), ZkError> {
+    ensure_node(client, records).await?;
+    match call_retrying("create", path, || {
+        client.create(path, data, &open_persistent())
+    })
+    .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(e.source_error(), Some(zookeeper_client::Error::NodeExists)) => Ok(()),
+        Err(e) => Err(e),
+    }
 }

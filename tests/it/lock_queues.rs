@@ -235,9 +235,13 @@ async fn a_host_checking_while_it_waits_keeps_its_place_until_a_check_says_no() 
     );
     let freeing = async {
         wait_queue(&holder, path, &["holder", "waiter"]).await;
-        let queued = zkdeployment::zk::lock::contenders(&holder, path).await.unwrap();
+        let queued = zkdeployment::zk::lock::contenders(&holder, path)
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(600)).await;
-        let still = zkdeployment::zk::lock::contenders(&holder, path).await.unwrap();
+        let still = zkdeployment::zk::lock::contenders(&holder, path)
+            .await
+            .unwrap();
         assert_eq!(still, queued, "the waiter left its place");
         held.release(&holder).await.unwrap();
     };
@@ -263,4 +267,34 @@ async fn a_host_checking_while_it_waits_keeps_its_place_until_a_check_says_no() 
     assert!(got.is_none());
     assert_eq!(queue(&holder, path).await, ["holder"]);
     held.release(&holder).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiter_removes_a_leftover_of_its_own_session_just_before_it() {
+    use zkdeployment::zk::lock::acquire_queued_any_checking;
+    let conn = support::chroot("lock-leftover-before").await;
+    let path = "/agent-locks/b";
+    let holder = support::connect(&conn).await;
+    let held = take(&holder, path, "holder").await;
+    let me = support::connect(&conn).await;
+    // A contender of this session left by an interrupted attempt, queued before our wait.
+    queue_up(&me, path, "me, earlier").await;
+    let places = [(path, Extra::default())];
+    let waiting = acquire_queued_any_checking(
+        &me,
+        &places,
+        "me",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || std::future::ready(true),
+    );
+    let freeing = async {
+        wait_queue(&holder, path, &["holder", "me, earlier", "me"]).await;
+        held.release(&holder).await.unwrap();
+    };
+    let (got, ()) = tokio::join!(waiting, freeing);
+    // Its turn came once the leftover went (nobody else would remove it).
+    let (_, mine) = got.unwrap().expect("the waiter takes the lock");
+    assert_eq!(queue(&holder, path).await, ["me"]);
+    mine.release(&me).await.unwrap();
 }
