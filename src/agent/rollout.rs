@@ -40,7 +40,7 @@ use crate::tree::Props;
 use crate::zk::paths::node_lock_path as lock_path;
 use crate::zk::semaphore::{self, Lease};
 use crate::zk::update::update_props;
-use crate::zk::{call_retrying, decode, join, Client, ZkError};
+use crate::zk::{call_retrying, decode, join, list_or_empty, Client, ZkError};
 
 pub use super::mixed::{mixed_fleet, mixed_reason, MixedCache};
 pub use crate::zk::paths::AGENT_PROPERTY;
@@ -342,7 +342,7 @@ async fn suspected_lease_records(
     let guard = semaphore::lock_path(sem);
     let records = semaphore::records_path(sem);
     let (kept, legacy, live) = tokio::join!(
-        list_or_none(client, &records),
+        list_or_empty(client, &records),
         lock_data(client, &guard),
         semaphore::leases(client, sem),
     );
@@ -353,15 +353,6 @@ async fn suspected_lease_records(
         _ => false,
     };
     Ok(in_guard || kept.iter().any(gone))
-}
-
-/// The children of `path` (none when it does not exist).
-async fn list_or_none(client: &Client, path: &str) -> Result<Vec<String>, ZkError> {
-    match call_retrying("list", path, || client.list_children(path)).await {
-        Ok(names) => Ok(names),
-        Err(e) if e.is_no_node() => Ok(Vec::new()),
-        Err(e) => Err(e),
-    }
 }
 
 /// Removes the in-flight record of lease `name` from the guard node's properties.
@@ -439,7 +430,7 @@ async fn has_lock_record(client: &Client, lock: &str) -> Result<bool, ZkError> {
 pub(super) async fn has_lease_records(client: &Client, sem: &str) -> Result<bool, ZkError> {
     let guard = semaphore::lock_path(sem);
     let records = semaphore::records_path(sem);
-    let (kept, legacy) = tokio::join!(list_or_none(client, &records), lock_data(client, &guard));
+    let (kept, legacy) = tokio::join!(list_or_empty(client, &records), lock_data(client, &guard));
     Ok(!kept?.is_empty() || legacy?.contains_key("in-flight"))
 }
 
@@ -513,7 +504,7 @@ pub(super) async fn dead_lease_holder(
     let records = semaphore::records_path(sem);
     // The records listed before the leases, in one round trip.
     let (first, live) = tokio::join!(
-        list_or_none(client, &records),
+        list_or_empty(client, &records),
         semaphore::leases(client, sem)
     );
     let (first, live) = (first?, live?);

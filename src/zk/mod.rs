@@ -157,6 +157,15 @@ pub async fn call<T>(
     }
 }
 
+/// The children of `path` (none when it does not exist), retried after a connection loss.
+pub async fn list_or_empty(client: &Client, path: &str) -> Result<Vec<String>, ZkError> {
+    match call_retrying("list", path, || client.list_children(path)).await {
+        Ok(names) => Ok(names),
+        Err(e) if e.is_no_node() => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Joins a parent path and a child name (`/` + `a` = `/a`, `/a` + `b` = `/a/b`).
 pub fn join(parent: &str, name: &str) -> String {
     if parent == "/" || parent.is_empty() {

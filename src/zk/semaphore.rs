@@ -25,7 +25,9 @@ use std::time::Duration;
 use zookeeper_client::{Acls, CreateMode, OneshotWatcher};
 
 use super::lock::{acquire_queued, ensure_node, listed_beside, Extra, Held};
-use super::{call, call_retrying, join, open_persistent, Client, ZkError, LOSS_RETRIES};
+use super::{
+    call, call_retrying, join, list_or_empty, open_persistent, Client, ZkError, LOSS_RETRIES,
+};
 
 /// The suffix kazoo gives the lock that guards a semaphore (`PATH-__lock__`).
 pub const LOCK_SUFFIX: &str = "-__lock__";
@@ -129,11 +131,7 @@ pub enum TryLease {
 
 /// The names of the leases of the semaphore at `path` (none if it does not exist).
 pub async fn leases(client: &Client, path: &str) -> Result<Vec<String>, ZkError> {
-    match call_retrying("list", path, || client.list_children(path)).await {
-        Ok(names) => Ok(names),
-        Err(e) if e.is_no_node() => Ok(Vec::new()),
-        Err(e) => Err(e),
-    }
+    list_or_empty(client, path).await
 }
 
 /// The holders of the leases of the semaphore at `path`, with their identifiers.
