@@ -22,7 +22,7 @@ use super::pass::Pass;
 use super::plan::{Lock, Rollout, Step};
 use super::rollout::{
     add_canary, canary_key, dead_lease_holder, deploy_leased, died_in_flight, execute_halting,
-    halt_for_dead_holder, halted, has_lease_records, in_canary_phase, in_flight_record,
+    halt_for_dead_holder, halted, in_canary_phase, in_flight_record, suspected_lease_records,
 };
 use crate::zk::encode;
 use crate::zk::lock::{
@@ -645,7 +645,7 @@ async fn locked(
         update_props_known(&agent.client, lock, &lock_props, stat.version, |p| {
             p.insert("in-flight".into(), record.clone());
         }),
-        has_lease_records(&agent.client, &sem),
+        suspected_lease_records(&agent.client, &sem, None),
     );
     let known = match written {
         Ok(written) => written,

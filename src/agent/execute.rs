@@ -16,7 +16,7 @@ use super::observe;
 use super::pass::Pass;
 use super::plan::{plan, Inputs, Plan, Step};
 use super::role::installed_controllers;
-use super::rollout::{read_fleet_facts, rollout_plan};
+use super::rollout::{plan_rollouts, read_fleet_facts};
 use super::session::Agent;
 use super::software;
 use super::status::{Report, ReportOutcome};
@@ -130,7 +130,9 @@ impl Agent {
             after: self.config.after.as_deref(),
         })
         .map_err(StepError::from)?;
-        let rollout = rollout_plan(&discovered, &plan.steps, &facts, root);
+        let rollout = plan_rollouts(&discovered, &plan.steps, &facts, |rpm| {
+            super::health::has_health_check(root, rpm)
+        });
         if let Some(why) = &rollout.mixed {
             tracing::warn!("mixed fleet: {why}");
         }

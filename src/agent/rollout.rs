@@ -30,7 +30,6 @@ use serde_json::{json, Value};
 use super::cluster::halt;
 use super::discover::Discovered;
 use super::error::{Failure, Interrupt, StepError};
-use super::health::has_health_check;
 use super::pass::Pass;
 use super::plan::{Rollout, Step};
 use crate::files::now;
@@ -71,7 +70,7 @@ async fn deploy_targets(client: &Client, path: &str) -> Result<usize, ZkError> {
 }
 
 /// What the rollout of a pass's deployments depends on beyond the tree: read from ZooKeeper
-/// by the agent ([`rollout_plan`]), or taken from what `zkdeployment plan` read
+/// by the agent ([`read_fleet_facts`]), or taken from what `zkdeployment plan` read
 /// (`crate::fleet`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FleetFacts {
@@ -181,17 +180,6 @@ pub async fn read_fleet_facts(
         facts.targets.insert(path.to_string(), count?);
     }
     Ok(facts)
-}
-
-/// The rollout of `steps`' deployments from the facts read ([`read_fleet_facts`]), with the
-/// health checks found under `root`.
-pub fn rollout_plan(
-    found: &Discovered,
-    steps: &[Step],
-    facts: &FleetFacts,
-    root: &std::path::Path,
-) -> RolloutPlan {
-    plan_rollouts(found, steps, facts, |rpm| has_health_check(root, rpm))
 }
 
 /// The canary count of a node's version key, from the node lock's data.
@@ -333,8 +321,8 @@ async fn leased(
 
 /// Whether the semaphore `sem` keeps a record whose lease is gone (not `ours`): in the
 /// records' node, or (earlier agents) in the guard's data. Listed in one round trip,
-/// the records before the leases.
-async fn suspected_lease_records(
+/// the records before the leases. (A record whose lease lives is its holder's business.)
+pub(super) async fn suspected_lease_records(
     client: &Client,
     sem: &str,
     ours: Option<&str>,
@@ -423,15 +411,6 @@ pub(super) fn halted(i: Interrupt) -> Interrupt {
 /// True if the node lock `lock` holds an in-flight record.
 async fn has_lock_record(client: &Client, lock: &str) -> Result<bool, ZkError> {
     Ok(lock_data(client, lock).await?.contains_key("in-flight"))
-}
-
-/// True if the semaphore `sem` keeps in-flight records (in the records' node, or in the
-/// guard's data), in one round trip.
-pub(super) async fn has_lease_records(client: &Client, sem: &str) -> Result<bool, ZkError> {
-    let guard = semaphore::lock_path(sem);
-    let records = semaphore::records_path(sem);
-    let (kept, legacy) = tokio::join!(list_or_empty(client, &records), lock_data(client, &guard));
-    Ok(!kept?.is_empty() || legacy?.contains_key("in-flight"))
 }
 
 /// The message naming a node-lock holder that died mid-step, for a host entering the node
