@@ -50,6 +50,11 @@ impl TcpStream {
 #[cfg(feature = "tokio")]
 impl AsyncRead for TcpStream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<Result<usize>> {
+        // As `async-net`: nothing to read into is answered at once (tokio would wait for the
+        // socket to be readable first).
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
         let mut read = tokio::io::ReadBuf::new(buf);
         match tokio::io::AsyncRead::poll_read(Pin::new(&mut self.get_mut().0), cx, &mut read) {
             Poll::Ready(Ok(())) => Poll::Ready(Ok(read.filled().len())),
