@@ -183,11 +183,27 @@ async fn bump(client: &Client, version: &str) -> f64 {
     at
 }
 
+/// How long [`all_done`] waits between two looks at the status files of the agents not yet
+/// done: 10 ms, and 0.5 ms per file to read when there are more than 20, so that the bench
+/// reads at most 2,000 files a second. The time an agent was done comes from its status
+/// file, not from when the bench saw it, so looking less often loses nothing; reading all 100
+/// files every 10 ms took 3–6 % of the machine's CPU from the agents and the server in the
+/// 100-agent rounds.
+fn poll_interval(files: usize) -> Duration {
+    Duration::from_micros(500 * files as u64).max(Duration::from_millis(10))
+}
+
 /// Waits until every agent is done at `version`; returns the last done time.
 async fn all_done(agents: &[Agent], version: &str, limit: Duration) -> f64 {
     let deadline = Instant::now() + limit;
+    // An agent done at `version` stays so until the next bump: read once.
+    let mut done: Vec<Option<f64>> = vec![None; agents.len()];
     loop {
-        let done: Vec<Option<f64>> = agents.iter().map(|a| a.done_at(version)).collect();
+        for (a, d) in agents.iter().zip(done.iter_mut()) {
+            if d.is_none() {
+                *d = a.done_at(version);
+            }
+        }
         if done.iter().all(Option::is_some) {
             return done.into_iter().flatten().fold(0.0, f64::max);
         }
@@ -204,7 +220,8 @@ async fn all_done(agents: &[Agent], version: &str, limit: Duration) -> f64 {
             }
             panic!("not every agent reached {version}");
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        let left = done.iter().filter(|d| d.is_none()).count();
+        tokio::time::sleep(poll_interval(left)).await;
     }
 }
 
