@@ -19,6 +19,9 @@
 //! `BENCH_K=25` (a list) runs only those values of K.
 //! `ZKD_BENCH_BIN=PATH` runs that binary as the agents instead of the one cargo built (a
 //! copy: to compare two builds under the same conditions).
+//! `BENCH_YUM=PATH` copies that program in as every agent's stand-in `yum` instead of the
+//! shell script (it must print the script's two lines): to see what the stand-in's own
+//! process costs the 100-agent rounds.
 
 #[allow(dead_code)] // a bench uses a few of the test helpers
 #[path = "../tests/support/mod.rs"]
@@ -83,6 +86,9 @@ fn start_agent(conn: &str, id: &str, times: &Path, sleep: f64) -> Agent {
         &yum,
         "#!/bin/sh\necho 'Installed Packages'\necho 'benchpkg.noarch   1.0-1   @local'\n",
     );
+    if let Some(program) = std::env::var_os("BENCH_YUM") {
+        std::fs::copy(program, &yum).unwrap();
+    }
     let cfg = dir.path().join("agent.cfg");
     std::fs::write(
         &cfg,
