@@ -214,7 +214,8 @@ async fn all_done(agents: &[Agent], version: &str, limit: Duration) -> f64 {
             return done.into_iter().flatten().fold(0.0, f64::max);
         }
         if Instant::now() >= deadline {
-            for a in agents.iter().filter(|a| a.done_at(version).is_none()) {
+            let late = agents.iter().zip(&done).filter(|(_, d)| d.is_none());
+            for (a, _) in late {
                 let log =
                     std::fs::read_to_string(a.dir.path().join("agent.log")).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(15).collect();
