@@ -71,7 +71,7 @@ fn start_agent(conn: &str, id: &str, times: &Path, sleep: f64) -> Agent {
             "#!/bin/bash\n[ \"$1\" = -u ] && exit 0\n\
              echo \"start $1 $ZKDEPLOYMENT_HOST_ID $EPOCHREALTIME\" >> {t}\n\
              {sleep}\
-             m=\"$ZKDEPLOYMENT_ROOT/etc/benchpkg\"; mkdir -p \"$m\"; p=\"${{1#/}}\"; : > \"$m/${{p//\\//,}}.$2.deployed\"\n\
+             m=\"$ZKDEPLOYMENT_ROOT/etc/benchpkg\"; [ -d \"$m\" ] || mkdir -p \"$m\"; p=\"${{1#/}}\"; : > \"$m/${{p//\\//,}}.$2.deployed\"\n\
              echo \"end $1 $ZKDEPLOYMENT_HOST_ID $EPOCHREALTIME\" >> {t}\n",
             t = times.display(),
             sleep = if sleep > 0.0 {

@@ -260,6 +260,7 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                                 let extra = Extra {
                                     read: Some(n.lock),
                                     beside: Some(sem.as_str()),
+                                    baton: false,
                                 };
                                 (n.lock, extra)
                             })

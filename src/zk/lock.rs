@@ -13,6 +13,16 @@ use super::{call, call_retrying, join, open_persistent, Client, ZkError, LOSS_RE
 /// The marker between the contender's prefix and its sequence number.
 pub const LOCK_MARKER: &str = "__lock__";
 
+/// The end of the prefix of a contender that may be passed a lease ([`Extra::baton`]):
+/// `<uuid4 hex>zkd__lock__<sequence>`. kazoo's contenders (`<uuid4 hex>__lock__…`) never end
+/// so, and kazoo orders contenders by their sequence alone.
+pub const BATON_MARKER: &str = "zkd__lock__";
+
+/// Whether the contender `name` was made by a taker that watches for a passed lease.
+pub fn takes_batons(name: &str) -> bool {
+    name.contains(BATON_MARKER)
+}
+
 /// A lock this process holds; released by [`Held::release`] (or by the session ending).
 #[derive(Debug)]
 pub struct Held {
@@ -25,6 +35,25 @@ pub struct Held {
     /// The children of the node the taker asked to list beside the lock (empty when it does
     /// not exist), listed in that same round trip; `None` when not asked or not known.
     pub beside: Option<Vec<String>>,
+    /// The contenders as listed when that list found us first (`None` when not known).
+    pub listed: Option<Vec<String>>,
+    /// Whether a lease was passed to our contender ([`Extra::baton`]).
+    pub passed: Passed,
+}
+
+/// Whether a contender of a semaphore's guard was passed a lease by the guard's holder (see
+/// [`crate::zk::semaphore`]): the holder writes the contender node of the takers just after
+/// it, in the transaction that creates its own lease and deletes its contender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Passed {
+    /// Known not passed (its own node watched, unwritten, when the list found it first): the
+    /// holder may pass leases on.
+    No,
+    /// Passed: it may take its lease now, without the guard, and never passes one on.
+    Yes,
+    /// Not known (not a taker that watches for a passed lease, or not watched yet): it takes
+    /// its lease as the guard's holder, and passes none on.
+    Unknown,
 }
 
 impl Held {
@@ -217,6 +246,7 @@ pub async fn try_lock_beside(
     let extra = Extra {
         read: Some(path),
         beside,
+        baton: false,
     };
     let Created { node, found } = create_listing(client, path, identifier, extra).await?;
     if let Some(found) = found {
@@ -225,6 +255,8 @@ pub async fn try_lock_beside(
                 node,
                 read: found.read,
                 beside: found.beside,
+                listed: Some(found.names),
+                passed: Passed::Unknown,
             }));
         }
     }
@@ -248,6 +280,9 @@ pub struct Extra<'a> {
     pub read: Option<&'a str>,
     /// A node whose children are listed (none when it does not exist).
     pub beside: Option<&'a str>,
+    /// The contender is named with [`BATON_MARKER`] and watches its own node while it waits:
+    /// a write of it by the guard's holder passes it a lease ([`Passed::Yes`]).
+    pub baton: bool,
 }
 
 /// One list of the contenders and what was read with it ([`Extra`]); the reads are given
@@ -314,7 +349,7 @@ async fn create_listing(
     identifier: &str,
     extra: Extra<'_>,
 ) -> Result<Created, ZkError> {
-    let prefix = format!("{}{LOCK_MARKER}", uuid::Uuid::new_v4().simple());
+    let prefix = contender_prefix(extra.baton);
     let ours = join(path, &prefix);
     let mode = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
     let create = client.create(&ours, identifier.as_bytes(), &mode);
@@ -331,7 +366,7 @@ async fn create_listing(
         Err(e) if e.is_no_node() => {
             ensure_node(client, path).await?;
             Ok(Created {
-                node: create_contender(client, path, identifier).await?,
+                node: create_contender(client, path, identifier, extra.baton).await?,
                 found: None,
             })
         }
@@ -340,11 +375,21 @@ async fn create_listing(
             let names = call_retrying("list", path, || client.list_children(path)).await?;
             let node = match names.iter().find(|n| n.starts_with(&prefix)) {
                 Some(name) => join(path, name),
-                None => create_contender(client, path, identifier).await?,
+                None => create_contender(client, path, identifier, extra.baton).await?,
             };
             Ok(Created { node, found: None })
         }
         Err(e) => Err(e),
+    }
+}
+
+/// The prefix of a new contender: `<uuid4 hex>__lock__`, or `<uuid4 hex>zkd__lock__` for a
+/// taker that watches for a passed lease.
+fn contender_prefix(baton: bool) -> String {
+    let id = uuid::Uuid::new_v4().simple();
+    match baton {
+        true => format!("{id}{BATON_MARKER}"),
+        false => format!("{id}{LOCK_MARKER}"),
     }
 }
 
@@ -353,8 +398,9 @@ async fn create_contender(
     client: &Client,
     path: &str,
     identifier: &str,
+    baton: bool,
 ) -> Result<String, ZkError> {
-    let prefix = format!("{}{LOCK_MARKER}", uuid::Uuid::new_v4().simple());
+    let prefix = contender_prefix(baton);
     let ours = join(path, &prefix);
     let mode = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
     let mut lost = 0;
@@ -468,6 +514,9 @@ where
         .iter()
         .map(|node| sequence_of(node.rsplit('/').next().unwrap_or_default()).unwrap_or(i64::MAX))
         .collect();
+    // The own-node watches of the places whose contender may be passed a lease, set with
+    // the first wait.
+    let mut own: Vec<Option<OwnWatch<'_>>> = places.iter().map(|_| None).collect();
     let waited = async {
         loop {
             // The queues not listed since their last change, listed together.
@@ -499,7 +548,7 @@ where
                     .filter(|(s, _)| *s < sequences[i])
                     .max();
                 match before {
-                    None => return Ok(Some(i)),
+                    None => return Ok(Some((i, passed_now(&mut own[i])))),
                     Some((_, predecessor)) => predecessors.push(join(places[i].0, predecessor)),
                 }
             }
@@ -509,8 +558,29 @@ where
                 return Ok(None);
             }
             let until_check = next_check.saturating_duration_since(now);
-            match wait_for_any(client, &predecessors, left.min(until_check)).await? {
-                Some(i) => found[i] = None,
+            for (i, (_, extra)) in places.iter().enumerate() {
+                if extra.baton && own[i].is_none() {
+                    own[i] = Some(OwnWatch::set(client, nodes[i].clone()));
+                }
+            }
+            // A lease passed to us ends the wait at once, whatever our place.
+            let woken = tokio::select! {
+                biased;
+                (i, passed) = own_event(&mut own) => {
+                    if passed {
+                        return Ok(Some((i, Passed::Yes)));
+                    }
+                    // Our own node went away or changed otherwise: look at the queue again.
+                    found[i] = None;
+                    continue;
+                }
+                woken = wait_for_any_event(client, &predecessors, left.min(until_check)) => woken?,
+            };
+            match woken {
+                // The contender before ours was passed a lease: it goes soon; watched again
+                // (not listed again: nothing before it changed).
+                Some((i, true)) if places[i].1.baton => {}
+                Some((i, _)) => found[i] = None,
                 None if tokio::time::Instant::now() >= deadline => return Ok(None),
                 None => {
                     if !check().await {
@@ -533,17 +603,26 @@ where
         }
     }
     .await;
+    drop(own);
     match waited {
-        Ok(Some(i)) => {
+        Ok(Some((i, passed))) => {
             leave_queues(client, &nodes, Some(i)).await?;
-            let first = found[i].take().expect("listed");
+            // Found first by a list, or passed a lease while waiting (then with what the
+            // last list read).
+            let last = found[i].take();
             let node = nodes.swap_remove(i);
+            let (read, beside, listed) = match last {
+                Some(f) => (f.read, f.beside, Some(f.names)),
+                None => (None, None, None),
+            };
             Ok(Some((
                 i,
                 Held {
                     node,
-                    read: first.read,
-                    beside: first.beside,
+                    read,
+                    beside,
+                    listed: listed.filter(|_| passed != Passed::Yes),
+                    passed,
                 },
             )))
         }
@@ -555,6 +634,86 @@ where
             let _ = leave_queues(client, &nodes, None).await;
             Err(e)
         }
+    }
+}
+
+/// The watch of our own contender node, for a lease passed to it ([`Extra::baton`]):
+/// resolves to true when the node was written (passed), false when it went away.
+struct OwnWatch<'a> {
+    seen: std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>>,
+    /// Set once the watch is in place with the node unwritten: from then on a write of it
+    /// reaches us before the answer to any later request of ours.
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// What `seen` resolved to, once it did.
+    done: Option<bool>,
+}
+
+impl<'a> OwnWatch<'a> {
+    /// Sends the watch of `node` (its request goes out now, with the requests made next).
+    fn set(client: &'a Client, node: String) -> Self {
+        let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = armed.clone();
+        let watch = client.check_and_watch_stat(&node);
+        let seen = Box::pin(async move {
+            match watch.await {
+                Ok((Some(stat), _)) if stat.version > 0 => true,
+                Ok((Some(_), watcher)) => {
+                    flag.store(true, std::sync::atomic::Ordering::Release);
+                    let event = watcher.changed().await;
+                    event.event_type == zookeeper_client::EventType::NodeDataChanged
+                }
+                // Gone, or not known: never taken for a passed lease.
+                Ok((None, _)) | Err(_) => {
+                    tracing::debug!("{node}: own contender not watched");
+                    false
+                }
+            }
+        });
+        OwnWatch {
+            seen,
+            armed,
+            done: None,
+        }
+    }
+}
+
+/// The first own-node watch of `own` to resolve: its index, and whether a lease was passed.
+async fn own_event(own: &mut [Option<OwnWatch<'_>>]) -> (usize, bool) {
+    futures::future::poll_fn(|cx| {
+        for (i, w) in own.iter_mut().enumerate() {
+            if let Some(w) = w {
+                if w.done.is_none() {
+                    if let std::task::Poll::Ready(passed) = w.seen.as_mut().poll(cx) {
+                        w.done = Some(passed);
+                        return std::task::Poll::Ready((i, passed));
+                    }
+                }
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// Whether a lease was passed to the contender found first by a list: known only when its
+/// own-node watch was in place before that list (a write of the node reaches us before the
+/// list's answer, ZooKeeper keeping a session's events and answers in order).
+fn passed_now(own: &mut Option<OwnWatch<'_>>) -> Passed {
+    let Some(w) = own else {
+        return Passed::Unknown;
+    };
+    if w.done.is_none() {
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        if let std::task::Poll::Ready(passed) = w.seen.as_mut().poll(&mut cx) {
+            w.done = Some(passed);
+        }
+    }
+    match w.done {
+        Some(true) => Passed::Yes,
+        Some(false) => Passed::Unknown,
+        None if w.armed.load(std::sync::atomic::Ordering::Acquire) => Passed::No,
+        None => Passed::Unknown,
     }
 }
 
@@ -611,6 +770,8 @@ async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkEr
                 node: node.to_string(),
                 read: None,
                 beside: None,
+                listed: Some(names),
+                passed: Passed::Unknown,
             }));
         }
         let Some((sequence, lowest)) = names
@@ -688,6 +849,18 @@ pub async fn wait_for_any(
     nodes: &[String],
     limit: std::time::Duration,
 ) -> Result<Option<usize>, ZkError> {
+    Ok(wait_for_any_event(client, nodes, limit)
+        .await?
+        .map(|(i, _)| i))
+}
+
+/// [`wait_for_any`], also saying whether the node only changed (its data written: `true`)
+/// rather than went away.
+async fn wait_for_any_event(
+    client: &Client,
+    nodes: &[String],
+    limit: std::time::Duration,
+) -> Result<Option<(usize, bool)>, ZkError> {
     // Every watch is set in the same round trip.
     let set = futures::future::join_all(
         nodes
@@ -698,10 +871,13 @@ pub async fn wait_for_any(
     let mut watches = Vec::new();
     for (i, watched) in set.into_iter().enumerate() {
         match watched? {
-            (None, _) => return Ok(Some(i)),
+            (None, _) => return Ok(Some((i, false))),
             (Some(_), watcher) => watches.push(Box::pin(async move {
-                watcher.changed().await;
-                i
+                let event = watcher.changed().await;
+                (
+                    i,
+                    event.event_type == zookeeper_client::EventType::NodeDataChanged,
+                )
             })),
         }
     }
@@ -712,7 +888,7 @@ pub async fn wait_for_any(
     Ok(tokio::time::timeout(limit, any)
         .await
         .ok()
-        .map(|(i, _, _)| i))
+        .map(|(woken, _, _)| woken))
 }
 
 #[cfg(test)]

@@ -13,6 +13,28 @@
 //! (under the lock) instead of refused, so a change of `max-parallel` between two versions
 //! needs no operator. kazoo refuses such a semaphore (`ValueError`) until the values agree.
 //!
+//! **Passing leases on.** Taking the guard costs each taker a wake-up and two round trips, one
+//! taker after another: when many leases are freed at once (a wave of hosts ending their
+//! scripts together), the takers queue behind the guard. So a guard holder that finds more
+//! than one lease free passes the others on: in the transaction that creates its lease and
+//! deletes its contender, it also writes the contender nodes of the takers just after it in
+//! the queue, one per lease left free (as counted under the guard). Such a taker, woken by
+//! the write of its own node, creates its lease at once, in a transaction that deletes its
+//! contender and checks that the semaphore still holds its `max_leases` as it read it (else it
+//! queues again, and takes no passed lease then). Why the count holds:
+//! - the holder passes leases only to contenders just after it, up to the first that does
+//!   not watch for one (a kazoo taker, or an older agent: only contenders named
+//!   `…zkd__lock__…` do), so the takers so served come before any other contender;
+//! - a contender that is not first creates no lease unless one was passed to it, and then
+//!   one; a contender that is first counts the leases, and those passed but not yet taken
+//!   are all before it, so gone (taken, or given up): its count is right;
+//! - a contender that was passed a lease never passes one on (its count would miss the
+//!   leases passed to the contenders after it). One that is first without knowing whether
+//!   its node was written (it never waited) passes none either.
+//!
+//! kazoo sees contenders ordered by sequence, leases it can count, and, on a contender passed
+//! a lease, only other data (`passed a lease by …`) for the moment before it goes.
+//!
 //! A taker may ask for a record node to be created with its lease, in the same transaction:
 //! `PATH-__in-flight__/<lease name>` (persistent, kazoo never looks there), deleted with the
 //! lease when it is given back. The agent keeps its leases' in-flight records there
@@ -24,7 +46,9 @@ use std::time::Duration;
 
 use zookeeper_client::{Acls, CreateMode, OneshotWatcher};
 
-use super::lock::{acquire_queued, ensure_node, listed_beside, Extra, Held};
+use super::lock::{
+    acquire_queued, ensure_node, listed_beside, sequence_of, takes_batons, Extra, Held, Passed,
+};
 use super::{
     call, call_retrying, join, list_or_empty, open_persistent, Client, ZkError, LOSS_RETRIES,
 };
@@ -35,6 +59,10 @@ pub const LOCK_SUFFIX: &str = "-__lock__";
 /// Longest time spent waiting for the guard lock (held by another taker for a few round
 /// trips at a time) before giving up.
 const GUARD_LIMIT: Duration = Duration::from_secs(60);
+
+/// Most leases one holder passes on, in its one transaction (a few hundred bytes each, far
+/// below ZooKeeper's 1 MB request limit); the next holder passes the rest.
+const MAX_PASSED: usize = 256;
 
 /// The suffix of the node holding the record nodes of the semaphore's leases.
 pub const RECORDS_SUFFIX: &str = "-__in-flight__";
@@ -180,14 +208,6 @@ pub async fn try_acquire(
     if names.len() >= max_leases as usize {
         return Ok(full(path, names));
     }
-    let guard = acquire_queued(
-        client,
-        &lock_path(path),
-        identifier,
-        GUARD_LIMIT,
-        under_guard_reads(path),
-    )
-    .await?;
     let taker = Taker {
         path,
         identifier,
@@ -195,16 +215,28 @@ pub async fn try_acquire(
         beside,
         record,
     };
-    under_guard(client, &taker, guard, None).await
+    let mut baton = true;
+    loop {
+        let reads = under_guard_reads(path, baton);
+        let guard =
+            acquire_queued(client, &lock_path(path), identifier, GUARD_LIMIT, reads).await?;
+        match under_guard(client, &taker, guard, None).await? {
+            Some(outcome) => return Ok(outcome),
+            // A lease passed to us that we could not take: queue again, as a taker that is
+            // passed none (so this ends).
+            None => baton = false,
+        }
+    }
 }
 
 /// What a taker of the guard reads with the list that finds it first: the semaphore's data
 /// and leases, as they are under the guard (the guard's last holder created its lease
-/// before, or with, its release).
-fn under_guard_reads(path: &str) -> Extra<'_> {
+/// before, or with, its release). With `baton`, its contender may be passed a lease.
+fn under_guard_reads(path: &str, baton: bool) -> Extra<'_> {
     Extra {
         read: Some(path),
         beside: Some(path),
+        baton,
     }
 }
 
@@ -233,12 +265,6 @@ pub async fn acquire_waiting(
     record: Option<&[u8]>,
 ) -> Result<Option<Lease>, ZkError> {
     let deadline = tokio::time::Instant::now() + limit;
-    let reads = under_guard_reads(path);
-    let guard = match acquire_queued(client, &lock_path(path), identifier, limit, reads).await {
-        Ok(guard) => guard,
-        Err(ZkError::Timeout { op: "lock", .. }) => return Ok(None),
-        Err(e) => return Err(e),
-    };
     let taker = Taker {
         path,
         identifier,
@@ -246,9 +272,21 @@ pub async fn acquire_waiting(
         beside,
         record,
     };
-    match under_guard(client, &taker, guard, Some(deadline)).await? {
-        TryLease::Acquired(lease) => Ok(Some(lease)),
-        TryLease::Full { .. } => Ok(None),
+    let mut baton = true;
+    loop {
+        let reads = under_guard_reads(path, baton);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let guard = match acquire_queued(client, &lock_path(path), identifier, left, reads).await {
+            Ok(guard) => guard,
+            Err(ZkError::Timeout { op: "lock", .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match under_guard(client, &taker, guard, Some(deadline)).await? {
+            Some(TryLease::Acquired(lease)) => return Ok(Some(lease)),
+            Some(TryLease::Full { .. }) => return Ok(None),
+            // As in `try_acquire`.
+            None => baton = false,
+        }
     }
 }
 
@@ -274,7 +312,10 @@ async fn under_guard(
     taker: &Taker<'_>,
     mut guard: Held,
     wait_until: Option<tokio::time::Instant>,
-) -> Result<TryLease, ZkError> {
+) -> Result<Option<TryLease>, ZkError> {
+    if guard.passed == Passed::Yes {
+        return take_passed(client, taker, guard).await;
+    }
     // The semaphore as read with the list that found us first, if it was.
     let read = match (guard.read.take(), guard.beside.take()) {
         (Some((data, _)), Some(names)) => Some((Some(data), names)),
@@ -287,7 +328,7 @@ async fn under_guard(
         _ => guard.release(client).await,
     };
     match (outcome, released) {
-        (Ok((outcome, _)), Ok(())) => Ok(outcome),
+        (Ok((outcome, _)), Ok(())) => Ok(Some(outcome)),
         (Ok((TryLease::Acquired(lease), _)), Err(e)) => {
             // Our lease must not outlive an error we report (best effort: the session may
             // be gone, and then the lease with it).
@@ -368,7 +409,11 @@ async fn take_lease(
             None => create_semaphore(client, path, &wanted).await?,
         }
         if names.len() < max_leases as usize {
-            return create_lease(client, taker, guard).await;
+            // The leases left free after ours go to the takers queued just after us.
+            let free = max_leases as usize - names.len() - 1;
+            let passed = pass_to(path, guard, free);
+            let made = create_lease(client, taker, guard, &passed, None, true).await?;
+            return Ok(made.expect("a lease made alone when the transaction failed"));
         }
         let left = wait_until
             .map(|t| t.saturating_duration_since(tokio::time::Instant::now()))
@@ -413,15 +458,96 @@ async fn create_semaphore(client: &Client, path: &str, wanted: &str) -> Result<(
     }
 }
 
-/// Creates our lease node (and the taker's record node, if any) with the guard still held:
-/// in one transaction with the guard contender's deletion when it can (the flag), else
-/// alone. The children of the taker's `beside` are listed in the same round trip, after the
+/// With a lease passed to us (our contender written by the guard's holder, see the module's
+/// text): our lease is made at once, in one transaction with our contender's deletion and a
+/// check that the semaphore still holds our `max_leases` as we last read it. `None` when it
+/// could not be (the value changed, or was never read): our contender has left the queue.
+async fn take_passed(
+    client: &Client,
+    taker: &Taker<'_>,
+    guard: Held,
+) -> Result<Option<TryLease>, ZkError> {
+    let wanted = taker.max_leases.to_string();
+    let version = match &guard.read {
+        Some((data, stat)) if data == wanted.as_bytes() => Some(stat.version),
+        // Not read yet (the semaphore was made after our last look), or another value
+        // then: read now (the holder that passed the lease made it hold its own).
+        _ => match call_retrying("get", taker.path, || client.get_data(taker.path)).await {
+            Ok((data, stat)) if data == wanted.as_bytes() => Some(stat.version),
+            Ok(_) => None,
+            Err(e) if e.is_no_node() => None,
+            Err(e) => {
+                let _ = guard.release(client).await;
+                return Err(e);
+            }
+        },
+    };
+    if let Some(version) = version {
+        match create_lease(client, taker, &guard, &[], Some(version), false).await {
+            Ok(Some((lease, true))) => return Ok(Some(lease)),
+            Ok(Some((lease, false))) => {
+                // Not reached (a lease is made alone only when asked); kept whole anyway.
+                guard.release(client).await?;
+                return Ok(Some(lease));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let _ = guard.release(client).await;
+                return Err(e);
+            }
+        }
+    }
+    tracing::info!(
+        "{}: a lease passed to us is not taken (max_leases differs from ours); queueing again",
+        taker.path
+    );
+    guard.release(client).await?;
+    Ok(None)
+}
+
+/// The contenders the guard's holder `guard` passes a lease to: the first `free` of those
+/// just after it in its queue that watch for one, up to the first that does not (a kazoo
+/// taker, or an agent before this one), as last listed. Full paths.
+fn pass_to(path: &str, guard: &Held, free: usize) -> Vec<String> {
+    let (Passed::No, Some(listed)) = (guard.passed, &guard.listed) else {
+        return Vec::new();
+    };
+    let ours = guard
+        .node
+        .rsplit('/')
+        .next()
+        .and_then(sequence_of)
+        .unwrap_or(i64::MAX);
+    let mut after: Vec<(i64, &String)> = listed
+        .iter()
+        .filter_map(|n| sequence_of(n).map(|s| (s, n)))
+        .filter(|(s, _)| *s > ours)
+        .collect();
+    after.sort();
+    let lock = lock_path(path);
+    after
+        .into_iter()
+        .take_while(|(_, name)| takes_batons(name))
+        .take(free.min(MAX_PASSED))
+        .map(|(_, name)| join(&lock, name))
+        .collect()
+}
+
+/// Creates our lease node (and the taker's record node, if any) with the guard still held
+/// (or a lease passed to us): in one transaction with the guard contender's deletion when it
+/// can (the flag), else alone (only when `alone`; else `None`). The transaction also passes
+/// a lease to each contender of `passed` (written; one that left drops them all), and checks
+/// that the semaphore node's data version is still `check`, if given (else `None`). The
+/// children of the taker's `beside` are listed in the same round trip, after the
 /// transaction. The node holding the records is made the first time it is missing.
 async fn create_lease(
     client: &Client,
     taker: &Taker<'_>,
     guard: &Held,
-) -> Result<(TryLease, bool), ZkError> {
+    passed: &[String],
+    check: Option<i32>,
+    alone: bool,
+) -> Result<Option<(TryLease, bool)>, ZkError> {
     let Taker {
         path, identifier, ..
     } = *taker;
@@ -438,15 +564,25 @@ async fn create_lease(
     };
     let mode = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
     let kept = open_persistent();
-    for attempt in 0..2 {
+    let note = format!("passed a lease by {identifier}");
+    let mut passed = passed;
+    let mut records_made = false;
+    loop {
         let mut writer = client.new_multi_writer();
-        let built = writer
+        let mut built = writer
             .add_create(&node, identifier.as_bytes(), &mode)
             .and_then(|()| match &record {
                 Some((path, data)) => writer.add_create(path, data, &kept),
                 None => Ok(()),
             })
-            .and_then(|()| writer.add_delete(&guard.node, None));
+            .and_then(|()| match check {
+                Some(version) => writer.add_check_version(path, version),
+                None => Ok(()),
+            });
+        for contender in passed {
+            built = built.and_then(|()| writer.add_set_data(contender, note.as_bytes(), None));
+        }
+        let built = built.and_then(|()| writer.add_delete(&guard.node, None));
         if built.is_err() {
             break;
         }
@@ -460,24 +596,44 @@ async fn create_lease(
             listed_beside(listed, taker.beside)
         );
         match committed {
-            Ok(_) => return Ok((lease(beside), true)),
+            Ok(_) => {
+                if !passed.is_empty() {
+                    tracing::debug!("{path}: passed {} leases on", passed.len());
+                }
+                return Ok(Some((lease(beside), true)));
+            }
             // Lost: it may have gone through; our lease's name is unique.
             Err(e) if e.is_connection_loss() => {
                 if call_retrying("stat", &node, || client.check_stat(&node))
                     .await?
                     .is_some()
                 {
-                    return Ok((lease(None), true));
+                    return Ok(Some((lease(None), true)));
                 }
             }
-            // The records' node is missing (the first record of this semaphore).
-            Err(e) if e.is_no_node() && record.is_some() && attempt == 0 => {
-                ensure_node(client, &records).await?;
+            // A contender we passed a lease to has left: none is passed.
+            Err(e) if e.is_no_node() && !passed.is_empty() => {
+                passed = &[];
                 continue;
+            }
+            // The records' node is missing (the first record of this semaphore).
+            Err(e) if e.is_no_node() && record.is_some() && !records_made => {
+                ensure_node(client, &records).await?;
+                records_made = true;
+                continue;
+            }
+            Err(e)
+                if check.is_some()
+                    && matches!(e.source_error(), Some(zookeeper_client::Error::BadVersion)) =>
+            {
+                return Ok(None);
             }
             Err(e) => return Err(e),
         }
         break;
+    }
+    if !alone {
+        return Ok(None);
     }
     let mut lost = 0;
     loop {
@@ -509,7 +665,7 @@ async fn create_lease(
             return Err(e);
         }
     }
-    Ok((lease(None), false))
+    Ok(Some((lease(None), false)))
 }
 
 /// Creates the record node `path` (and `records`, its parent, if missing): ours whether this

@@ -42,6 +42,7 @@ mod roles;
 mod rollout;
 mod rollout_cross;
 mod rollout_switch;
+mod semaphore_pass;
 mod sync;
 mod tree_parse;
 mod yum;
