@@ -611,8 +611,10 @@ async fn create_lease(
                     return Ok(Some((lease(None), true)));
                 }
             }
-            // A contender we passed a lease to has left: none is passed.
-            Err(e) if e.is_no_node() && !passed.is_empty() => {
+            // A contender we passed a lease to has left (or may not be written): none is
+            // passed, and our own lease is taken as without passing.
+            Err(e) if !passed.is_empty() => {
+                tracing::debug!("{path}: leases not passed on: {e}");
                 passed = &[];
                 continue;
             }
