@@ -18,10 +18,12 @@
 //! scripts together), the takers queue behind the guard. So a guard holder that finds more
 //! than one lease free passes the others on: in the transaction that creates its lease and
 //! deletes its contender, it also writes the contender nodes of the takers just after it in
-//! the queue, one per lease left free (as counted under the guard). Such a taker, woken by
-//! the write of its own node, creates its lease at once, in a transaction that deletes its
-//! contender and checks that the semaphore still holds its `max_leases` as it read it (else it
-//! queues again, and takes no passed lease then). Why the count holds:
+//! the queue, one per lease left free (as counted under the guard), with a note: its
+//! `max_leases` and the semaphore node's data version that holds it. Such a taker, woken by
+//! the write of its own node, reads the note and, if that is its own `max_leases`, creates
+//! its lease at once, in a transaction that deletes its contender and checks that the data
+//! version is still the note's (no holder since has rewritten `max_leases`); else it queues
+//! again, and takes no passed lease then. Why the count holds:
 //! - the holder passes leases only to contenders just after it, up to the first that does
 //!   not watch for one (a kazoo taker, or an older agent: only contenders named
 //!   `…zkd__lock__…` do), so the takers so served come before any other contender;
@@ -33,7 +35,8 @@
 //!   its node was written (it never waited) passes none either.
 //!
 //! kazoo sees contenders ordered by sequence, leases it can count, and, on a contender passed
-//! a lease, only other data (`passed a lease by …`) for the moment before it goes.
+//! a lease, only other data (`<max_leases> <version> passed by …`) for the moment before it
+//! goes.
 //!
 //! A taker may ask for a record node to be created with its lease, in the same transaction:
 //! `PATH-__in-flight__/<lease name>` (persistent, kazoo never looks there), deleted with the
@@ -318,7 +321,7 @@ async fn under_guard(
     }
     // The semaphore as read with the list that found us first, if it was.
     let read = match (guard.read.take(), guard.beside.take()) {
-        (Some((data, _)), Some(names)) => Some((Some(data), names)),
+        (Some((data, stat)), Some(names)) => Some((Some((data, stat.version)), names)),
         _ => None,
     };
     let outcome = take_lease(client, taker, &guard, read, wait_until).await;
@@ -339,13 +342,13 @@ async fn under_guard(
     }
 }
 
-/// The semaphore's data and leases, read together (one round trip; the leases watched when
-/// `watch`). The data is `None` when the node does not exist.
+/// The semaphore's data (and its version) and leases, read together (one round trip; the
+/// leases watched when `watch`). The data is `None` when the node does not exist.
 async fn read_semaphore(
     client: &Client,
     path: &str,
     watch: bool,
-) -> Result<(Option<Vec<u8>>, Vec<String>, Option<OneshotWatcher>), ZkError> {
+) -> Result<(Option<(Vec<u8>, i32)>, Vec<String>, Option<OneshotWatcher>), ZkError> {
     let data = call_retrying("get", path, || client.get_data(path));
     let listed = async {
         if watch {
@@ -360,7 +363,7 @@ async fn read_semaphore(
     };
     let (data, listed) = futures::join!(data, listed);
     let data = match data {
-        Ok((data, _)) => Some(data),
+        Ok((data, stat)) => Some((data, stat.version)),
         Err(e) if e.is_no_node() => None,
         Err(e) => return Err(e),
     };
@@ -379,7 +382,7 @@ async fn take_lease(
     client: &Client,
     taker: &Taker<'_>,
     guard: &Held,
-    mut read: Option<(Option<Vec<u8>>, Vec<String>)>,
+    mut read: Option<(Option<(Vec<u8>, i32)>, Vec<String>)>,
     wait_until: Option<tokio::time::Instant>,
 ) -> Result<(TryLease, bool), ZkError> {
     let Taker {
@@ -394,9 +397,10 @@ async fn take_lease(
             }
             _ => read_semaphore(client, path, wait_until.is_some()).await?,
         };
-        match data {
-            Some(data) if data == wanted.as_bytes() => {}
-            Some(data) => {
+        // The data version that holds our max_leases from now on (under the guard).
+        let version = match data {
+            Some((data, version)) if data == wanted.as_bytes() => version,
+            Some((data, _)) => {
                 tracing::info!(
                     "{path}: max_leases {:?} -> {wanted}",
                     String::from_utf8_lossy(&data)
@@ -404,15 +408,18 @@ async fn take_lease(
                 call_retrying("set", path, || {
                     client.set_data(path, wanted.as_bytes(), None)
                 })
-                .await?;
+                .await?
+                .version
             }
             None => create_semaphore(client, path, &wanted).await?,
-        }
+        };
         if names.len() < max_leases as usize {
-            // The leases left free after ours go to the takers queued just after us.
+            // The leases left free after ours go to the takers queued just after us, told
+            // our max_leases and the data version that holds it.
             let free = max_leases as usize - names.len() - 1;
             let passed = pass_to(path, guard, free);
-            let made = create_lease(client, taker, guard, &passed, None, true).await?;
+            let note = passed_note(max_leases, version, taker.identifier);
+            let made = create_lease(client, taker, guard, &passed, &note, None, true).await?;
             return Ok(made.expect("a lease made alone when the transaction failed"));
         }
         let left = wait_until
@@ -429,8 +436,8 @@ async fn take_lease(
     }
 }
 
-/// Creates the semaphore node (and its parent) holding `wanted`.
-async fn create_semaphore(client: &Client, path: &str, wanted: &str) -> Result<(), ZkError> {
+/// Creates the semaphore node (and its parent) holding `wanted`; gives its data version.
+async fn create_semaphore(client: &Client, path: &str, wanted: &str) -> Result<i32, ZkError> {
     if let Some((parent, _)) = path.rsplit_once('/') {
         if !parent.is_empty() {
             ensure_node(client, parent).await?;
@@ -443,7 +450,7 @@ async fn create_semaphore(client: &Client, path: &str, wanted: &str) -> Result<(
     )
     .await
     {
-        Ok(_) => Ok(()),
+        Ok((stat, _)) => Ok(stat.version),
         Err(e)
             if e.is_connection_loss()
                 || matches!(e.source_error(), Some(zookeeper_client::Error::NodeExists)) =>
@@ -452,55 +459,66 @@ async fn create_semaphore(client: &Client, path: &str, wanted: &str) -> Result<(
                 client.set_data(path, wanted.as_bytes(), None)
             })
             .await
-            .map(|_| ())
+            .map(|stat| stat.version)
         }
         Err(e) => Err(e),
     }
 }
 
+/// What a guard holder writes into the contender of a taker it passes a lease to: its
+/// `max_leases`, the semaphore node's data version that holds it, and who it is.
+fn passed_note(max_leases: u32, version: i32, identifier: &str) -> Vec<u8> {
+    format!("{max_leases} {version} passed by {identifier}").into_bytes()
+}
+
+/// The `max_leases` and data version of a [`passed_note`].
+fn read_note(note: &[u8]) -> Option<(u32, i32)> {
+    let text = std::str::from_utf8(note).ok()?;
+    let mut words = text.split_whitespace();
+    Some((words.next()?.parse().ok()?, words.next()?.parse().ok()?))
+}
+
 /// With a lease passed to us (our contender written by the guard's holder, see the module's
-/// text): our lease is made at once, in one transaction with our contender's deletion and a
-/// check that the semaphore still holds our `max_leases` as we last read it. `None` when it
-/// could not be (the value changed, or was never read): our contender has left the queue.
+/// text): our contender's note read, our lease is made at once if the holder had our
+/// `max_leases`, in one transaction with our contender's deletion and a check that the
+/// semaphore node's data is still at the version the holder left (no holder since has
+/// rewritten it). `None` when it could not be: our contender has left the queue.
 async fn take_passed(
     client: &Client,
     taker: &Taker<'_>,
     guard: Held,
 ) -> Result<Option<TryLease>, ZkError> {
-    let wanted = taker.max_leases.to_string();
-    let version = match &guard.read {
-        Some((data, stat)) if data == wanted.as_bytes() => Some(stat.version),
-        // Not read yet (the semaphore was made after our last look), or another value
-        // then: read now (the holder that passed the lease made it hold its own).
-        _ => match call_retrying("get", taker.path, || client.get_data(taker.path)).await {
-            Ok((data, stat)) if data == wanted.as_bytes() => Some(stat.version),
-            Ok(_) => None,
-            Err(e) if e.is_no_node() => None,
-            Err(e) => {
-                let _ = guard.release(client).await;
-                return Err(e);
-            }
-        },
+    let note = match call_retrying("get", &guard.node, || client.get_data(&guard.node)).await {
+        Ok((note, _)) => read_note(&note),
+        Err(e) => {
+            let _ = guard.release(client).await;
+            return Err(e);
+        }
     };
-    if let Some(version) = version {
-        match create_lease(client, taker, &guard, &[], Some(version), false).await {
-            Ok(Some((lease, true))) => return Ok(Some(lease)),
-            Ok(Some((lease, false))) => {
-                // Not reached (a lease is made alone only when asked); kept whole anyway.
-                guard.release(client).await?;
-                return Ok(Some(lease));
-            }
-            Ok(None) => {}
-            Err(e) => {
-                let _ = guard.release(client).await;
-                return Err(e);
+    match note {
+        Some((k, version)) if k == taker.max_leases => {
+            match create_lease(client, taker, &guard, &[], &[], Some(version), false).await {
+                Ok(Some((lease, true))) => return Ok(Some(lease)),
+                Ok(Some((lease, false))) => {
+                    // Not reached (a lease is made alone only when asked); kept whole anyway.
+                    guard.release(client).await?;
+                    return Ok(Some(lease));
+                }
+                Ok(None) => tracing::info!(
+                    "{}: max_leases was rewritten since a lease was passed to us; queueing again",
+                    taker.path
+                ),
+                Err(e) => {
+                    let _ = guard.release(client).await;
+                    return Err(e);
+                }
             }
         }
+        _ => tracing::info!(
+            "{}: a lease passed to us under another max_leases is not taken; queueing again",
+            taker.path
+        ),
     }
-    tracing::info!(
-        "{}: a lease passed to us is not taken (max_leases differs from ours); queueing again",
-        taker.path
-    );
     guard.release(client).await?;
     Ok(None)
 }
@@ -545,6 +563,7 @@ async fn create_lease(
     taker: &Taker<'_>,
     guard: &Held,
     passed: &[String],
+    note: &[u8],
     check: Option<i32>,
     alone: bool,
 ) -> Result<Option<(TryLease, bool)>, ZkError> {
@@ -564,9 +583,9 @@ async fn create_lease(
     };
     let mode = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
     let kept = open_persistent();
-    let note = format!("passed a lease by {identifier}");
     let mut passed = passed;
     let mut records_made = false;
+    let mut lost = 0;
     loop {
         let mut writer = client.new_multi_writer();
         let mut built = writer
@@ -580,7 +599,7 @@ async fn create_lease(
                 None => Ok(()),
             });
         for contender in passed {
-            built = built.and_then(|()| writer.add_set_data(contender, note.as_bytes(), None));
+            built = built.and_then(|()| writer.add_set_data(contender, note, None));
         }
         let built = built.and_then(|()| writer.add_delete(&guard.node, None));
         if built.is_err() {
@@ -609,6 +628,11 @@ async fn create_lease(
                     .is_some()
                 {
                     return Ok(Some((lease(None), true)));
+                }
+                // It did not (it is one transaction): a lease passed to us is taken again so.
+                if !alone && lost < LOSS_RETRIES {
+                    lost += 1;
+                    continue;
                 }
             }
             // A contender we passed a lease to has left (or may not be written): none is

@@ -197,3 +197,56 @@ async fn a_taker_with_another_max_leases_queues_again_instead_of_taking_a_passed
     assert_eq!(leases(&admin, SEM).await.unwrap().len(), 2);
     assert_eq!(queued(&admin).await, 0);
 }
+
+/// The contenders in the guard's queue, in queue order (full paths).
+async fn contenders(client: &Client) -> Vec<String> {
+    let guard = lock_path(SEM);
+    let mut names = client.list_children(&guard).await.unwrap();
+    names.sort_by_key(|n| n.rsplit("__lock__").next().unwrap_or_default().to_string());
+    names.into_iter().map(|n| format!("{guard}/{n}")).collect()
+}
+
+#[tokio::test]
+async fn a_lease_passed_under_a_max_leases_since_rewritten_is_not_taken() {
+    let conn = support::chroot("sem-pass-stale").await;
+    let admin = support::connect(&conn).await;
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    admin.create(SEM, b"3", &open).await.unwrap();
+    // Rewritten (as a holder with another max_leases would, then back): data version 2.
+    admin.set_data(SEM, b"4", None).await.unwrap();
+    admin.set_data(SEM, b"3", None).await.unwrap();
+    let blocker = blocked_guard(&admin).await;
+    let second = taker(&conn, &admin, 3, 2).await;
+    let third = taker(&conn, &admin, 3, 3).await;
+    let queue = contenders(&admin).await;
+    // The test passes leases as a holder would: to the first taker under the data version
+    // it read before the rewrites (that taker must queue again, at the back), then to the
+    // next under the current one (it takes its lease past the blocker).
+    admin
+        .set_data(&queue[1], b"3 0 passed by the test", None)
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let now = contenders(&admin).await;
+        if now.len() == 3 && !now.contains(&queue[1]) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "queue {now:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    admin
+        .set_data(&queue[2], b"3 2 passed by the test", None)
+        .await
+        .unwrap();
+    let _third = holds(third).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !second.is_finished(),
+        "a lease passed under a stale data version was taken"
+    );
+    assert_eq!(leases(&admin, SEM).await.unwrap().len(), 1);
+    admin.delete(&blocker, None).await.unwrap();
+    let _second = holds(second).await;
+    assert_eq!(leases(&admin, SEM).await.unwrap().len(), 2);
+}
