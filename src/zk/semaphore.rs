@@ -342,13 +342,16 @@ async fn under_guard(
     }
 }
 
+/// A node's data and its data version.
+type Versioned = (Vec<u8>, i32);
+
 /// The semaphore's data (and its version) and leases, read together (one round trip; the
 /// leases watched when `watch`). The data is `None` when the node does not exist.
 async fn read_semaphore(
     client: &Client,
     path: &str,
     watch: bool,
-) -> Result<(Option<(Vec<u8>, i32)>, Vec<String>, Option<OneshotWatcher>), ZkError> {
+) -> Result<(Option<Versioned>, Vec<String>, Option<OneshotWatcher>), ZkError> {
     let data = call_retrying("get", path, || client.get_data(path));
     let listed = async {
         if watch {
@@ -382,7 +385,7 @@ async fn take_lease(
     client: &Client,
     taker: &Taker<'_>,
     guard: &Held,
-    mut read: Option<(Option<(Vec<u8>, i32)>, Vec<String>)>,
+    mut read: Option<(Option<Versioned>, Vec<String>)>,
     wait_until: Option<tokio::time::Instant>,
 ) -> Result<(TryLease, bool), ZkError> {
     let Taker {
