@@ -508,7 +508,7 @@ async fn take_passed(
                     return Ok(Some(lease));
                 }
                 Ok(None) => tracing::info!(
-                    "{}: max_leases was rewritten since a lease was passed to us; queueing again",
+                    "{}: a lease passed to us could not be taken (max_leases rewritten since, or the connection kept failing); queueing again",
                     taker.path
                 ),
                 Err(e) => {
@@ -624,13 +624,17 @@ async fn create_lease(
                 }
                 return Ok(Some((lease(beside), true)));
             }
-            // Lost: it may have gone through; our lease's name is unique.
-            Err(e) if e.is_connection_loss() => {
+            // Lost or late: it may have gone through (and a retry may find our own lease
+            // there); our lease's name is unique.
+            Err(e) if e.is_connection_loss() || is_timeout(&e) || is_node_exists(&e) => {
                 if call_retrying("stat", &node, || client.check_stat(&node))
                     .await?
                     .is_some()
                 {
                     return Ok(Some((lease(None), true)));
+                }
+                if is_node_exists(&e) {
+                    return Err(e);
                 }
                 // It did not (it is one transaction): a lease passed to us is taken again so.
                 if !alone && lost < LOSS_RETRIES {
@@ -674,6 +678,8 @@ async fn create_lease(
         .await
         {
             Ok(_) => break,
+            // Made by our transaction, answered late: ours (the name is unique).
+            Err(e) if is_node_exists(&e) => break,
             Err(e) if e.is_connection_loss() && lost < LOSS_RETRIES => {
                 lost += 1;
                 tracing::info!("{e}; looking for our lease once reconnected");
@@ -695,6 +701,16 @@ async fn create_lease(
         }
     }
     Ok(Some((lease(None), false)))
+}
+
+/// Whether `e` says the node exists already.
+fn is_node_exists(e: &ZkError) -> bool {
+    matches!(e.source_error(), Some(zookeeper_client::Error::NodeExists))
+}
+
+/// Whether `e` is a request that got no answer in time (it may still be applied).
+fn is_timeout(e: &ZkError) -> bool {
+    matches!(e, ZkError::Timeout { .. })
 }
 
 /// Creates the record node `path` (and `records`, its parent, if missing): ours whether this
