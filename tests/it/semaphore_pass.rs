@@ -96,6 +96,14 @@ async fn holds(task: Taker) -> (Client, Lease) {
         .unwrap()
 }
 
+/// Asserts that `task` still waits half a second on (`why` says what it would mean), with
+/// `held` leases out.
+async fn still_waiting(admin: &Client, task: &Taker, held: usize, why: &str) {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!task.is_finished(), "{why}");
+    assert_eq!(leases(admin, SEM).await.unwrap().len(), held);
+}
+
 /// Whether `node` exists.
 async fn exists(client: &Client, node: &str) -> bool {
     client.check_stat(node).await.unwrap().is_some()
@@ -139,12 +147,8 @@ async fn no_lease_is_passed_past_a_contender_that_does_not_watch_for_one() {
     admin.delete(&blocker, None).await.unwrap();
     let _first = holds(first).await;
     // The second waits behind the kazoo contender, which holds the guard from now on.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        !second.is_finished(),
-        "a lease was passed past kazoo's contender"
-    );
-    assert_eq!(leases(&admin, SEM).await.unwrap().len(), 1);
+    let why = "a lease was passed past kazoo's contender";
+    still_waiting(&admin, &second, 1, why).await;
     admin.delete(&kazoo, None).await.unwrap();
     let _second = holds(second).await;
     assert_eq!(leases(&admin, SEM).await.unwrap().len(), 2);
@@ -168,9 +172,8 @@ async fn leases_are_passed_only_as_far_as_max_leases_goes() {
     // One lease held, three at most: the first takes one and passes the last free one on.
     let _first = holds(first).await;
     let _second = holds(second).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!third.is_finished(), "more than max_leases were handed out");
-    assert_eq!(leases(&admin, SEM).await.unwrap().len(), 3);
+    let why = "more than max_leases were handed out";
+    still_waiting(&admin, &third, 3, why).await;
     // Someone gives one back: the third, first in the guard's queue now, takes it.
     admin.delete(&other, None).await.unwrap();
     let _third = holds(third).await;
@@ -240,12 +243,8 @@ async fn a_lease_passed_under_a_max_leases_since_rewritten_is_not_taken() {
         .await
         .unwrap();
     let _third = holds(third).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        !second.is_finished(),
-        "a lease passed under a stale data version was taken"
-    );
-    assert_eq!(leases(&admin, SEM).await.unwrap().len(), 1);
+    let why = "a lease passed under a stale data version was taken";
+    still_waiting(&admin, &second, 1, why).await;
     admin.delete(&blocker, None).await.unwrap();
     let _second = holds(second).await;
     assert_eq!(leases(&admin, SEM).await.unwrap().len(), 2);
