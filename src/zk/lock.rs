@@ -5,6 +5,10 @@
 //!
 //! [`try_lock`] never blocks (kazoo's `acquire(blocking=False)`): it enters, and leaves again at
 //! once if it is not first, reporting the current holder.
+//!
+//! A taker of a semaphore's guard that may be passed a lease ([`Extra::baton`], see
+//! [`crate::zk::semaphore`]) names its contender `<uuid4 hex>zkd__lock__<sequence>` (kazoo
+//! orders contenders by the sequence alone) and, while it waits, watches its own node too.
 
 use zookeeper_client::{Acls, CreateMode, Stat};
 
