@@ -95,6 +95,20 @@ impl ZkError {
         matches!(self.source_error(), Some(zookeeper_client::Error::NoNode))
     }
 
+    /// True if the server said the node exists already.
+    pub fn is_node_exists(&self) -> bool {
+        matches!(
+            self.source_error(),
+            Some(zookeeper_client::Error::NodeExists)
+        )
+    }
+
+    /// True if the request got no answer in time ([`REQUEST_TIMEOUT`]): it may still be
+    /// applied.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, ZkError::Timeout { .. })
+    }
+
     /// True if the connection broke while the request was in flight (`ConnectionLoss`, or the
     /// socket's own error): the request may or may not have been applied, and the session
     /// may live on (the client reconnects, to another server of an ensemble too).

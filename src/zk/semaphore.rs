@@ -454,10 +454,7 @@ async fn create_semaphore(client: &Client, path: &str, wanted: &str) -> Result<i
     .await
     {
         Ok((stat, _)) => Ok(stat.version),
-        Err(e)
-            if e.is_connection_loss()
-                || matches!(e.source_error(), Some(zookeeper_client::Error::NodeExists)) =>
-        {
+        Err(e) if e.is_connection_loss() || e.is_node_exists() => {
             call_retrying("set", path, || {
                 client.set_data(path, wanted.as_bytes(), None)
             })
@@ -501,12 +498,8 @@ async fn take_passed(
     match note {
         Some((k, version)) if k == taker.max_leases => {
             match create_lease(client, taker, &guard, &[], &[], Some(version), false).await {
-                Ok(Some((lease, true))) => return Ok(Some(lease)),
-                Ok(Some((lease, false))) => {
-                    // Not reached (a lease is made alone only when asked); kept whole anyway.
-                    guard.release(client).await?;
-                    return Ok(Some(lease));
-                }
+                // Made in the transaction that deleted our contender (never alone: not asked).
+                Ok(Some((lease, _))) => return Ok(Some(lease)),
                 Ok(None) => tracing::info!(
                     "{}: a lease passed to us could not be taken (max_leases rewritten since, or the connection kept failing); queueing again",
                     taker.path
@@ -626,14 +619,14 @@ async fn create_lease(
             }
             // Lost or late: it may have gone through (and a retry may find our own lease
             // there); our lease's name is unique.
-            Err(e) if e.is_connection_loss() || is_timeout(&e) || is_node_exists(&e) => {
+            Err(e) if e.is_connection_loss() || e.is_timeout() || e.is_node_exists() => {
                 if call_retrying("stat", &node, || client.check_stat(&node))
                     .await?
                     .is_some()
                 {
                     return Ok(Some((lease(None), true)));
                 }
-                if is_node_exists(&e) {
+                if e.is_node_exists() {
                     return Err(e);
                 }
                 // It did not (it is one transaction): a lease passed to us is taken again so.
@@ -679,7 +672,7 @@ async fn create_lease(
         {
             Ok(_) => break,
             // Made by our transaction, answered late: ours (the name is unique).
-            Err(e) if is_node_exists(&e) => break,
+            Err(e) if e.is_node_exists() => break,
             Err(e) if e.is_connection_loss() && lost < LOSS_RETRIES => {
                 lost += 1;
                 tracing::info!("{e}; looking for our lease once reconnected");
@@ -703,16 +696,6 @@ async fn create_lease(
     Ok(Some((lease(None), false)))
 }
 
-/// Whether `e` says the node exists already.
-fn is_node_exists(e: &ZkError) -> bool {
-    matches!(e.source_error(), Some(zookeeper_client::Error::NodeExists))
-}
-
-/// Whether `e` is a request that got no answer in time (it may still be applied).
-fn is_timeout(e: &ZkError) -> bool {
-    matches!(e, ZkError::Timeout { .. })
-}
-
 /// Creates the record node `path` (and `records`, its parent, if missing): ours whether this
 /// create or a lost earlier one made it (its name is our lease's, unique).
 async fn create_record(
@@ -728,7 +711,7 @@ async fn create_record(
     .await
     {
         Ok(_) => Ok(()),
-        Err(e) if matches!(e.source_error(), Some(zookeeper_client::Error::NodeExists)) => Ok(()),
+        Err(e) if e.is_node_exists() => Ok(()),
         Err(e) => Err(e),
     }
 }
