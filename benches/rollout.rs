@@ -15,7 +15,8 @@
 //!
 //! Run with `cargo bench --bench rollout` (`BENCH_ROLLOUT=small` skips the 100-agent runs,
 //! `BENCH_ROLLOUT=hundred` runs only them). `BENCH_KEEP=DIR` copies each 100-agent round's
-//! script times (`times-K`, after a line `bump <time>`) into DIR, for a closer look;
+//! script times (`times-K`, after a line `bump <time>`) and each 10 × 5 round's
+//! (`times-10x5-vN`) into DIR, for a closer look;
 //! `BENCH_K=25` (a list) runs only those values of K.
 //! `ZKD_BENCH_BIN=PATH` runs that binary as the agents instead of the one cargo built (a
 //! copy: to compare two builds under the same conditions).
@@ -102,8 +103,14 @@ fn start_agent(conn: &str, id: &str, times: &Path, sleep: f64) -> Agent {
     .unwrap();
     let log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
     let bin = std::env::var_os("ZKD_BENCH_BIN").map_or_else(support::bin, PathBuf::from);
+    // The environment a systemd service starts with (the unit in `systemd/` sets none), not
+    // cargo's: cargo adds `LD_LIBRARY_PATH` with ten build directories, which every deploy
+    // script's bash and `sleep` would search for their libraries (0.3 ms per script start
+    // here).
     let child = tokio::process::Command::new(bin)
         .args(["agent", cfg.to_str().unwrap()])
+        .env_clear()
+        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin")
         .env("ZKDEPLOYMENT_LOG", "info")
         .stdout(std::process::Stdio::null())
         .stderr(log)
@@ -337,6 +344,11 @@ async fn ten_by_five() {
         let at = bump(&client, &v).await;
         let done = all_done(&agents, &v, Duration::from_secs(120)).await;
         totals.push(done - at);
+        if let Some(dir) = std::env::var_os("BENCH_KEEP") {
+            let text = std::fs::read_to_string(&times).unwrap_or_default();
+            let kept = format!("bump {at}\n{text}");
+            std::fs::write(Path::new(&dir).join(format!("times-10x5-{v}")), kept).unwrap();
+        }
         let rs = runs(&times, at);
         assert_eq!(rs.len(), 50, "{rs:?}");
         handoffs.extend(gaps(&rs, |r| r.node.as_str()));
