@@ -27,12 +27,12 @@ use super::rollout::{
 use crate::zk::encode;
 use crate::zk::lock::{
     acquire_queued_any_checking, first_contender, send_write_and_delete, try_lock_beside,
-    wait_for_any, Contender, Extra, Held, TryLock,
+    wait_for_any, Contender, Extra, Held, Leaving, TryLock,
 };
 use crate::zk::paths::semaphore_path;
 use crate::zk::semaphore::{self, Lease, TryLease};
 use crate::zk::update::{update_props, update_props_known};
-use crate::zk::{call_retrying, decode, join, Client, ZkError};
+use crate::zk::{call, call_retrying, decode, join, Client, ZkError};
 
 /// Longest wait on busy locks before looking again (in a lock's queue: checking the
 /// cluster and the holders, keeping its place).
@@ -257,10 +257,13 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                             .iter()
                             .zip(&sems)
                             .map(|(n, sem)| {
+                                // `quick`: the host next to a holder takes the lock when
+                                // the holder goes, without a list ([`LockData::Before`]).
                                 let extra = Extra {
                                     read: Some(n.lock),
                                     beside: Some(sem.as_str()),
                                     baton: false,
+                                    quick: true,
                                 };
                                 (n.lock, extra)
                             })
@@ -571,8 +574,16 @@ async fn deploy_locked<'a>(
     mut held: Held,
     canary: Option<String>,
 ) -> Result<Option<Releasing<'a>>, Interrupt> {
-    let read = held.read.take();
-    let (result, leave) = locked(pass, node, read, canary).await;
+    let read = match (held.read.take(), held.read_before.take()) {
+        (Some((data, stat)), _) => LockData::Fresh(data, stat),
+        (None, Some(before)) => {
+            let (data, stat) = *before;
+            LockData::Before(data, stat)
+        }
+        (None, None) => LockData::Unknown,
+    };
+    let leaving = std::mem::take(&mut held.leaving);
+    let (result, leave) = locked(pass, node, read, canary, leaving).await;
     let agent = pass.agent;
     let releasing = leave_lock(&agent.client, node.lock, held, leave, &agent.host.id);
     if result.is_ok() {
@@ -597,65 +608,177 @@ enum Leave {
     },
 }
 
+/// What the holder of a node lock knows of the lock node's data when it starts its step.
+enum LockData {
+    /// Read with the list that found our contender first.
+    Fresh(Vec<u8>, zookeeper_client::Stat),
+    /// Read with the last list, while the contender just before ours held the lock; it went
+    /// away since ([`crate::zk::lock::Extra::quick`]).
+    Before(Vec<u8>, zookeeper_client::Stat),
+    /// Not read.
+    Unknown,
+}
+
+/// The lock node's data and version as the last holder left them, guessed from what was
+/// read while it held the lock: when that read shows an in-flight record not ours, the
+/// holder's one write since (if any) is the release that cleared it (a holder writes its
+/// record once and clears it once; a holder that finds a dead holder's record halts and
+/// clears that). So the guess is the read without the record, at the next version. Our
+/// record is then written guarded by that version: when the guess is wrong (the holder died
+/// and left its record, or anything else wrote), the write fails and the data is read
+/// again. A canary count the last holder added with its release (a host of an older
+/// version, with a canary phase) is lost by a right guess: its version needs one canary
+/// more, never one less.
+fn guess_after_holder(
+    data: &[u8],
+    stat: &zookeeper_client::Stat,
+    ours: impl Fn(&serde_json::Map<String, Value>) -> bool,
+) -> Option<(crate::tree::Props, i32)> {
+    let mut props = decode(data);
+    match props.remove("in-flight") {
+        Some(Value::Object(rec)) if !ours(&rec) => Some((props, stat.version + 1)),
+        _ => None,
+    }
+}
+
+/// Writes our in-flight record into the lock node's data `props` at `version`: with
+/// [`update_props_known`], or, when `props` and `version` are a guess
+/// ([`guess_after_holder`]), guarded by that version alone, and `None` when the guess was
+/// wrong (or not known to be right: the data is read then, and a record of ours found in
+/// it is ours).
+async fn write_record(
+    client: &Client,
+    lock: &str,
+    props: &crate::tree::Props,
+    version: i32,
+    guess: bool,
+    record: &Value,
+) -> Result<Option<(crate::tree::Props, i32)>, ZkError> {
+    let insert = |p: &mut crate::tree::Props| {
+        p.insert("in-flight".into(), record.clone());
+    };
+    if !guess {
+        return update_props_known(client, lock, props, version, insert)
+            .await
+            .map(Some);
+    }
+    let mut new = props.clone();
+    insert(&mut new);
+    match call(
+        "set",
+        lock,
+        client.set_data(lock, &encode(&new), Some(version)),
+    )
+    .await
+    {
+        Ok(stat) => Ok(Some((new, stat.version))),
+        Err(e)
+            if e.is_connection_loss()
+                || e.is_timeout()
+                || matches!(e.source_error(), Some(zookeeper_client::Error::BadVersion)) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// The deployment itself, with the lock held: what the release must write.
 async fn locked(
     pass: &mut Pass<'_>,
     node: &NodeLocked<'_>,
-    read: Option<(Vec<u8>, zookeeper_client::Stat)>,
+    read: LockData,
     canary: Option<String>,
+    leaving: Leaving,
 ) -> (Result<(), Interrupt>, Leave) {
     let agent = pass.agent;
     let (step, lock) = (node.step, node.lock);
-    let got = match read {
-        Some(read) => Ok(read),
-        None => call_retrying("get", lock, || agent.client.get_data(lock)).await,
+    let is_ours = |rec: &serde_json::Map<String, Value>| {
+        rec.get("host").and_then(Value::as_str) == Some(agent.host.id.as_str())
+            && rec.get("pid").and_then(Value::as_u64) == Some(u64::from(std::process::id()))
     };
-    let (data, stat) = match got {
-        Ok(got) => got,
-        Err(e) => return (Err(e.into()), Leave::AsIs),
-    };
-    let lock_props = decode(&data);
-    if let Some(Value::Object(rec)) = lock_props.get("in-flight") {
-        let ours = rec.get("host").and_then(Value::as_str) == Some(agent.host.id.as_str())
-            && rec.get("pid").and_then(Value::as_u64) == Some(u64::from(std::process::id()));
-        if !ours {
-            let message = died_in_flight(rec, lock);
-            return match halt_for_dead_holder(pass, message).await {
-                Ok(interrupt) => (
-                    Err(interrupt),
-                    Leave::Clear {
-                        known: None,
-                        canary: None,
-                    },
-                ),
-                Err(e) => (Err(e.into()), Leave::AsIs),
-            };
-        }
-    }
-    // The checkpoint, the status on the host node and our in-flight record (version-guarded
-    // from the data read with the lock) in one round trip; the hand-off between hosts is
-    // made of these. A checkpoint that abandons the pass clears the record again.
     let record = in_flight_record(pass, node.path, node.n);
     let label = step.status_text().unwrap_or_default();
-    // And whether the node's semaphore keeps records (of lease holders that may have died
-    // before K became 1).
     let sem = semaphore_path(node.path);
-    let (checked, (), written, leased) = tokio::join!(
-        pass.checkpoint(),
-        pass.status(&label),
-        update_props_known(&agent.client, lock, &lock_props, stat.version, |p| {
-            p.insert("in-flight".into(), record.clone());
-        }),
-        suspected_lease_records(&agent.client, &sem, None),
-    );
-    let known = match written {
-        Ok(written) => written,
-        Err(e) => {
-            let clear = Leave::Clear {
-                known: None,
-                canary: None,
+    let mut read = read;
+    let mut leaving = Some(leaving);
+    // Twice at most: again with the data read when a guess was wrong.
+    let (known, checked, leased) = loop {
+        let guessed = match &read {
+            LockData::Before(data, stat) => guess_after_holder(data, stat, is_ours),
+            _ => None,
+        };
+        let guess = guessed.is_some();
+        let got = match (guessed, std::mem::replace(&mut read, LockData::Unknown)) {
+            (Some(guess), _) => Ok(guess),
+            (None, LockData::Fresh(data, stat)) => Ok((decode(&data), stat.version)),
+            (None, _) => call_retrying("get", lock, || agent.client.get_data(lock))
+                .await
+                .map(|(data, stat)| (decode(&data), stat.version)),
+        };
+        let (lock_props, version) = match got {
+            Ok(got) => got,
+            Err(e) => return (Err(e.into()), Leave::AsIs),
+        };
+        if let Some(Value::Object(rec)) = lock_props.get("in-flight") {
+            if !is_ours(rec) {
+                let message = died_in_flight(rec, lock);
+                return match halt_for_dead_holder(pass, message).await {
+                    Ok(interrupt) => (
+                        Err(interrupt),
+                        Leave::Clear {
+                            known: None,
+                            canary: None,
+                        },
+                    ),
+                    Err(e) => (Err(e.into()), Leave::AsIs),
+                };
+            }
+        }
+        // The checkpoint, the status on the host node and our in-flight record
+        // (version-guarded) in one round trip; the hand-off between hosts is made of these.
+        // A checkpoint that abandons the pass clears the record again. And whether the
+        // node's semaphore keeps records (of lease holders that may have died before K
+        // became 1), and the answers to the deletes that left other queues.
+        let (checked, (), written, leased, left) = tokio::join!(
+            pass.checkpoint(),
+            pass.status(&label),
+            write_record(&agent.client, lock, &lock_props, version, guess, &record),
+            suspected_lease_records(&agent.client, &sem, None),
+            async {
+                match leaving.take() {
+                    Some(leaving) => leaving.finish(&agent.client).await,
+                    None => Ok(()),
+                }
+            },
+        );
+        // Without our record known to be written after a guess, the data may hold the
+        // record of a holder that died: it stays, for the next holder to report.
+        let known = match written {
+            Ok(known) => known,
+            Err(e) if guess => return (Err(e.into()), Leave::AsIs),
+            Err(e) => {
+                let clear = Leave::Clear {
+                    known: None,
+                    canary: None,
+                };
+                return (Err(e.into()), clear);
+            }
+        };
+        if let Err(e) = left {
+            let leave = match known {
+                Some(known) => Leave::Clear {
+                    known: Some(known),
+                    canary: None,
+                },
+                None => Leave::AsIs,
             };
-            return (Err(e.into()), clear);
+            return (Err(e.into()), leave);
+        }
+        match known {
+            Some(known) => break (known, checked, leased),
+            // The guess was wrong: read the data.
+            None => continue,
         }
     };
     if let Err(interrupt) = checked {

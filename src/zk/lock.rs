@@ -10,7 +10,7 @@
 //! [`crate::zk::semaphore`]) names its contender `<uuid4 hex>zkd__lock__<sequence>` (kazoo
 //! orders contenders by the sequence alone) and, while it waits, watches its own node too.
 
-use zookeeper_client::{Acls, CreateMode, Stat};
+use zookeeper_client::{Acls, CreateMode, EventType, Stat};
 
 use super::{call, call_retrying, join, open_persistent, Client, ZkError, LOSS_RETRIES};
 
@@ -43,6 +43,65 @@ pub struct Held {
     pub listed: Option<Vec<String>>,
     /// Whether a lease was passed to our contender ([`Extra::baton`]).
     pub passed: Passed,
+    /// With [`Extra::quick`], when the lock became ours without a list: the data and stat of
+    /// the node the taker asked to read, as read with the last list, while the contender
+    /// just before ours held the lock (it may have written them since). `read` is then
+    /// `None`, and `beside` is that list's.
+    pub read_before: Option<Box<(Vec<u8>, Stat)>>,
+    /// Our contenders in the other queues we waited in, their deletes sent and not yet
+    /// answered ([`Leaving::finish`]).
+    pub leaving: Leaving,
+}
+
+/// Our contenders in queues we leave, their deletes sent (so that the requests made next
+/// share their round trip) and their answers awaited by [`Leaving::finish`]. Dropped
+/// unfinished, the deletes still reach the server unless the connection is lost (then the
+/// contender is found again as a leftover of this session, and removed).
+#[derive(Default)]
+pub struct Leaving {
+    /// In a mutex only so that a `Held` can be shared (`Sync`); never locked twice.
+    sent: Vec<(String, std::sync::Mutex<LeavingAnswer>)>,
+}
+
+type LeavingAnswer = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(), zookeeper_client::Error>> + Send>,
+>;
+
+impl std::fmt::Debug for Leaving {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<&str> = self.sent.iter().map(|(node, _)| node.as_str()).collect();
+        f.debug_struct("Leaving").field("nodes", &nodes).finish()
+    }
+}
+
+impl Leaving {
+    /// Sends the deletes of `nodes` now.
+    fn send<'n>(client: &Client, nodes: impl Iterator<Item = &'n String>) -> Self {
+        let sent = nodes
+            .map(|node| {
+                let answer: LeavingAnswer = Box::pin(client.delete(node, None));
+                (node.clone(), std::sync::Mutex::new(answer))
+            })
+            .collect();
+        Leaving { sent }
+    }
+
+    /// Awaits the answers (a delete the connection lost is sent again; a contender already
+    /// gone is left).
+    pub async fn finish(self, client: &Client) -> Result<(), ZkError> {
+        for (node, answer) in self.sent {
+            let answer = answer.into_inner().unwrap_or_else(|e| e.into_inner());
+            match call("delete", &node, answer).await {
+                Ok(()) => {}
+                Err(e) if e.is_no_node() => {}
+                Err(e) if e.is_connection_loss() || e.is_timeout() => {
+                    delete_own(client, &node).await?
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Whether a contender of a semaphore's guard was passed a lease by the guard's holder (see
@@ -64,7 +123,9 @@ impl Held {
     /// Deletes our contender node (again after a connection loss: a delete that went
     /// through answers `NoNode` the second time).
     pub async fn release(self, client: &Client) -> Result<(), ZkError> {
-        delete_own(client, &self.node).await
+        let (left, released) =
+            futures::join!(self.leaving.finish(client), delete_own(client, &self.node));
+        left.and(released)
     }
 }
 
@@ -250,7 +311,7 @@ pub async fn try_lock_beside(
     let extra = Extra {
         read: Some(path),
         beside,
-        baton: false,
+        ..Extra::default()
     };
     let Created { node, found } = create_listing(client, path, identifier, extra).await?;
     if let Some(found) = found {
@@ -260,6 +321,8 @@ pub async fn try_lock_beside(
                 read: found.read,
                 beside: found.beside,
                 listed: Some(found.names),
+                read_before: None,
+                leaving: Leaving::default(),
                 passed: Passed::Unknown,
             }));
         }
@@ -287,6 +350,12 @@ pub struct Extra<'a> {
     /// The contender is named with [`BATON_MARKER`] and watches its own node while it waits:
     /// a write of it by the guard's holder passes it a lease ([`Passed::Yes`]).
     pub baton: bool,
+    /// A waiter whose predecessor was the first contender at the last list (the holder)
+    /// takes the lock when that contender goes away, without listing again: no contender
+    /// older than ours can appear, so ours is the first ([`Held::read_before`]). Not for a
+    /// taker that needs the list or the reads to be fresh (the semaphore's guard, which
+    /// counts the leases under it), nor with `baton`.
+    pub quick: bool,
 }
 
 /// One list of the contenders and what was read with it ([`Extra`]); the reads are given
@@ -544,17 +613,20 @@ where
                 found[i] = Some(listed?);
             }
             let mut predecessors = Vec::with_capacity(places.len());
+            // Per place: whether its predecessor is the first contender (the holder).
+            let mut holder_next = Vec::with_capacity(places.len());
             for (i, now) in found.iter().enumerate() {
                 let names = now.as_ref().map(|f| f.names.as_slice()).unwrap_or_default();
-                let before = names
+                let older: Vec<(i64, &String)> = names
                     .iter()
                     .filter_map(|n| sequence_of(n).map(|s| (s, n)))
                     .filter(|(s, _)| *s < sequences[i])
-                    .max();
-                match before {
-                    None => return Ok(Some((i, passed_now(&mut own[i])))),
+                    .collect();
+                match older.iter().max() {
+                    None => return Ok(Some((i, passed_now(&mut own[i]), false))),
                     Some((_, predecessor)) => predecessors.push(join(places[i].0, predecessor)),
                 }
+                holder_next.push(older.len() == 1);
             }
             let now = tokio::time::Instant::now();
             let left = deadline.saturating_duration_since(now);
@@ -572,7 +644,7 @@ where
                 biased;
                 (i, passed) = own_event(&mut own) => {
                     if passed {
-                        return Ok(Some((i, Passed::Yes)));
+                        return Ok(Some((i, Passed::Yes, false)));
                     }
                     // Our own node went away or changed otherwise: look at the queue again.
                     found[i] = None;
@@ -583,7 +655,13 @@ where
             match woken {
                 // The contender before ours was passed a lease: it goes soon; watched again
                 // (not listed again: nothing before it changed).
-                Some((i, true)) if places[i].1.baton => {}
+                Some((i, EventType::NodeDataChanged)) if places[i].1.baton => {}
+                // The holder went away, and ours was next: no contender older than ours can
+                // have been created since the list that showed it (sequence numbers only
+                // grow), so ours is the first now.
+                Some((i, EventType::NodeDeleted)) if places[i].1.quick && holder_next[i] => {
+                    return Ok(Some((i, passed_now(&mut own[i]), true)));
+                }
                 Some((i, _)) => found[i] = None,
                 None if tokio::time::Instant::now() >= deadline => return Ok(None),
                 None => {
@@ -609,15 +687,22 @@ where
     .await;
     drop(own);
     match waited {
-        Ok(Some((i, passed))) => {
-            leave_queues(client, &nodes, Some(i)).await?;
+        Ok(Some((i, passed, quick))) => {
+            // The other queues are left in the round trip of the holder's next requests.
+            let others = nodes.iter().enumerate().filter(|&(j, _)| j != i);
+            let leaving = Leaving::send(client, others.map(|(_, node)| node));
             // Found first by a list, or passed a lease while waiting (then with what the
-            // last list read).
+            // last list read), or next to a holder that went away (`quick`).
             let last = found[i].take();
             let node = nodes.swap_remove(i);
             let (read, beside, listed) = match last {
                 Some(f) => (f.read, f.beside, Some(f.names)),
                 None => (None, None, None),
+            };
+            let (read, read_before) = if quick {
+                (None, read.map(Box::new))
+            } else {
+                (read, None)
             };
             Ok(Some((
                 i,
@@ -625,8 +710,10 @@ where
                     node,
                     read,
                     beside,
-                    listed: listed.filter(|_| passed != Passed::Yes),
+                    listed: listed.filter(|_| passed != Passed::Yes && !quick),
                     passed,
+                    read_before,
+                    leaving,
                 },
             )))
         }
@@ -776,6 +863,8 @@ async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkEr
                 beside: None,
                 listed: Some(names),
                 passed: Passed::Unknown,
+                read_before: None,
+                leaving: Leaving::default(),
             }));
         }
         let Some((sequence, lowest)) = names
@@ -858,13 +947,13 @@ pub async fn wait_for_any(
         .map(|(i, _)| i))
 }
 
-/// [`wait_for_any`], also saying whether the node only changed (its data written: `true`)
-/// rather than went away.
+/// [`wait_for_any`], also saying what happened to the node: `NodeDeleted` (also when it was
+/// gone before it was watched), `NodeDataChanged`, or another event of the session.
 async fn wait_for_any_event(
     client: &Client,
     nodes: &[String],
     limit: std::time::Duration,
-) -> Result<Option<(usize, bool)>, ZkError> {
+) -> Result<Option<(usize, EventType)>, ZkError> {
     // Every watch is set in the same round trip.
     let set = futures::future::join_all(
         nodes
@@ -875,13 +964,10 @@ async fn wait_for_any_event(
     let mut watches = Vec::new();
     for (i, watched) in set.into_iter().enumerate() {
         match watched? {
-            (None, _) => return Ok(Some((i, false))),
+            (None, _) => return Ok(Some((i, EventType::NodeDeleted))),
             (Some(_), watcher) => watches.push(Box::pin(async move {
                 let event = watcher.changed().await;
-                (
-                    i,
-                    event.event_type == zookeeper_client::EventType::NodeDataChanged,
-                )
+                (i, event.event_type)
             })),
         }
     }

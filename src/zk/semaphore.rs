@@ -240,6 +240,7 @@ fn under_guard_reads(path: &str, baton: bool) -> Extra<'_> {
         read: Some(path),
         beside: Some(path),
         baton,
+        quick: false,
     }
 }
 

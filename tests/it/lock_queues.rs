@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use zkdeployment::zk::lock::{acquire_queued_any, try_lock, Extra, Held, TryLock};
 use zkdeployment::zk::Client;
+use zookeeper_client::{Acls, CreateMode};
 
 /// The identifiers of the contenders of the lock at `path`, in queue order.
 async fn queue(client: &Client, path: &str) -> Vec<String> {
@@ -74,8 +75,13 @@ async fn a_host_waits_in_every_queue_takes_the_first_freed_and_leaves_the_others
         .await
         .expect("W took a lock")
         .unwrap();
-    let (index, w_held) = got.expect("W took a lock before its limit");
+    let (index, mut w_held) = got.expect("W took a lock before its limit");
     assert_eq!(index, 1, "W took x, which was never freed");
+    // Its other contender's delete was sent; its answer is the holder's to await.
+    std::mem::take(&mut w_held.leaving)
+        .finish(&w_client)
+        .await
+        .unwrap();
     assert_eq!(queue(&holder, x).await, ["hx"], "W is still queued for x");
     assert_eq!(queue(&holder, y).await, ["w", "v"]);
     assert!(!v.is_finished(), "V took y while W held it");
@@ -89,6 +95,55 @@ async fn a_host_waits_in_every_queue_takes_the_first_freed_and_leaves_the_others
     assert_eq!(got.expect("V took y before its limit").0, 0);
     assert_eq!(queue(&holder, y).await, ["v"]);
     held_x.release(&holder).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_quick_waiter_takes_the_lock_when_the_holder_goes_not_when_a_waiter_does() {
+    let conn = support::chroot("lock-queues-quick").await;
+    let x = "/agent-locks/x";
+    let holder = support::connect(&conn).await;
+    let held = take(&holder, x, "hx").await;
+    holder.set_data(x, b"the lock's data", None).await.unwrap();
+    // B queues behind the holder, then C (quick) behind B.
+    let b_client = support::connect(&conn).await;
+    let prefix = format!("{x}/0123456789abcdef__lock__");
+    let (_, sequence) = b_client
+        .create(
+            &prefix,
+            b"b",
+            &CreateMode::EphemeralSequential.with_acls(Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let b_node = format!("{prefix}{sequence}");
+    let c_client = support::connect(&conn).await;
+    let c = tokio::spawn(async move {
+        let extra = Extra {
+            read: Some(x),
+            quick: true,
+            ..Extra::default()
+        };
+        let got = acquire_queued_any(&c_client, &[(x, extra)], "c", Duration::from_secs(60)).await;
+        (c_client, got.unwrap())
+    });
+    wait_queue(&holder, x, &["hx", "b", "c"]).await;
+    // B leaves without ever holding the lock: C, now next to the holder, still waits.
+    b_client.delete(&b_node, None).await.unwrap();
+    wait_queue(&holder, x, &["hx", "c"]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!c.is_finished(), "C took the lock while hx held it");
+    // The holder goes: C takes the lock without listing the queue again, with the lock's
+    // data as read while hx held it.
+    held.release(&holder).await.unwrap();
+    let (_c_client, got) = tokio::time::timeout(Duration::from_secs(30), c)
+        .await
+        .expect("C took the lock")
+        .unwrap();
+    let (_, c_held) = got.expect("C took the lock before its limit");
+    assert!(c_held.read.is_none(), "{c_held:?}");
+    let (data, _) = &**c_held.read_before.as_ref().expect("the data read before");
+    assert_eq!(data, b"the lock's data");
+    assert_eq!(queue(&holder, x).await, ["c"]);
 }
 
 #[tokio::test]

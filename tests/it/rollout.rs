@@ -578,6 +578,61 @@ async fn a_lease_holder_killed_mid_step_makes_the_next_holder_halt_naming_it() {
 }
 
 #[tokio::test]
+async fn a_lock_holder_killed_mid_step_makes_the_host_waiting_next_halt_naming_it() {
+    // K = 1: h2 waits in the node lock's queue, right behind h1, when h1 dies mid-step. h2
+    // takes the lock when h1's contender goes, without listing the queue again; its guess of
+    // the lock node's data (h1's record cleared) is wrong, so it reads the data, finds h1's
+    // record and halts, and never runs its script.
+    let hosts = fleet("rollout-lock-killed", 2).await;
+    let (h1, h2) = (&hosts[0], &hosts[1]);
+    h1.tree(&tree("", &["h1", "h2"]), v("r1")).await;
+    let times = h1.scratch("times.txt");
+    let tp = times.display().to_string();
+    let mut first = h1.spawn(
+        "deploy",
+        &[],
+        &[("ZK_TEST_SLEEP", "60"), ("ZK_TEST_TIMES", &tp)],
+    );
+    wait_for("h1 deploying /acme/a", LIMIT, || {
+        (!lines(&times).is_empty()).then_some(())
+    })
+    .await;
+    let record = data(h1, "/agent-locks/acme,a").await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&record).contains("\"in-flight\""),
+        "{}",
+        String::from_utf8_lossy(&record)
+    );
+    let mut next = h2.spawn("deploy", &[], &[("ZK_TEST_TIMES", &tp)]);
+    wait_for("h2 to wait in the lock's queue", LIMIT, || {
+        h2.status_text()
+            .starts_with("waiting for node locks")
+            .then_some(())
+    })
+    .await;
+    wait_for_async("h2's contender behind h1's", LIMIT, || async {
+        (children(h1, "/agent-locks/acme,a").await.len() == 2).then_some(())
+    })
+    .await;
+    first.kill_tree().await;
+    assert_eq!(next.wait(LIMIT).await, 1, "{}", next.output());
+    let cluster = h1.hosts().await;
+    assert_eq!(cluster["version"], Value::Null);
+    assert_eq!(cluster["halt"]["host"], json!("h2"));
+    let error = cluster["halt"]["error"].as_str().unwrap();
+    for part in [
+        "h1.example.com (h1)",
+        "/acme/a 0",
+        "version r1",
+        "in-flight record left in /agent-locks/acme,a",
+    ] {
+        assert!(error.contains(part), "{part:?} not in {error:?}");
+    }
+    // h2 never ran its script.
+    assert_eq!(lines(&times).len(), 1, "{:?}", lines(&times));
+}
+
+#[tokio::test]
 async fn a_record_an_older_agent_left_in_the_guard_still_halts_the_next_holder() {
     // Earlier agents kept their leases' in-flight records in the guard's data: one whose
     // lease is gone (its holder died) halts the next holder, as a record node does.
