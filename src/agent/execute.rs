@@ -367,7 +367,9 @@ impl Agent {
         let value = inventory.to_value();
         let file = self.run_dir.status_path().with_file_name(inventory::FILE);
         let bytes = serde_json::to_vec(&value).expect("serialisable");
-        if let Err(e) = crate::files::write_atomic(&file, &bytes) {
+        // Not synced: advice for `plan`, published again from here by a restarted agent; a
+        // crash that loses it loses nothing the next pass does not write again.
+        if let Err(e) = crate::files::write_replacing(&file, &bytes, false) {
             tracing::warn!("cannot write the inventory: {e}");
         }
         Some(value)

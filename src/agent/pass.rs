@@ -126,7 +126,7 @@ impl<'a> Pass<'a> {
             error,
             discovery: self.discovery,
         };
-        if let Err(e) = self.agent.run_dir.write_report(&report) {
+        if let Err(e) = self.agent.run_dir.write_report_draft(&report) {
             tracing::warn!("cannot write the pass report: {e}");
         }
         self.status_with(text, inventory).await;

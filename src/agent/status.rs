@@ -212,12 +212,25 @@ impl RunDir {
         self.status_path().exists()
     }
 
-    /// Writes `last-pass.json`.
+    /// Writes `last-pass.json`, durably.
     pub fn write_report(&self, report: &Report) -> std::io::Result<()> {
-        let mut text = serde_json::to_vec_pretty(report).expect("a report serialises");
-        text.push(b'\n');
-        write_atomic(&self.report_path(), &text)
+        write_atomic(&self.report_path(), &report_text(report))
     }
+
+    /// Writes `last-pass.json` without syncing it: the report so far, written before the
+    /// pass's final status (so that whoever sees that status finds the report), which the
+    /// executor writes again, durably, once the pass has ended. A crash in between loses it
+    /// with the status file, which is never synced either.
+    pub fn write_report_draft(&self, report: &Report) -> std::io::Result<()> {
+        write_replacing(&self.report_path(), &report_text(report), false)
+    }
+}
+
+/// `last-pass.json`'s text: the report as indented JSON, with a final newline.
+fn report_text(report: &Report) -> Vec<u8> {
+    let mut text = serde_json::to_vec_pretty(report).expect("a report serialises");
+    text.push(b'\n');
+    text
 }
 
 #[cfg(test)]
