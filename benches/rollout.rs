@@ -103,13 +103,19 @@ fn start_agent(conn: &str, id: &str, times: &Path, sleep: f64) -> Agent {
     .unwrap();
     let log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
     let bin = std::env::var_os("ZKD_BENCH_BIN").map_or_else(support::bin, PathBuf::from);
-    // The environment a systemd service starts with (the unit in `systemd/` sets none), not
-    // cargo's: cargo adds `LD_LIBRARY_PATH` with ten build directories, which every deploy
-    // script's bash and `sleep` would search for their libraries (0.3 ms per script start
-    // here).
-    let child = tokio::process::Command::new(bin)
+    // The environment a systemd service starts with (the unit in `systemd/` sets none; the
+    // system's locale, here the bench's own), not cargo's: cargo adds `LD_LIBRARY_PATH` with
+    // ten build directories, which every deploy script's bash and `sleep` would search for
+    // their libraries (0.3 ms per script start here).
+    let mut command = tokio::process::Command::new(bin);
+    command.env_clear();
+    for locale in ["LANG", "LC_ALL"] {
+        if let Some(value) = std::env::var_os(locale) {
+            command.env(locale, value);
+        }
+    }
+    let child = command
         .args(["agent", cfg.to_str().unwrap()])
-        .env_clear()
         .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin")
         .env("ZKDEPLOYMENT_LOG", "info")
         .stdout(std::process::Stdio::null())

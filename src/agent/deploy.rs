@@ -305,7 +305,17 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                         .await?;
                         waiting = shown.into_inner().expect("waiting status");
                         if let Some((i, held)) = got {
-                            match cross_busy_for_lock(&agent.client, &pending[i], &held).await? {
+                            let busy = cross_busy_for_lock(&agent.client, &pending[i], &held).await;
+                            let busy = match busy {
+                                Ok(busy) => busy,
+                                Err(e) => {
+                                    // Best effort (also the other queues' deletes): the
+                                    // error is the session's, most likely.
+                                    let _ = held.release(&agent.client).await;
+                                    return Err(e.into());
+                                }
+                            };
+                            match busy {
                                 // The next round watches the leases.
                                 Some(_) => held.release(&agent.client).await?,
                                 None => {
@@ -582,8 +592,9 @@ async fn deploy_locked<'a>(
         }
         (None, None) => LockData::Unknown,
     };
-    let leaving = std::mem::take(&mut held.leaving);
-    let (result, leave) = locked(pass, node, read, canary, leaving).await;
+    // The answers to the deletes that left other queues are awaited with the step's first
+    // requests, or (after an early return) with the release.
+    let (result, leave) = locked(pass, node, read, canary, &mut held.leaving).await;
     let agent = pass.agent;
     let releasing = leave_lock(&agent.client, node.lock, held, leave, &agent.host.id);
     if result.is_ok() {
@@ -600,11 +611,14 @@ async fn deploy_locked<'a>(
 enum Leave {
     /// Nothing written (nothing of ours is there, or a failed halt left the record).
     AsIs,
-    /// Our in-flight record removed (and, for a canary that succeeded, this host counted),
-    /// written with the release in one transaction when the data we last wrote is known.
+    /// The in-flight record `record` removed (ours, or that of a dead holder we halted for),
+    /// and, for a canary that succeeded, this host counted: written with the release in one
+    /// transaction when the data we last wrote is known, else read, changed and written
+    /// (then only if the record there is still `record`: never another holder's).
     Clear {
         known: Option<(crate::tree::Props, i32)>,
         canary: Option<String>,
+        record: Value,
     },
 }
 
@@ -641,11 +655,20 @@ fn guess_after_holder(
     }
 }
 
+/// What became of our in-flight record's write.
+enum Written {
+    /// Written: the lock node's data and version now.
+    Yes((crate::tree::Props, i32)),
+    /// A guess, and the data had another version: nothing written.
+    Wrong,
+    /// A guess, and the answer was lost: written or not (a record of ours found in the data
+    /// read next is ours).
+    Unknown,
+}
+
 /// Writes our in-flight record into the lock node's data `props` at `version`: with
 /// [`update_props_known`], or, when `props` and `version` are a guess
-/// ([`guess_after_holder`]), guarded by that version alone, and `None` when the guess was
-/// wrong (or not known to be right: the data is read then, and a record of ours found in
-/// it is ours).
+/// ([`guess_after_holder`]), guarded by that version alone.
 async fn write_record(
     client: &Client,
     lock: &str,
@@ -653,32 +676,24 @@ async fn write_record(
     version: i32,
     guess: bool,
     record: &Value,
-) -> Result<Option<(crate::tree::Props, i32)>, ZkError> {
+) -> Result<Written, ZkError> {
     let insert = |p: &mut crate::tree::Props| {
         p.insert("in-flight".into(), record.clone());
     };
     if !guess {
         return update_props_known(client, lock, props, version, insert)
             .await
-            .map(Some);
+            .map(Written::Yes);
     }
     let mut new = props.clone();
     insert(&mut new);
-    match call(
-        "set",
-        lock,
-        client.set_data(lock, &encode(&new), Some(version)),
-    )
-    .await
-    {
-        Ok(stat) => Ok(Some((new, stat.version))),
-        Err(e)
-            if e.is_connection_loss()
-                || e.is_timeout()
-                || matches!(e.source_error(), Some(zookeeper_client::Error::BadVersion)) =>
-        {
-            Ok(None)
+    let set = client.set_data(lock, &encode(&new), Some(version));
+    match call("set", lock, set).await {
+        Ok(stat) => Ok(Written::Yes((new, stat.version))),
+        Err(e) if matches!(e.source_error(), Some(zookeeper_client::Error::BadVersion)) => {
+            Ok(Written::Wrong)
         }
+        Err(e) if e.is_connection_loss() || e.is_timeout() => Ok(Written::Unknown),
         Err(e) => Err(e),
     }
 }
@@ -689,7 +704,7 @@ async fn locked(
     node: &NodeLocked<'_>,
     read: LockData,
     canary: Option<String>,
-    leaving: Leaving,
+    leaving: &mut Leaving,
 ) -> (Result<(), Interrupt>, Leave) {
     let agent = pass.agent;
     let (step, lock) = (node.step, node.lock);
@@ -698,10 +713,18 @@ async fn locked(
             && rec.get("pid").and_then(Value::as_u64) == Some(u64::from(std::process::id()))
     };
     let record = in_flight_record(pass, node.path, node.n);
+    let ours = |known| Leave::Clear {
+        known,
+        canary: None,
+        record: record.clone(),
+    };
     let label = step.status_text().unwrap_or_default();
     let sem = semaphore_path(node.path);
+    let quick = matches!(read, LockData::Before(..));
     let mut read = read;
-    let mut leaving = Some(leaving);
+    // Whether the session may have reconnected to a server behind the holder's release.
+    let mut lost = false;
+    let mut left_error = None;
     // Twice at most: again with the data read when a guess was wrong.
     let (known, checked, leased) = loop {
         let guessed = match &read {
@@ -712,6 +735,7 @@ async fn locked(
         let got = match (guessed, std::mem::replace(&mut read, LockData::Unknown)) {
             (Some(guess), _) => Ok(guess),
             (None, LockData::Fresh(data, stat)) => Ok((decode(&data), stat.version)),
+            (None, _) if quick => read_after_quick_take(&agent.client, lock, lost).await,
             (None, _) => call_retrying("get", lock, || agent.client.get_data(lock))
                 .await
                 .map(|(data, stat)| (decode(&data), stat.version)),
@@ -723,14 +747,13 @@ async fn locked(
         if let Some(Value::Object(rec)) = lock_props.get("in-flight") {
             if !is_ours(rec) {
                 let message = died_in_flight(rec, lock);
+                let dead = Leave::Clear {
+                    known: None,
+                    canary: None,
+                    record: Value::Object(rec.clone()),
+                };
                 return match halt_for_dead_holder(pass, message).await {
-                    Ok(interrupt) => (
-                        Err(interrupt),
-                        Leave::Clear {
-                            known: None,
-                            canary: None,
-                        },
-                    ),
+                    Ok(interrupt) => (Err(interrupt), dead),
                     Err(e) => (Err(e.into()), Leave::AsIs),
                 };
             }
@@ -745,48 +768,31 @@ async fn locked(
             pass.status(&label),
             write_record(&agent.client, lock, &lock_props, version, guess, &record),
             suspected_lease_records(&agent.client, &sem, None),
-            async {
-                match leaving.take() {
-                    Some(leaving) => leaving.finish(&agent.client).await,
-                    None => Ok(()),
-                }
-            },
+            std::mem::take(leaving).finish(&agent.client),
         );
-        // Without our record known to be written after a guess, the data may hold the
-        // record of a holder that died: it stays, for the next holder to report.
-        let known = match written {
-            Ok(known) => known,
-            Err(e) if guess => return (Err(e.into()), Leave::AsIs),
-            Err(e) => {
-                let clear = Leave::Clear {
-                    known: None,
-                    canary: None,
-                };
-                return (Err(e.into()), clear);
-            }
-        };
         if let Err(e) = left {
-            let leave = match known {
-                Some(known) => Leave::Clear {
-                    known: Some(known),
-                    canary: None,
-                },
-                None => Leave::AsIs,
-            };
-            return (Err(e.into()), leave);
+            left_error.get_or_insert(e);
         }
-        match known {
-            Some(known) => break (known, checked, leased),
+        match written {
+            Ok(Written::Yes(known)) => break (known, checked, leased),
             // The guess was wrong: read the data.
-            None => continue,
+            Ok(Written::Wrong) => continue,
+            // Not known: read the data, from a server synced first.
+            Ok(Written::Unknown) => {
+                lost = true;
+                continue;
+            }
+            // Without our record known to be written after a guess, the data may hold the
+            // record of a holder that died: it stays, for the next holder to report.
+            Err(e) if guess => return (Err(e.into()), Leave::AsIs),
+            Err(e) => return (Err(e.into()), ours(None)),
         }
     };
+    if let Some(e) = left_error {
+        return (Err(e.into()), ours(Some(known)));
+    }
     if let Err(interrupt) = checked {
-        let clear = Leave::Clear {
-            known: Some(known),
-            canary: None,
-        };
-        return (Err(interrupt), clear);
+        return (Err(interrupt), ours(Some(known)));
     }
     let dead = match leased {
         Ok(false) => Ok(None),
@@ -797,22 +803,12 @@ async fn locked(
         Ok(None) => {}
         Ok(Some(message)) => {
             // Our own record goes with the release, halted or not.
-            let clear = Leave::Clear {
-                known: Some(known),
-                canary: None,
-            };
             return match halt_for_dead_holder(pass, message).await {
-                Ok(interrupt) => (Err(interrupt), clear),
-                Err(e) => (Err(e.into()), clear),
+                Ok(interrupt) => (Err(interrupt), ours(Some(known))),
+                Err(e) => (Err(e.into()), ours(Some(known))),
             };
         }
-        Err(e) => {
-            let clear = Leave::Clear {
-                known: Some(known),
-                canary: None,
-            };
-            return (Err(e.into()), clear);
-        }
+        Err(e) => return (Err(e.into()), ours(Some(known))),
     }
     let result = match execute_halting(pass, step).await {
         Ok(result) => result,
@@ -826,8 +822,31 @@ async fn locked(
         Leave::Clear {
             known: Some(known),
             canary,
+            record,
         },
     )
+}
+
+/// The lock node's data and version, read after a quick take ([`LockData::Before`]): from
+/// the server that told us the holder went (it has applied the holder's release), or, after
+/// a connection loss (`lost`, or on this read), from a server synced first: this session has
+/// seen no answer since its last list, so a server it reconnects to may not have applied the
+/// release yet.
+async fn read_after_quick_take(
+    client: &Client,
+    lock: &str,
+    lost: bool,
+) -> Result<(crate::tree::Props, i32), ZkError> {
+    if !lost {
+        match call("get", lock, client.get_data(lock)).await {
+            Ok((data, stat)) => return Ok((decode(&data), stat.version)),
+            Err(e) if e.is_connection_loss() || e.is_timeout() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    call_retrying("sync", lock, || client.sync(lock)).await?;
+    let (data, stat) = call_retrying("get", lock, || client.get_data(lock)).await?;
+    Ok((decode(&data), stat.version))
 }
 
 /// Lets the lock go, writing what `leave` says into the lock node first. When the data we
@@ -842,7 +861,12 @@ fn leave_lock<'a>(
     host_id: &'a str,
 ) -> Releasing<'a> {
     let lock = lock.to_string();
-    let Leave::Clear { known, canary } = leave else {
+    let Leave::Clear {
+        known,
+        canary,
+        record,
+    } = leave
+    else {
         return Box::pin(async move { held.release(client).await });
     };
     let sent = known.map(|(mut props, version)| {
@@ -852,10 +876,10 @@ fn leave_lock<'a>(
     Box::pin(async move {
         if let Some(answer) = sent {
             if answer?.await? {
-                return Ok(());
+                return held.leaving.finish(client).await;
             }
         }
-        finish_release(client, &lock, held, canary.as_deref(), host_id).await
+        finish_release(client, &lock, held, &record, canary.as_deref(), host_id).await
     })
 }
 
@@ -874,10 +898,16 @@ async fn finish_release(
     client: &Client,
     lock: &str,
     held: Held,
+    record: &Value,
     canary: Option<&str>,
     host_id: &str,
 ) -> Result<(), ZkError> {
-    update_props(client, lock, |p| clear_record(p, canary, host_id)).await?;
+    update_props(client, lock, |p| {
+        if p.get("in-flight") == Some(record) {
+            clear_record(p, canary, host_id);
+        }
+    })
+    .await?;
     held.release(client).await
 }
 

@@ -628,8 +628,15 @@ async fn a_lock_holder_killed_mid_step_makes_the_host_waiting_next_halt_naming_i
     ] {
         assert!(error.contains(part), "{part:?} not in {error:?}");
     }
-    // h2 never ran its script.
+    // h2 never ran its script; the dead record is cleared (the release clears only the
+    // record it found).
     assert_eq!(lines(&times).len(), 1, "{:?}", lines(&times));
+    let lock = data(h1, "/agent-locks/acme,a").await.unwrap_or_default();
+    assert!(
+        !String::from_utf8_lossy(&lock).contains("in-flight"),
+        "{}",
+        String::from_utf8_lossy(&lock)
+    );
 }
 
 #[tokio::test]
