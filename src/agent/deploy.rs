@@ -640,9 +640,9 @@ enum LockData {
 /// clears that). So the guess is the read without the record, at the next version. Our
 /// record is then written guarded by that version: when the guess is wrong (the holder died
 /// and left its record, or anything else wrote), the write fails and the data is read
-/// again. A canary count the last holder added with its release (a host of an older
-/// version, with a canary phase) is lost by a right guess: its version needs one canary
-/// more, never one less.
+/// again. A canary count the last holder added with its release (deploying under another
+/// plan: another version, `max-parallel` or view of a mixed fleet) is lost by a right guess:
+/// its version needs one canary more, never one less.
 fn guess_after_holder(
     data: &[u8],
     stat: &zookeeper_client::Stat,
