@@ -6,6 +6,11 @@
 //! [`try_lock`] never blocks (kazoo's `acquire(blocking=False)`): it enters, and leaves again at
 //! once if it is not first, reporting the current holder.
 //!
+//! A waiter in a queue watches the contender just before its own. With [`Extra::quick`], a
+//! waiter whose predecessor was the first contender at its last list (the holder) takes the
+//! lock as soon as that contender goes, without listing again: no contender older than its
+//! own can have appeared since (sequence numbers only grow).
+//!
 //! A taker of a semaphore's guard that may be passed a lease ([`Extra::baton`], see
 //! [`crate::zk::semaphore`]) names its contender `<uuid4 hex>zkd__lock__<sequence>` (kazoo
 //! orders contenders by the sequence alone) and, while it waits, watches its own node too.
