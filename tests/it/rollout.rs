@@ -520,15 +520,17 @@ async fn a_change_of_max_parallel_between_versions_needs_no_operator() {
     }
 }
 
-#[tokio::test]
-async fn a_lease_holder_killed_mid_step_makes_the_next_holder_halt_naming_it() {
-    let hosts = fleet("rollout-killed", 2).await;
-    let (h1, h2) = (&hosts[0], &hosts[1]);
-    h1.tree(&tree("max-parallel = 2", &["h1", "h2"]), v("r1"))
-        .await;
+/// Syncs the tree (`/acme/a` with `props`, deployed to h1 and h2) and starts `h1` deploying
+/// it with a script that sleeps a minute; returns once the script has started, with the
+/// agent and the scripts' times file.
+async fn h1_deploying_for_a_minute(
+    h1: &TestHost,
+    props: &str,
+) -> (support::agent::Spawned, std::path::PathBuf) {
+    h1.tree(&tree(props, &["h1", "h2"]), v("r1")).await;
     let times = h1.scratch("times.txt");
     let tp = times.display().to_string();
-    let mut agent = h1.spawn(
+    let agent = h1.spawn(
         "deploy",
         &[],
         &[("ZK_TEST_SLEEP", "60"), ("ZK_TEST_TIMES", &tp)],
@@ -537,6 +539,15 @@ async fn a_lease_holder_killed_mid_step_makes_the_next_holder_halt_naming_it() {
         (!lines(&times).is_empty()).then_some(())
     })
     .await;
+    (agent, times)
+}
+
+#[tokio::test]
+async fn a_lease_holder_killed_mid_step_makes_the_next_holder_halt_naming_it() {
+    let hosts = fleet("rollout-killed", 2).await;
+    let (h1, h2) = (&hosts[0], &hosts[1]);
+    let (mut agent, times) = h1_deploying_for_a_minute(h1, "max-parallel = 2").await;
+    let tp = times.display().to_string();
     // Its in-flight record is a node of its own, named as its lease.
     let leases = children(h1, "/agent-semaphores/acme,a").await;
     assert_eq!(
@@ -585,18 +596,8 @@ async fn a_lock_holder_killed_mid_step_makes_the_host_waiting_next_halt_naming_i
     // record and halts, and never runs its script.
     let hosts = fleet("rollout-lock-killed", 2).await;
     let (h1, h2) = (&hosts[0], &hosts[1]);
-    h1.tree(&tree("", &["h1", "h2"]), v("r1")).await;
-    let times = h1.scratch("times.txt");
+    let (mut first, times) = h1_deploying_for_a_minute(h1, "").await;
     let tp = times.display().to_string();
-    let mut first = h1.spawn(
-        "deploy",
-        &[],
-        &[("ZK_TEST_SLEEP", "60"), ("ZK_TEST_TIMES", &tp)],
-    );
-    wait_for("h1 deploying /acme/a", LIMIT, || {
-        (!lines(&times).is_empty()).then_some(())
-    })
-    .await;
     let record = data(h1, "/agent-locks/acme,a").await.unwrap();
     assert!(
         String::from_utf8_lossy(&record).contains("\"in-flight\""),
