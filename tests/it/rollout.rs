@@ -542,6 +542,18 @@ async fn h1_deploying_for_a_minute(
     (agent, times)
 }
 
+/// The cluster is halted by h2, its error naming h1's step of `/acme/a` at r1 and where the
+/// dead record was `left`.
+async fn assert_h2_halted_naming_h1(h1: &TestHost, left: &str) {
+    let cluster = h1.hosts().await;
+    assert_eq!(cluster["version"], Value::Null);
+    assert_eq!(cluster["halt"]["host"], json!("h2"));
+    let error = cluster["halt"]["error"].as_str().unwrap();
+    for part in ["h1.example.com (h1)", "/acme/a 0", "version r1", left] {
+        assert!(error.contains(part), "{part:?} not in {error:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_lease_holder_killed_mid_step_makes_the_next_holder_halt_naming_it() {
     let hosts = fleet("rollout-killed", 2).await;
@@ -565,21 +577,11 @@ async fn a_lease_holder_killed_mid_step_makes_the_next_holder_halt_naming_it() {
     .await;
     let run = h2.deploy_env(&[], &[("ZK_TEST_TIMES", &tp)]).await;
     run.assert_code(1);
-    let cluster = h1.hosts().await;
-    assert_eq!(cluster["version"], Value::Null);
-    assert_eq!(cluster["halt"]["host"], json!("h2"));
-    let error = cluster["halt"]["error"].as_str().unwrap();
-    for part in [
-        "h1.example.com (h1)",
-        "/acme/a 0",
-        "version r1",
-        &format!(
-            "in-flight record of lease {} left in /agent-semaphores/acme,a-__in-flight__",
-            leases[0]
-        ),
-    ] {
-        assert!(error.contains(part), "{part:?} not in {error:?}");
-    }
+    let left = format!(
+        "in-flight record of lease {} left in /agent-semaphores/acme,a-__in-flight__",
+        leases[0]
+    );
+    assert_h2_halted_naming_h1(h1, &left).await;
     // h2 never ran its script; the dead record is cleared.
     assert_eq!(lines(&times).len(), 1);
     assert_eq!(
@@ -617,18 +619,7 @@ async fn a_lock_holder_killed_mid_step_makes_the_host_waiting_next_halt_naming_i
     .await;
     first.kill_tree().await;
     assert_eq!(next.wait(LIMIT).await, 1, "{}", next.output());
-    let cluster = h1.hosts().await;
-    assert_eq!(cluster["version"], Value::Null);
-    assert_eq!(cluster["halt"]["host"], json!("h2"));
-    let error = cluster["halt"]["error"].as_str().unwrap();
-    for part in [
-        "h1.example.com (h1)",
-        "/acme/a 0",
-        "version r1",
-        "in-flight record left in /agent-locks/acme,a",
-    ] {
-        assert!(error.contains(part), "{part:?} not in {error:?}");
-    }
+    assert_h2_halted_naming_h1(h1, "in-flight record left in /agent-locks/acme,a").await;
     // h2 never ran its script; the dead record is cleared (the release clears only the
     // record it found).
     assert_eq!(lines(&times).len(), 1, "{:?}", lines(&times));
