@@ -13,7 +13,7 @@ use crate::tree::Props;
 
 /// The most node data this crate writes: ZooKeeper's default request limit (`jute.maxbuffer`,
 /// 1 MiB − 1) less room for the path and the request's framing. The tree parser refuses
-/// bigger nodes ([`crate::tree::parse`]), and imports check again before sending.
+/// bigger nodes ([`crate::tree::parse`](mod@crate::tree::parse)), and imports check again before sending.
 pub const MAX_NODE_DATA: usize = 1024 * 1024 - 4096;
 
 /// Decodes node data into properties.

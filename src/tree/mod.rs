@@ -1,5 +1,5 @@
 //! The zc.zk text tree format: an in-memory [`Node`] tree, the Python-literal property values
-//! ([`literal`]), the parser ([`parse`]) and the exporter ([`export`]). Pure code, no I/O.
+//! ([`literal`]), the parser ([`parse`](mod@parse)) and the exporter ([`export`]). Pure code, no I/O.
 //!
 //! A node's properties are kept exactly as they are stored in ZooKeeper: a JSON object whose
 //! keys ending in `" ->"` are symbolic links and keys ending in `" =>"` are property links, and

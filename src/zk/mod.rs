@@ -1,4 +1,4 @@
-//! The ZooKeeper side: connecting ([`connect`]), zc.zk's node encoding (from
+//! The ZooKeeper side: connecting ([`connect`](fn@connect)), zc.zk's node encoding (from
 //! [`crate::tree::encoding`]), where things live ([`paths`]), the guarded property update
 //! ([`update`]), reading subtrees with pipelined requests ([`snapshot`], [`multiread`]),
 //! symbolic and property links ([`links`]), importing a parsed tree as a minimal diff

@@ -1,4 +1,4 @@
-//! Closing sessions on the way out: every session [`super::connect`] opens is
+//! Closing sessions on the way out: every session [`super::connect`](fn@super::connect) opens is
 //! tracked here, and [`close_all`] waits (bounded) until each one is closed on the server.
 //!
 //! The client library sends `CloseSession` once the last clone of a client is dropped, but
