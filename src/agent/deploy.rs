@@ -22,7 +22,8 @@ use super::pass::Pass;
 use super::plan::{Lock, Rollout, Step};
 use super::rollout::{
     add_canary, canary_key, dead_lease_holder, deploy_leased, died_in_flight, execute_halting,
-    halt_for_dead_holder, halted, in_canary_phase, in_flight_record, suspected_lease_records,
+    halt_for_dead_holder, halted, in_canary_phase, in_flight_record, is_mine,
+    suspected_lease_records,
 };
 use crate::zk::encode;
 use crate::zk::lock::{
@@ -708,10 +709,7 @@ async fn locked(
 ) -> (Result<(), Interrupt>, Leave) {
     let agent = pass.agent;
     let (step, lock) = (node.step, node.lock);
-    let is_ours = |rec: &serde_json::Map<String, Value>| {
-        rec.get("host").and_then(Value::as_str) == Some(agent.host.id.as_str())
-            && rec.get("pid").and_then(Value::as_u64) == Some(u64::from(std::process::id()))
-    };
+    let is_ours = |rec: &serde_json::Map<String, Value>| is_mine(&agent.host.id, rec);
     let record = in_flight_record(pass, node.path, node.n);
     let ours = |known| Leave::Clear {
         known,

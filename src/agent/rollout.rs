@@ -435,9 +435,7 @@ async fn dead_lock_holder(pass: &Pass<'_>, lock: &str) -> Result<Option<String>,
         p.remove("in-flight");
     })
     .await?;
-    let mine = rec.get("host").and_then(Value::as_str) == Some(agent.host.id.as_str())
-        && rec.get("pid").and_then(Value::as_u64) == Some(u64::from(std::process::id()));
-    if mine {
+    if is_mine(&agent.host.id, &rec) {
         return Ok(None);
     }
     Ok(Some(died_in_flight(&rec, lock)))
@@ -507,7 +505,7 @@ pub(super) async fn dead_lease_holder(
             Err(e) if e.is_no_node() => {}
             other => other?,
         }
-        if is_mine(pass, &rec) {
+        if is_mine(&pass.agent.host.id, &rec) {
             continue;
         }
         return Ok(Some(died_with_record(
@@ -519,8 +517,8 @@ pub(super) async fn dead_lease_holder(
 }
 
 /// Whether an in-flight record was written by this very process.
-fn is_mine(pass: &Pass<'_>, rec: &serde_json::Map<String, Value>) -> bool {
-    rec.get("host").and_then(Value::as_str) == Some(pass.agent.host.id.as_str())
+pub(super) fn is_mine(host_id: &str, rec: &serde_json::Map<String, Value>) -> bool {
+    rec.get("host").and_then(Value::as_str) == Some(host_id)
         && rec.get("pid").and_then(Value::as_u64) == Some(u64::from(std::process::id()))
 }
 
@@ -557,7 +555,7 @@ async fn dead_in_guard(
             continue;
         };
         clear_lease_record(&agent.client, guard, key).await?;
-        if is_mine(pass, rec) {
+        if is_mine(&pass.agent.host.id, rec) {
             continue;
         }
         return Ok(Some(died_with_record(
