@@ -135,10 +135,16 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                     release.await?;
                 }
             }
+            // The last node pending waits in its semaphore guard's queue from the start.
+            let last = pending.len() == 1;
+            let began = std::cell::Cell::new(None);
             let entered = match ready.take() {
                 Some(entry) => Ok(entry),
-                None => enter(pass, node, &identifier).await,
+                None => enter(pass, node, &identifier, last.then_some(&began)).await,
             };
+            if let Some(since) = began.take() {
+                waited_since.get_or_insert(since);
+            }
             if let Some(release) = releasing.take() {
                 if let Err(e) = release.await {
                     if let Ok(entry) = entered {
@@ -265,6 +271,7 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                                     beside: Some(sem.as_str()),
                                     baton: false,
                                     quick: true,
+                                    watch_next: false,
                                 };
                                 (n.lock, extra)
                             })
@@ -365,11 +372,13 @@ struct NodeLocked<'p> {
 }
 
 /// Tries to enter a node: its node lock when K = 1 or while its canaries are not done,
-/// else a lease of its semaphore (K > 1). Never waits for another host.
+/// else a lease of its semaphore (K > 1). Never waits for another host, but for a lease
+/// when `waits` is given (the host's last node pending: see [`enter_semaphore`]).
 async fn enter(
     pass: &Pass<'_>,
     node: &NodeLocked<'_>,
     identifier: &str,
+    waits: Option<&std::cell::Cell<Option<Instant>>>,
 ) -> Result<Entry, Interrupt> {
     let client = &pass.agent.client;
     let lock = node.lock;
@@ -410,62 +419,100 @@ async fn enter(
                         }
                     } else {
                         held.release(client).await?;
-                        enter_semaphore(pass, node, identifier).await?
+                        enter_semaphore(pass, node, identifier, None).await?
                     }
                 }
                 TryLock::Acquired(held) => Entry::Lock { held, canary: None },
             },
         );
     }
-    enter_semaphore(pass, node, identifier).await
+    enter_semaphore(pass, node, identifier, waits).await
 }
 
 /// Tries to take a lease of the node's semaphore (K = its `parallel`).
+///
+/// With `waits` (the host's last node pending), the host queues in the semaphore guard's
+/// queue at once and waits there for a lease, up to [`LOCK_RECHECK`]: before it first waits,
+/// it says so in its status and checks the cluster (a halt, a stop or a new version ends the
+/// wait), and sets `waits` to when it began. A host that tried first and then queued took
+/// the guard twice: at a version bump, every host but the first K took it in turn only to
+/// find every lease taken, one after another.
 async fn enter_semaphore(
     pass: &Pass<'_>,
     node: &NodeLocked<'_>,
     identifier: &str,
+    waits: Option<&std::cell::Cell<Option<Instant>>>,
 ) -> Result<Entry, Interrupt> {
     let sem = semaphore_path(node.path);
     let client = &pass.agent.client;
     let record = lease_record(pass, node);
-    Ok(
-        match semaphore::try_acquire(
-            client,
-            &sem,
-            identifier,
-            node.rollout.parallel,
-            Some(node.lock),
-            Some(&record),
-        )
-        .await?
-        {
-            TryLease::Acquired(lease) => match cross_busy_for_lease(client, node, &lease).await? {
-                Some(busy) => {
-                    lease.release(client).await?;
-                    busy
-                }
-                None => Entry::Lease { lease },
-            },
-            TryLease::Full { holders } => {
-                let named: Vec<&str> = holders
-                    .iter()
-                    .map(|h| h.identifier.as_str())
-                    .filter(|i| !i.is_empty())
-                    .collect();
-                Entry::Busy {
-                    place: sem.clone(),
-                    who: if named.is_empty() {
-                        format!("{} lease holders", holders.len())
-                    } else {
-                        named.join(", ")
-                    },
-                    nodes: holders.into_iter().map(|h| h.node).collect(),
-                    cross: false,
+    let taker = semaphore::Taker {
+        path: &sem,
+        identifier,
+        max_leases: node.rollout.parallel,
+        beside: Some(node.lock),
+        record: Some(&record),
+    };
+    let holders = || format!("{} lease holders", node.rollout.parallel);
+    let tried = match waits {
+        Some(began) => {
+            let on_wait = || async {
+                began.set(Some(Instant::now()));
+                let text = waiting_status(&[format!("{} held by {}", node.path, holders())]);
+                let (checked, ()) = tokio::join!(pass.checkpoint(), pass.status(&text));
+                checked.is_ok()
+            };
+            match semaphore::acquire_waiting_with(client, &taker, LOCK_RECHECK, on_wait).await? {
+                Some(lease) => TryLease::Acquired(lease),
+                // Waited long enough, or the cluster said to stop: the caller checks.
+                None => {
+                    return Ok(Entry::Busy {
+                        place: sem.clone(),
+                        who: holders(),
+                        nodes: Vec::new(),
+                        cross: false,
+                    })
                 }
             }
+        }
+        None => {
+            semaphore::try_acquire(
+                client,
+                &sem,
+                identifier,
+                taker.max_leases,
+                taker.beside,
+                taker.record,
+            )
+            .await?
+        }
+    };
+    Ok(match tried {
+        TryLease::Acquired(lease) => match cross_busy_for_lease(client, node, &lease).await? {
+            Some(busy) => {
+                lease.release(client).await?;
+                busy
+            }
+            None => Entry::Lease { lease },
         },
-    )
+        TryLease::Full { holders } => {
+            let named: Vec<&str> = holders
+                .iter()
+                .map(|h| h.identifier.as_str())
+                .filter(|i| !i.is_empty())
+                .collect();
+            Entry::Busy {
+                place: sem.clone(),
+                who: if named.is_empty() {
+                    format!("{} lease holders", holders.len())
+                } else {
+                    named.join(", ")
+                },
+                nodes: holders.into_iter().map(|h| h.node).collect(),
+                cross: false,
+            }
+        }
+    })
 }
 
 /// The in-flight record created with a lease of the node's semaphore (its record node's

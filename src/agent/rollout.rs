@@ -321,7 +321,8 @@ async fn leased(
 
 /// Whether the semaphore `sem` keeps a record whose lease is gone (not `ours`): in the
 /// records' node, or (earlier agents) in the guard's data. Listed in one round trip,
-/// the records before the leases. (A record whose lease lives is its holder's business.)
+/// the records before and after the leases. (A record whose lease lives is its holder's
+/// business.)
 pub(super) async fn suspected_lease_records(
     client: &Client,
     sem: &str,
@@ -329,18 +330,23 @@ pub(super) async fn suspected_lease_records(
 ) -> Result<bool, ZkError> {
     let guard = semaphore::lock_path(sem);
     let records = semaphore::records_path(sem);
-    let (kept, legacy, live) = tokio::join!(
+    let (kept, legacy, live, still) = tokio::join!(
         list_or_empty(client, &records),
         lock_data(client, &guard),
         semaphore::leases(client, sem),
+        list_or_empty(client, &records),
     );
-    let (kept, legacy, live) = (kept?, legacy?, live?);
+    let (kept, legacy, live, still) = (kept?, legacy?, live?, still?);
     let gone = |k: &String| !live.contains(k) && Some(k.as_str()) != ours;
     let in_guard = match legacy.get("in-flight") {
         Some(Value::Object(m)) => m.keys().any(gone),
         _ => false,
     };
-    Ok(in_guard || kept.iter().any(gone))
+    // A record listed before the leases, its lease not among them, and the record listed
+    // again after them: a holder that gave its lease back took its record with it (in one
+    // transaction), so only a holder that died (or kept its record) leaves one. Without the
+    // second list, every lease given back between the first two lists was a suspect.
+    Ok(in_guard || kept.iter().any(|k| gone(k) && still.contains(k)))
 }
 
 /// Removes the in-flight record of lease `name` from the guard node's properties.

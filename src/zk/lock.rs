@@ -15,7 +15,7 @@
 //! [`crate::zk::semaphore`]) names its contender `<uuid4 hex>zkd__lock__<sequence>` (kazoo
 //! orders contenders by the sequence alone) and, while it waits, watches its own node too.
 
-use zookeeper_client::{Acls, CreateMode, EventType, Stat};
+use zookeeper_client::{Acls, CreateMode, EventType, OneshotWatcher, Stat};
 
 use super::{call, call_retrying, join, open_persistent, Client, ZkError, LOSS_RETRIES};
 
@@ -56,6 +56,9 @@ pub struct Held {
     /// Our contenders in the other queues we waited in, their deletes sent and not yet
     /// answered ([`Leaving::finish`]).
     pub leaving: Leaving,
+    /// With [`Extra::watch_next`]: the watch set by the list of `beside` that found us first
+    /// (then `beside` is that list's), if it set one.
+    pub beside_watch: Option<OneshotWatcher>,
 }
 
 /// Our contenders in queues we leave, their deletes sent (so that the requests made next
@@ -329,6 +332,7 @@ pub async fn try_lock_beside(
                 read_before: None,
                 leaving: Leaving::default(),
                 passed: Passed::Unknown,
+                beside_watch: found.beside_watch,
             }));
         }
     }
@@ -361,6 +365,12 @@ pub struct Extra<'a> {
     /// taker that needs the list or the reads to be fresh (the semaphore's guard, which
     /// counts the leases under it), nor with `baton`.
     pub quick: bool,
+    /// With `beside`: the list sent once that holder went away (the list likely to find us
+    /// first) lists `beside` with a watch, kept in [`Held::beside_watch`]. A taker that,
+    /// first, waits for a change of `beside` (the semaphore's guard, whose first taker waits
+    /// for a lease) so waits without another round trip. The other lists set no watch: a
+    /// change of `beside` would wake every waiter.
+    pub watch_next: bool,
 }
 
 /// One list of the contenders and what was read with it ([`Extra`]); the reads are given
@@ -369,6 +379,8 @@ struct Found {
     names: Vec<String>,
     read: Option<(Vec<u8>, Stat)>,
     beside: Option<Vec<String>>,
+    /// The watch the list of `beside` set, if it was asked to.
+    beside_watch: Option<OneshotWatcher>,
 }
 
 /// Our contender, and the list (and reads) answered after its create, if they were.
@@ -379,12 +391,24 @@ struct Created {
 
 /// Lists the contenders of `path` and reads what `extra` asks for, in one round trip
 /// (sent in that order, so answered in that order). An error of the list is the error; a
-/// read that fails is only unknown.
-async fn list_reading(client: &Client, path: &str, extra: Extra<'_>) -> Result<Found, ZkError> {
+/// read that fails is only unknown. With `watch`, `beside` is listed with a watch.
+async fn list_reading(
+    client: &Client,
+    path: &str,
+    extra: Extra<'_>,
+    watch: bool,
+) -> Result<Found, ZkError> {
     let list = client.list_children(path);
     let get = extra.read.map(|node| client.get_data(node));
-    let beside = extra.beside.map(|node| client.list_children(node));
-    let (names, read, beside) = futures::join!(
+    let (beside, beside_watch) = match extra.beside {
+        Some(node) if watch => {
+            let listed = call("list", node, client.list_and_watch_children(node));
+            (None, Some(listed))
+        }
+        Some(node) => (Some(client.list_children(node)), None),
+        None => (None, None),
+    };
+    let (names, read, beside, watched) = futures::join!(
         call("list", path, list),
         async {
             match (get, extra.read) {
@@ -393,11 +417,26 @@ async fn list_reading(client: &Client, path: &str, extra: Extra<'_>) -> Result<F
             }
         },
         listed_beside(beside, extra.beside),
+        async {
+            match beside_watch {
+                Some(listed) => match listed.await {
+                    Ok((names, watcher)) => Some((Some(names), Some(watcher))),
+                    Err(e) if e.is_no_node() => Some((Some(Vec::new()), None)),
+                    Err(_) => Some((None, None)),
+                },
+                None => None,
+            }
+        },
     );
+    let (beside, beside_watch) = match watched {
+        Some((names, watcher)) => (names, watcher),
+        None => (beside, None),
+    };
     Ok(Found {
         names: names?,
         read,
         beside,
+        beside_watch,
     })
 }
 
@@ -433,7 +472,7 @@ async fn create_listing(
     let create = client.create(&ours, identifier.as_bytes(), &mode);
     let (created, found) = futures::join!(
         call("create", &ours, create),
-        list_reading(client, path, extra)
+        list_reading(client, path, extra, false)
     );
     match created {
         Ok((_, seq)) => Ok(Created {
@@ -554,6 +593,44 @@ pub async fn acquire_queued_any_checking<F, Fut>(
     identifier: &str,
     limit: std::time::Duration,
     every: std::time::Duration,
+    check: F,
+) -> Result<Option<(usize, Held)>, ZkError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    queue_and_wait(client, places, identifier, limit, every, false, check).await
+}
+
+/// Takes the lock at `path` as [`acquire_queued`] does, asking `check` whether to go on
+/// before the first wait (then only): a taker that must wait (a contender before ours) says
+/// so, and may give up (`None`, our contender removed). `None` too after `limit`.
+pub async fn acquire_queued_checking_first<F, Fut>(
+    client: &Client,
+    path: &str,
+    identifier: &str,
+    limit: std::time::Duration,
+    extra: Extra<'_>,
+    check: F,
+) -> Result<Option<Held>, ZkError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let places = [(path, extra)];
+    let got = queue_and_wait(client, &places, identifier, limit, limit, true, check).await?;
+    Ok(got.map(|(_, held)| held))
+}
+
+/// [`acquire_queued_any_checking`]; with `check_first`, `check` is also asked before the
+/// first wait.
+async fn queue_and_wait<F, Fut>(
+    client: &Client,
+    places: &[(&str, Extra<'_>)],
+    identifier: &str,
+    limit: std::time::Duration,
+    every: std::time::Duration,
+    mut check_first: bool,
     mut check: F,
 ) -> Result<Option<(usize, Held)>, ZkError>
 where
@@ -595,19 +672,23 @@ where
     // The own-node watches of the places whose contender may be passed a lease, set with
     // the first wait.
     let mut own: Vec<Option<OwnWatch<'_>>> = places.iter().map(|_| None).collect();
+    // Per place: whether its holder just went away, ours next ([`Extra::watch_next`]).
+    let mut holder_gone = vec![false; places.len()];
     let waited = async {
         loop {
             // The queues not listed since their last change, listed together.
             let stale: Vec<usize> = (0..places.len()).filter(|&i| found[i].is_none()).collect();
             let lists = futures::future::join_all(stale.iter().map(|&i| {
                 let (path, extra) = places[i];
+                let watch = extra.watch_next && std::mem::take(&mut holder_gone[i]);
                 async move {
-                    match list_reading(client, path, extra).await {
+                    match list_reading(client, path, extra, watch).await {
                         Err(e) if e.is_connection_loss() => Ok(Found {
                             names: call_retrying("list", path, || client.list_children(path))
                                 .await?,
                             read: None,
                             beside: None,
+                            beside_watch: None,
                         }),
                         other => other,
                     }
@@ -644,6 +725,11 @@ where
                     own[i] = Some(OwnWatch::set(client, nodes[i].clone()));
                 }
             }
+            // Before the first wait (the predecessors' watches are set after it: one that
+            // went away meanwhile is found gone at once).
+            if std::mem::take(&mut check_first) && !check().await {
+                return Ok(None);
+            }
             // A lease passed to us ends the wait at once, whatever our place.
             let woken = tokio::select! {
                 biased;
@@ -667,7 +753,10 @@ where
                 Some((i, EventType::NodeDeleted)) if places[i].1.quick && holder_next[i] => {
                     return Ok(Some((i, passed_now(&mut own[i]), true)));
                 }
-                Some((i, _)) => found[i] = None,
+                Some((i, event)) => {
+                    holder_gone[i] = event == EventType::NodeDeleted && holder_next[i];
+                    found[i] = None;
+                }
                 None if tokio::time::Instant::now() >= deadline => return Ok(None),
                 None => {
                     if !check().await {
@@ -700,9 +789,9 @@ where
             // last list read), or next to a holder that went away (`quick`).
             let last = found[i].take();
             let node = nodes.swap_remove(i);
-            let (read, beside, listed) = match last {
-                Some(f) => (f.read, f.beside, Some(f.names)),
-                None => (None, None, None),
+            let (read, beside, listed, beside_watch) = match last {
+                Some(f) => (f.read, f.beside, Some(f.names), f.beside_watch),
+                None => (None, None, None, None),
             };
             let (read, read_before) = if quick {
                 (None, read.map(Box::new))
@@ -719,6 +808,7 @@ where
                     passed,
                     read_before,
                     leaving,
+                    beside_watch,
                 },
             )))
         }
@@ -870,6 +960,7 @@ async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkEr
                 passed: Passed::Unknown,
                 read_before: None,
                 leaving: Leaving::default(),
+                beside_watch: None,
             }));
         }
         let Some((sequence, lowest)) = names

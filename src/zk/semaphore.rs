@@ -20,10 +20,13 @@
 //! deletes its contender, it also writes the contender nodes of the takers just after it in
 //! the queue, one per lease left free (as counted under the guard), with a note: its
 //! `max_leases` and the semaphore node's data version that holds it. Such a taker, woken by
-//! the write of its own node, reads the note and, if that is its own `max_leases`, creates
-//! its lease at once, in a transaction that deletes its contender and checks that the data
-//! version is still the note's (no holder since has rewritten `max_leases`); else it queues
-//! again, and takes no passed lease then. Why the count holds:
+//! the write of its own node, creates its lease at once, in a transaction that deletes its
+//! contender and checks that the data version is still the one its last list of the queue
+//! read with its own `max_leases` (then the holder passed under that version: versions only
+//! grow, and no holder of the guard comes between the one that passed and the takers it
+//! passed to). When that check fails, it reads the note and, if that is its own
+//! `max_leases`, checks the note's version instead; else it queues again, and takes no
+//! passed lease then. Why the count holds:
 //! - the holder passes leases only to contenders just after it, up to the first that does
 //!   not watch for one (a kazoo taker, or an older agent: only contenders named
 //!   `…zkd__lock__…` do), so the takers so served come before any other contender;
@@ -50,7 +53,8 @@ use std::time::Duration;
 use zookeeper_client::{Acls, CreateMode, OneshotWatcher};
 
 use super::lock::{
-    acquire_queued, ensure_node, listed_beside, sequence_of, takes_batons, Extra, Held, Passed,
+    acquire_queued, acquire_queued_checking_first, ensure_node, listed_beside, sequence_of,
+    takes_batons, Extra, Held, Passed,
 };
 use super::{
     call, call_retrying, join, list_or_empty, open_persistent, Client, ZkError, LOSS_RETRIES,
@@ -220,10 +224,10 @@ pub async fn try_acquire(
     };
     let mut baton = true;
     loop {
-        let reads = under_guard_reads(path, baton);
+        let reads = under_guard_reads(path, baton, false);
         let guard =
             acquire_queued(client, &lock_path(path), identifier, GUARD_LIMIT, reads).await?;
-        match under_guard(client, &taker, guard, None).await? {
+        match under_guard(client, &taker, guard, NoWait::None).await? {
             Some(outcome) => return Ok(outcome),
             // A lease passed to us that we could not take: queue again, as a taker that is
             // passed none (so this ends).
@@ -234,24 +238,32 @@ pub async fn try_acquire(
 
 /// What a taker of the guard reads with the list that finds it first: the semaphore's data
 /// and leases, as they are under the guard (the guard's last holder created its lease
-/// before, or with, its release). With `baton`, its contender may be passed a lease.
-fn under_guard_reads(path: &str, baton: bool) -> Extra<'_> {
+/// before, or with, its release). With `baton`, its contender may be passed a lease. With
+/// `wait` (a taker that waits for a lease), the list sent once its predecessor held the
+/// guard and went away watches the leases.
+fn under_guard_reads(path: &str, baton: bool, wait: bool) -> Extra<'_> {
     Extra {
         read: Some(path),
         beside: Some(path),
         baton,
         quick: false,
+        watch_next: wait,
     }
 }
 
 /// Who takes a lease of which semaphore.
-struct Taker<'a> {
-    path: &'a str,
-    identifier: &'a str,
-    max_leases: u32,
-    beside: Option<&'a str>,
-    /// The data of the record node created with the lease, if one is.
-    record: Option<&'a [u8]>,
+#[derive(Debug, Clone, Copy)]
+pub struct Taker<'a> {
+    /// The semaphore node.
+    pub path: &'a str,
+    /// The lease's data: who holds it.
+    pub identifier: &'a str,
+    /// The taker's `max_leases`.
+    pub max_leases: u32,
+    /// A node whose children are listed right after the lease is created ([`Lease::beside`]).
+    pub beside: Option<&'a str>,
+    /// The data of the record node created with the lease, if one is ([`Lease::record`]).
+    pub record: Option<&'a [u8]>,
 }
 
 /// Takes a lease of the semaphore at `path` as kazoo's blocking `acquire` does: in the guard
@@ -268,7 +280,6 @@ pub async fn acquire_waiting(
     beside: Option<&str>,
     record: Option<&[u8]>,
 ) -> Result<Option<Lease>, ZkError> {
-    let deadline = tokio::time::Instant::now() + limit;
     let taker = Taker {
         path,
         identifier,
@@ -276,16 +287,58 @@ pub async fn acquire_waiting(
         beside,
         record,
     };
+    acquire_waiting_with(client, &taker, limit, || std::future::ready(true)).await
+}
+
+/// [`acquire_waiting`], calling `on_wait` once, when the taker is about to wait for the
+/// first time (behind another taker of the guard, or first with every lease taken): the
+/// caller says that it waits, and whether to go on (false gives up: `None`, the queue left).
+/// A taker that need not wait never calls it.
+pub async fn acquire_waiting_with<F, Fut>(
+    client: &Client,
+    taker: &Taker<'_>,
+    limit: Duration,
+    mut on_wait: F,
+) -> Result<Option<Lease>, ZkError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let path = taker.path;
+    let deadline = tokio::time::Instant::now() + limit;
+    // `on_wait`, once.
+    let mut told = false;
+    let mut first_wait = || {
+        let call = (!std::mem::replace(&mut told, true)).then(&mut on_wait);
+        async move {
+            match call {
+                Some(going_on) => going_on.await,
+                None => true,
+            }
+        }
+    };
     let mut baton = true;
     loop {
-        let reads = under_guard_reads(path, baton);
+        let reads = under_guard_reads(path, baton, true);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let guard = match acquire_queued(client, &lock_path(path), identifier, left, reads).await {
-            Ok(guard) => guard,
-            Err(ZkError::Timeout { op: "lock", .. }) => return Ok(None),
-            Err(e) => return Err(e),
+        let guard = match acquire_queued_checking_first(
+            client,
+            &lock_path(path),
+            taker.identifier,
+            left,
+            reads,
+            &mut first_wait,
+        )
+        .await?
+        {
+            Some(guard) => guard,
+            None => return Ok(None),
         };
-        match under_guard(client, &taker, guard, Some(deadline)).await? {
+        let waiting = Waiting {
+            until: deadline,
+            first_wait: &mut first_wait,
+        };
+        match under_guard(client, taker, guard, Some(waiting)).await? {
             Some(TryLease::Acquired(lease)) => return Ok(Some(lease)),
             Some(TryLease::Full { .. }) => return Ok(None),
             // As in `try_acquire`.
@@ -307,25 +360,42 @@ fn full(path: &str, names: Vec<String>) -> TryLease {
     }
 }
 
+/// How a taker that waits for a lease waits: until when, and what it calls before its first
+/// wait ([`acquire_waiting_with`]).
+struct Waiting<'w, W> {
+    until: tokio::time::Instant,
+    first_wait: &'w mut W,
+}
+
+/// A taker that never waits for a lease.
+type NoWait<'w> = Option<Waiting<'w, fn() -> std::future::Ready<bool>>>;
+
 /// With the guard held: makes sure the semaphore node holds `max_leases`, counts the leases,
 /// and creates ours if one is free, giving the guard back in the same transaction; else,
-/// until `wait_until` (if any), waits for a lease to be given back. The guard is always given
-/// back.
-async fn under_guard(
+/// when `waiting`, waits for a lease to be given back (until its deadline). The guard is
+/// always given back.
+async fn under_guard<W, WF>(
     client: &Client,
     taker: &Taker<'_>,
     mut guard: Held,
-    wait_until: Option<tokio::time::Instant>,
-) -> Result<Option<TryLease>, ZkError> {
+    waiting: Option<Waiting<'_, W>>,
+) -> Result<Option<TryLease>, ZkError>
+where
+    W: FnMut() -> WF,
+    WF: std::future::Future<Output = bool>,
+{
     if guard.passed == Passed::Yes {
         return take_passed(client, taker, guard).await;
     }
-    // The semaphore as read with the list that found us first, if it was.
+    // The semaphore as read with the list that found us first, if it was (the leases
+    // watched, if that list did).
     let read = match (guard.read.take(), guard.beside.take()) {
-        (Some((data, stat)), Some(names)) => Some((Some((data, stat.version)), names)),
+        (Some((data, stat)), Some(names)) => {
+            Some((Some((data, stat.version)), names, guard.beside_watch.take()))
+        }
         _ => None,
     };
-    let outcome = take_lease(client, taker, &guard, read, wait_until).await;
+    let outcome = take_lease(client, taker, &guard, read, waiting).await;
     let released = match &outcome {
         // Our lease was created in the transaction that deleted the guard contender.
         Ok((_, true)) => Ok(()),
@@ -346,13 +416,17 @@ async fn under_guard(
 /// A node's data and its data version.
 type Versioned = (Vec<u8>, i32);
 
+/// The semaphore's data (and its version; `None` when the node does not exist) and leases,
+/// read together, and the watch of the leases if the read set one.
+type SemaphoreRead = (Option<Versioned>, Vec<String>, Option<OneshotWatcher>);
+
 /// The semaphore's data (and its version) and leases, read together (one round trip; the
 /// leases watched when `watch`). The data is `None` when the node does not exist.
 async fn read_semaphore(
     client: &Client,
     path: &str,
     watch: bool,
-) -> Result<(Option<Versioned>, Vec<String>, Option<OneshotWatcher>), ZkError> {
+) -> Result<SemaphoreRead, ZkError> {
     let data = call_retrying("get", path, || client.get_data(path));
     let listed = async {
         if watch {
@@ -381,25 +455,32 @@ async fn read_semaphore(
 
 /// With the guard held: the semaphore node made to hold `max_leases`, then our lease if one
 /// is free (created with the guard's release in one transaction: the flag says so). Waits
-/// for a free lease until `wait_until`, if given.
-async fn take_lease(
+/// for a free lease, when `waiting`.
+async fn take_lease<W, WF>(
     client: &Client,
     taker: &Taker<'_>,
     guard: &Held,
-    mut read: Option<(Option<Versioned>, Vec<String>)>,
-    wait_until: Option<tokio::time::Instant>,
-) -> Result<(TryLease, bool), ZkError> {
+    mut read: Option<SemaphoreRead>,
+    mut waiting: Option<Waiting<'_, W>>,
+) -> Result<(TryLease, bool), ZkError>
+where
+    W: FnMut() -> WF,
+    WF: std::future::Future<Output = bool>,
+{
     let Taker {
         path, max_leases, ..
     } = *taker;
     let wanted = max_leases.to_string();
     loop {
-        // Read already (without a watch): used unless the taker is to wait for a free lease.
+        // Read already: used unless the taker is to wait for a free lease without a watch
+        // set by that read.
         let (data, names, watcher) = match read.take() {
-            Some((data, names)) if wait_until.is_none() || names.len() < max_leases as usize => {
-                (data, names, None)
+            Some((data, names, watcher))
+                if waiting.is_none() || names.len() < max_leases as usize || watcher.is_some() =>
+            {
+                (data, names, watcher)
             }
-            _ => read_semaphore(client, path, wait_until.is_some()).await?,
+            _ => read_semaphore(client, path, waiting.is_some()).await?,
         };
         // The data version that holds our max_leases from now on (under the guard).
         let version = match data {
@@ -426,9 +507,13 @@ async fn take_lease(
             let made = create_lease(client, taker, guard, &passed, &note, None, true).await?;
             return Ok(made.expect("a lease made alone when the transaction failed"));
         }
-        let left = wait_until
-            .map(|t| t.saturating_duration_since(tokio::time::Instant::now()))
-            .unwrap_or_default();
+        let Some(Waiting { until, first_wait }) = waiting.as_mut() else {
+            return Ok((full(path, names), false));
+        };
+        if !first_wait().await {
+            return Ok((full(path, names), false));
+        }
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
         match watcher {
             Some(watcher) if !left.is_zero() => {
                 if tokio::time::timeout(left, watcher.changed()).await.is_err() {
@@ -480,15 +565,35 @@ fn read_note(note: &[u8]) -> Option<(u32, i32)> {
 }
 
 /// With a lease passed to us (our contender written by the guard's holder, see the module's
-/// text): our contender's note read, our lease is made at once if the holder had our
-/// `max_leases`, in one transaction with our contender's deletion and a check that the
-/// semaphore node's data is still at the version the holder left (no holder since has
+/// text): our lease is made at once, in one transaction with our contender's deletion and a
+/// check that the semaphore node's data is still at the version our last list read with our
+/// `max_leases`; failing that, our contender's note is read, and the lease made if the
+/// holder had our `max_leases`, checking the version the holder left (no holder since has
 /// rewritten it). `None` when it could not be: our contender has left the queue.
 async fn take_passed(
     client: &Client,
     taker: &Taker<'_>,
-    guard: Held,
+    mut guard: Held,
 ) -> Result<Option<TryLease>, ZkError> {
+    // The note need not be read when our last list of the queue read our max_leases: a
+    // transaction checking that version still holds it proves the holder passed under it
+    // (versions only grow, and no holder of the guard comes between the holder that passed
+    // and us). A version changed since sends us to the note.
+    let wanted = taker.max_leases.to_string();
+    let listed = guard
+        .read
+        .take()
+        .filter(|(data, _)| data == wanted.as_bytes());
+    if let Some((_, stat)) = listed {
+        match create_lease(client, taker, &guard, &[], &[], Some(stat.version), false).await {
+            Ok(Some((lease, _))) => return Ok(Some(lease)),
+            Ok(None) => {}
+            Err(e) => {
+                let _ = guard.release(client).await;
+                return Err(e);
+            }
+        }
+    }
     let note = match call_retrying("get", &guard.node, || client.get_data(&guard.node)).await {
         Ok((note, _)) => read_note(&note),
         Err(e) => {

@@ -632,6 +632,63 @@ async fn a_lock_holder_killed_mid_step_makes_the_host_waiting_next_halt_naming_i
 }
 
 #[tokio::test]
+async fn a_host_with_one_node_left_waits_in_the_guard_queue_from_the_start() {
+    // /acme/a (K = 2): one lease held by someone else (as kazoo's are: an ephemeral child of
+    // the semaphore), and the guard held by the test. h1, with that node alone to deploy,
+    // queues in the guard's queue. The test takes the other lease and leaves the guard: h1,
+    // first in the queue with every lease taken, waits there and says so. It does not give
+    // the guard back only to queue again (its contender would no longer be the guard's
+    // second). A lease given back is taken.
+    let hosts = fleet("rollout-wait-at-once", 1).await;
+    let h = &hosts[0];
+    h.tree(&tree("max-parallel = 2", &["h1"]), v("r1")).await;
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    let sem = "/agent-semaphores/acme,a";
+    let guard = "/agent-semaphores/acme,a-__lock__";
+    h.client.mkdir("/agent-semaphores", &open).await.ok();
+    h.client.create(sem, b"2", &open).await.unwrap();
+    h.client.create(guard, b"", &open).await.unwrap();
+    let lease = |name: &str| format!("{sem}/{name}");
+    let first = lease("0123456789abcdef0123456789abcdef");
+    let second = lease("fedcba9876543210fedcba9876543210");
+    h.client
+        .create(&first, b"someone (x)", &ephemeral)
+        .await
+        .unwrap();
+    let blocker = format!("{guard}/0123456789abcdef0123456789abcdef__lock__");
+    let sequential = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let (_, seq) = h
+        .client
+        .create(&blocker, b"test", &sequential)
+        .await
+        .unwrap();
+    let mut run = h.spawn("deploy", &[], &[]);
+    wait_for_async("h1 to queue behind the test", LIMIT, || async {
+        (children(h, guard).await.len() == 2).then_some(())
+    })
+    .await;
+    h.client
+        .create(&second, b"someone (y)", &ephemeral)
+        .await
+        .unwrap();
+    h.client
+        .delete(&format!("{blocker}{seq}"), None)
+        .await
+        .unwrap();
+    wait_for("h1 to say it waits", LIMIT, || {
+        (h.status_text() == "waiting for node locks: /acme/a held by 2 lease holders").then_some(())
+    })
+    .await;
+    let queue = children(h, guard).await;
+    assert_eq!(queue.len(), 1, "{queue:?}");
+    assert!(queue[0].ends_with("__lock__0000000001"), "{queue:?}");
+    h.client.delete(&first, None).await.unwrap();
+    assert_eq!(run.wait(LIMIT).await, 0, "{}", run.output());
+    assert_eq!(h.status_text(), "done");
+}
+
+#[tokio::test]
 async fn a_record_an_older_agent_left_in_the_guard_still_halts_the_next_holder() {
     // Earlier agents kept their leases' in-flight records in the guard's data: one whose
     // lease is gone (its holder died) halts the next holder, as a record node does.

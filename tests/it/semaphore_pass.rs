@@ -215,16 +215,18 @@ async fn a_lease_passed_under_a_max_leases_since_rewritten_is_not_taken() {
     let admin = support::connect(&conn).await;
     let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
     admin.create(SEM, b"3", &open).await.unwrap();
-    // Rewritten (as a holder with another max_leases would, then back): data version 2.
-    admin.set_data(SEM, b"4", None).await.unwrap();
-    admin.set_data(SEM, b"3", None).await.unwrap();
     let blocker = blocked_guard(&admin).await;
+    // Both takers read the semaphore at data version 0 when they queued.
     let second = taker(&conn, &admin, 3, 2).await;
     let third = taker(&conn, &admin, 3, 3).await;
+    // Rewritten since (as a holder with another max_leases would, then back): data version
+    // 2. The version a taker read is no longer the semaphore's: it reads its note.
+    admin.set_data(SEM, b"4", None).await.unwrap();
+    admin.set_data(SEM, b"3", None).await.unwrap();
     let queue = contenders(&admin).await;
     // The test passes leases as a holder would: to the first taker under the data version
-    // it read before the rewrites (that taker must queue again, at the back), then to the
-    // next under the current one (it takes its lease past the blocker).
+    // before the rewrites (that taker must queue again, at the back), then to the next
+    // under the current one (it takes its lease past the blocker).
     admin
         .set_data(&queue[1], b"3 0 passed by the test", None)
         .await
