@@ -15,9 +15,10 @@
 //!
 //! Run with `cargo bench --bench rollout` (`BENCH_ROLLOUT=small` skips the 100-agent runs,
 //! `BENCH_ROLLOUT=hundred` runs only them). `BENCH_KEEP=DIR` copies each 100-agent round's
-//! script times (`times-K`, after a line `bump <time>`) and each 10 × 5 round's
+//! script times (`times-K-vN`, after a line `bump <time>`) and each 10 × 5 round's
 //! (`times-10x5-vN`) into DIR, for a closer look;
-//! `BENCH_K=25` (a list) runs only those values of K.
+//! `BENCH_K=25` (a list) runs only those values of K; `BENCH_REPEAT=N` runs the 25 % round
+//! N times (K unchanged after the first).
 //! `ZKD_BENCH_BIN=PATH` runs that binary as the agents instead of the one cargo built (a
 //! copy: to compare two builds under the same conditions).
 //! `BENCH_YUM=PATH` copies that program in as every agent's stand-in `yum` instead of the
@@ -421,14 +422,17 @@ async fn hundred_by_one() {
     println!("100 agents x 1 node, 0.5 s scripts:");
     println!("  | max-parallel | K | rollout | bound | ratio | hand-off median |");
     println!("  |---|---|---|---|---|---|");
-    for (round, (prop, k)) in [
-        ("", 1usize),
-        ("max-parallel = 10", 10),
+    // `BENCH_REPEAT=N` runs the 25 % round N times (the later ones with K unchanged).
+    let repeat: usize = std::env::var("BENCH_REPEAT")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    let mut rounds = vec![("", 1usize), ("max-parallel = 10", 10)];
+    rounds.extend(std::iter::repeat_n(
         ("max-parallel = '25%'", 25),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+        repeat.max(1),
+    ));
+    for (round, (prop, k)) in rounds.into_iter().enumerate() {
         // `BENCH_K=10,25` runs only those rounds.
         if let Ok(only) = std::env::var("BENCH_K") {
             if !only.split(',').any(|s| s.trim() == k.to_string()) {
@@ -447,7 +451,7 @@ async fn hundred_by_one() {
         if let Some(dir) = std::env::var_os("BENCH_KEEP") {
             let text = std::fs::read_to_string(&times).unwrap_or_default();
             let kept = format!("bump {at}\n{text}");
-            std::fs::write(Path::new(&dir).join(format!("times-{k}")), kept).unwrap();
+            std::fs::write(Path::new(&dir).join(format!("times-{k}-{v}")), kept).unwrap();
         }
         // Hand-off: for K = 1 the gap between consecutive runs of the node.
         let handoff = if k == 1 {

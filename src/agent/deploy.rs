@@ -41,6 +41,12 @@ const LOCK_RECHECK: Duration = Duration::from_secs(10);
 /// Longest stay in the node locks' queues before leaving them and trying every node again.
 const QUEUE_LIMIT: Duration = Duration::from_secs(600);
 
+/// How long a host with one node left waits for a lease before it says so (its status) and
+/// checks the cluster. At a version bump, the hosts beyond the first K would otherwise all
+/// write their status while the first K take their leases and write theirs, and the server
+/// commits writes one after another, a session's later requests waiting for its write.
+const SAY_WAITING_AFTER: Duration = Duration::from_millis(250);
+
 /// Most node-lock queues a host waits in at once (beyond, it watches the holders).
 const MAX_QUEUES: usize = 16;
 
@@ -432,9 +438,9 @@ async fn enter(
 /// Tries to take a lease of the node's semaphore (K = its `parallel`).
 ///
 /// With `waits` (the host's last node pending), the host queues in the semaphore guard's
-/// queue at once and waits there for a lease, up to [`LOCK_RECHECK`]: before it first waits,
-/// it says so in its status and checks the cluster (a halt, a stop or a new version ends the
-/// wait), and sets `waits` to when it began. A host that tried first and then queued took
+/// queue at once and waits there for a lease, up to [`LOCK_RECHECK`]: once it has waited
+/// [`SAY_WAITING_AFTER`], it says so in its status and checks the cluster (a halt, a stop or
+/// a new version ends the wait), and sets `waits` to when it began. A host that tried first and then queued took
 /// the guard twice: at a version bump, every host but the first K took it in turn only to
 /// find every lease taken, one after another.
 async fn enter_semaphore(
@@ -456,13 +462,22 @@ async fn enter_semaphore(
     let holders = || format!("{} lease holders", node.rollout.parallel);
     let tried = match waits {
         Some(began) => {
-            let on_wait = || async {
-                began.set(Some(Instant::now()));
+            let start = Instant::now();
+            let on_wait = || async move {
+                began.set(Some(start));
                 let text = waiting_status(&[format!("{} held by {}", node.path, holders())]);
                 let (checked, ()) = tokio::join!(pass.checkpoint(), pass.status(&text));
                 checked.is_ok()
             };
-            match semaphore::acquire_waiting_with(client, &taker, LOCK_RECHECK, on_wait).await? {
+            let got = semaphore::acquire_waiting_with(
+                client,
+                &taker,
+                LOCK_RECHECK,
+                SAY_WAITING_AFTER,
+                on_wait,
+            )
+            .await?;
+            match got {
                 Some(lease) => TryLease::Acquired(lease),
                 // Waited long enough, or the cluster said to stop: the caller checks.
                 None => {

@@ -48,17 +48,26 @@ static NO_MULTI_READ: AtomicBool = AtomicBool::new(false);
 /// Why the fleet is mixed: the first (by sorted id) registered host node without
 /// [`AGENT_PROPERTY`] that has no registry node (see the module doc).
 pub async fn mixed_fleet(client: &Client, cache: &MixedCache) -> Result<Option<String>, ZkError> {
+    Ok(mixed_fleet_and_stats(client, cache, &[]).await?.0)
+}
+
+/// [`mixed_fleet`], with the stats of the nodes `nodes` (`None`: it does not exist) read in
+/// the same multi-read: one request, where a request beside it would wait for the server's
+/// next turn at this session (it answers a session's requests one at a time).
+pub async fn mixed_fleet_and_stats(
+    client: &Client,
+    cache: &MixedCache,
+    nodes: &[String],
+) -> Result<(Option<String>, Vec<Option<Stat>>), ZkError> {
     if NO_MULTI_READ.load(Ordering::Relaxed) {
-        return read_hosts(client, cache, false).await;
+        return one_by_one(client, cache, nodes).await;
     }
     // One atomic read of both stats. Two separate reads would not do: a host of ours leaving
     // (or arriving) between them shifts one count and not the other, and the difference
     // could then equal zero while an original agent is registered.
-    let read = read_at_once(
-        client,
-        &[Want::Data(HOSTS.into()), Want::Data(AGENT_REGISTRY.into())],
-    )
-    .await;
+    let mut wants = vec![Want::Data(HOSTS.into()), Want::Data(AGENT_REGISTRY.into())];
+    wants.extend(nodes.iter().map(|n| Want::Data(n.clone())));
+    let read = read_at_once(client, &wants).await;
     let results = match read {
         Ok(results) => results,
         Err(ZkError::Op {
@@ -67,26 +76,52 @@ pub async fn mixed_fleet(client: &Client, cache: &MixedCache) -> Result<Option<S
         }) => {
             tracing::debug!("the server has no multi-read (ZooKeeper < 3.6): the mixed-fleet check reads every host node");
             NO_MULTI_READ.store(true, Ordering::Relaxed);
-            return read_hosts(client, cache, false).await;
+            return one_by_one(client, cache, nodes).await;
         }
         Err(e) => return Err(e),
     };
-    let [hosts, registry]: [MultiReadResult; 2] = results
-        .try_into()
-        .map_err(|_| unexpected("not 2 results"))?;
+    if results.len() != wants.len() {
+        return Err(unexpected(&format!("not {} results", wants.len())));
+    }
+    let mut results = results.into_iter();
+    let (Some(hosts), Some(registry)) = (results.next(), results.next()) else {
+        return Err(unexpected("not 2 results"));
+    };
+    let stats = nodes
+        .iter()
+        .zip(results)
+        .map(|(node, result)| stat(node, result))
+        .collect::<Result<Vec<_>, _>>()?;
     let hosts = stat(HOSTS, hosts)?.ok_or_else(no_hosts)?;
     let registry = stat(AGENT_REGISTRY, registry)?;
     let registered = registry.map_or(0, |s| s.num_children);
     if hosts.num_children == registered {
-        return Ok(None);
+        return Ok((None, stats));
     }
     let key = (hosts.cversion, registry.map_or(-1, |s| s.cversion));
     if let Some((known, why)) = cache.lock().expect("mixed fleet cache").as_ref() {
         if *known == key {
-            return Ok(why.clone());
+            return Ok((why.clone(), stats));
         }
     }
-    read_hosts(client, cache, true).await
+    Ok((read_hosts(client, cache, true).await?, stats))
+}
+
+/// [`mixed_fleet_and_stats`] without a multi-read: the stats one by one.
+async fn one_by_one(
+    client: &Client,
+    cache: &MixedCache,
+    nodes: &[String],
+) -> Result<(Option<String>, Vec<Option<Stat>>), ZkError> {
+    let (mixed, stats) = futures::join!(
+        read_hosts(client, cache, false),
+        futures::future::join_all(
+            nodes
+                .iter()
+                .map(|n| call_retrying("stat", n, || client.check_stat(n)))
+        )
+    );
+    Ok((mixed?, stats.into_iter().collect::<Result<_, _>>()?))
 }
 
 /// Reads `wants` in one multi-read (an atomic snapshot), again after a connection loss.

@@ -41,7 +41,7 @@ use crate::zk::semaphore::{self, Lease};
 use crate::zk::update::update_props;
 use crate::zk::{call_retrying, decode, join, list_or_empty, Client, ZkError};
 
-pub use super::mixed::{mixed_fleet, mixed_reason, MixedCache};
+pub use super::mixed::{mixed_fleet, mixed_fleet_and_stats, mixed_reason, MixedCache};
 pub use crate::zk::paths::AGENT_PROPERTY;
 
 /// The rollout of every application node of a pass.
@@ -57,16 +57,6 @@ pub struct RolloutPlan {
 pub fn node_settings(found: &Discovered, path: &str) -> Settings {
     let props = found.properties.get(path);
     settings::parse(path, |k| props.and_then(|p| p.get(k)).cloned()).unwrap_or_default()
-}
-
-/// The number of deploy targets of the application node at `path` (children of
-/// `<path>/deploy`): the hosts a percentage counts. Read from the node's stat, not by
-/// listing them: a few bytes whatever the fleet's size (a list of 10,000 host names would
-/// be about 100 KB, for every host, on every pass).
-async fn deploy_targets(client: &Client, path: &str) -> Result<usize, ZkError> {
-    let deploy = join(path, "deploy");
-    let stat = call_retrying("stat", &deploy, || client.check_stat(&deploy)).await?;
-    Ok(stat.map_or(0, |s| usize::try_from(s.num_children).unwrap_or(0)))
 }
 
 /// What the rollout of a pass's deployments depends on beyond the tree: read from ZooKeeper
@@ -162,22 +152,23 @@ pub async fn read_fleet_facts(
         .iter()
         .map(|path| (*path, ("", node_settings(found, path))))
         .collect();
+    // A node whose max-parallel is a percentage wants K > 1: its deploy node's stat is read
+    // with the mixed-fleet check (one multi-read). The targets are the stat's `numChildren`,
+    // not a list of them: a few bytes whatever the fleet's size (a list of 10,000 host names
+    // would be about 100 KB, for every host, on every pass).
     let percent = percent_nodes(&wanted);
-    let (mixed, counts) = tokio::join!(
-        async {
-            match wants_parallel(&wanted) {
-                true => mixed_fleet(client, mixed_cache).await,
-                false => Ok(None),
-            }
-        },
-        futures::future::join_all(percent.iter().map(|path| deploy_targets(client, path)))
-    );
+    if !wants_parallel(&wanted) {
+        return Ok(FleetFacts::default());
+    }
+    let deploy_nodes: Vec<String> = percent.iter().map(|path| join(path, "deploy")).collect();
+    let (mixed, stats) = mixed_fleet_and_stats(client, mixed_cache, &deploy_nodes).await?;
     let mut facts = FleetFacts {
-        mixed: mixed?,
+        mixed,
         ..FleetFacts::default()
     };
-    for (path, count) in percent.into_iter().zip(counts) {
-        facts.targets.insert(path.to_string(), count?);
+    for (path, stat) in percent.into_iter().zip(stats) {
+        let count = stat.map_or(0, |s| usize::try_from(s.num_children).unwrap_or(0));
+        facts.targets.insert(path.to_string(), count);
     }
     Ok(facts)
 }
@@ -282,11 +273,14 @@ async fn leased(
     // or it was a canary, is named by the next host whichever way it enters).
     let label = step.to_string();
     let lock = lock_path(path);
-    let (checked, (), suspected, lock_record) = tokio::join!(
+    // The status's write goes last: the server answers a session's requests in order, and a
+    // read sent after a write waits for the write to be committed (behind every other host's
+    // writes at a busy turn) before it is even read.
+    let (checked, suspected, lock_record, ()) = tokio::join!(
         pass.checkpoint(),
-        pass.status(&label),
         suspected_lease_records(&agent.client, sem, Some(lease.name())),
         has_lock_record(&agent.client, &lock),
+        pass.status(&label),
     );
     if let Err(interrupt) = checked {
         return (Err(interrupt), false);

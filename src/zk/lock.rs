@@ -365,11 +365,12 @@ pub struct Extra<'a> {
     /// taker that needs the list or the reads to be fresh (the semaphore's guard, which
     /// counts the leases under it), nor with `baton`.
     pub quick: bool,
-    /// With `beside`: the list sent once that holder went away (the list likely to find us
-    /// first) lists `beside` with a watch, kept in [`Held::beside_watch`]. A taker that,
-    /// first, waits for a change of `beside` (the semaphore's guard, whose first taker waits
-    /// for a lease) so waits without another round trip. The other lists set no watch: a
-    /// change of `beside` would wake every waiter.
+    /// With `beside`: the list sent once the contender just before ours went away (the list
+    /// likely to find us first) lists `beside` with a watch, kept in [`Held::beside_watch`].
+    /// A taker that, first, waits for a change of `beside` (the semaphore's guard, whose
+    /// first taker waits for a lease) so waits without another round trip. The other lists
+    /// set no watch: a change of `beside` would wake every waiter (as it is, it wakes those
+    /// whose predecessor went away since the last change: the watch is one-shot).
     pub watch_next: bool,
 }
 
@@ -599,17 +600,18 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    queue_and_wait(client, places, identifier, limit, every, false, check).await
+    queue_and_wait(client, places, identifier, limit, every, every, check).await
 }
 
-/// Takes the lock at `path` as [`acquire_queued`] does, asking `check` whether to go on
-/// before the first wait (then only): a taker that must wait (a contender before ours) says
-/// so, and may give up (`None`, our contender removed). `None` too after `limit`.
-pub async fn acquire_queued_checking_first<F, Fut>(
+/// Takes the lock at `path` as [`acquire_queued`] does, asking `check` whether to go on once
+/// it has waited `after` (then only): a taker still waiting says so, and may give up
+/// (`None`, our contender removed). `None` too after `limit`.
+pub async fn acquire_queued_checking_after<F, Fut>(
     client: &Client,
     path: &str,
     identifier: &str,
     limit: std::time::Duration,
+    after: std::time::Duration,
     extra: Extra<'_>,
     check: F,
 ) -> Result<Option<Held>, ZkError>
@@ -618,19 +620,19 @@ where
     Fut: std::future::Future<Output = bool>,
 {
     let places = [(path, extra)];
-    let got = queue_and_wait(client, &places, identifier, limit, limit, true, check).await?;
+    let got = queue_and_wait(client, &places, identifier, limit, after, limit, check).await?;
     Ok(got.map(|(_, held)| held))
 }
 
-/// [`acquire_queued_any_checking`]; with `check_first`, `check` is also asked before the
-/// first wait.
+/// [`acquire_queued_any_checking`], the first check after `first` (the next ones `every`
+/// after the last).
 async fn queue_and_wait<F, Fut>(
     client: &Client,
     places: &[(&str, Extra<'_>)],
     identifier: &str,
     limit: std::time::Duration,
+    first: std::time::Duration,
     every: std::time::Duration,
-    mut check_first: bool,
     mut check: F,
 ) -> Result<Option<(usize, Held)>, ZkError>
 where
@@ -638,7 +640,7 @@ where
     Fut: std::future::Future<Output = bool>,
 {
     let deadline = tokio::time::Instant::now() + limit;
-    let mut next_check = tokio::time::Instant::now() + every;
+    let mut next_check = tokio::time::Instant::now() + first;
     // Every create and first list (and reads) in one round trip, answered in that order.
     let created = futures::future::join_all(
         places
@@ -672,7 +674,7 @@ where
     // The own-node watches of the places whose contender may be passed a lease, set with
     // the first wait.
     let mut own: Vec<Option<OwnWatch<'_>>> = places.iter().map(|_| None).collect();
-    // Per place: whether its holder just went away, ours next ([`Extra::watch_next`]).
+    // Per place: whether the contender before ours just went away ([`Extra::watch_next`]).
     let mut holder_gone = vec![false; places.len()];
     let waited = async {
         loop {
@@ -725,11 +727,6 @@ where
                     own[i] = Some(OwnWatch::set(client, nodes[i].clone()));
                 }
             }
-            // Before the first wait (the predecessors' watches are set after it: one that
-            // went away meanwhile is found gone at once).
-            if std::mem::take(&mut check_first) && !check().await {
-                return Ok(None);
-            }
             // A lease passed to us ends the wait at once, whatever our place.
             let woken = tokio::select! {
                 biased;
@@ -754,7 +751,7 @@ where
                     return Ok(Some((i, passed_now(&mut own[i]), true)));
                 }
                 Some((i, event)) => {
-                    holder_gone[i] = event == EventType::NodeDeleted && holder_next[i];
+                    holder_gone[i] = event == EventType::NodeDeleted;
                     found[i] = None;
                 }
                 None if tokio::time::Instant::now() >= deadline => return Ok(None),

@@ -53,7 +53,7 @@ use std::time::Duration;
 use zookeeper_client::{Acls, CreateMode, OneshotWatcher};
 
 use super::lock::{
-    acquire_queued, acquire_queued_checking_first, ensure_node, listed_beside, sequence_of,
+    acquire_queued, acquire_queued_checking_after, ensure_node, listed_beside, sequence_of,
     takes_batons, Extra, Held, Passed,
 };
 use super::{
@@ -287,17 +287,18 @@ pub async fn acquire_waiting(
         beside,
         record,
     };
-    acquire_waiting_with(client, &taker, limit, || std::future::ready(true)).await
+    acquire_waiting_with(client, &taker, limit, limit, || std::future::ready(true)).await
 }
 
-/// [`acquire_waiting`], calling `on_wait` once, when the taker is about to wait for the
-/// first time (behind another taker of the guard, or first with every lease taken): the
-/// caller says that it waits, and whether to go on (false gives up: `None`, the queue left).
-/// A taker that need not wait never calls it.
+/// [`acquire_waiting`], calling `on_wait` once, when the taker has waited `after` without a
+/// lease (behind another taker of the guard, or first with every lease taken): the caller
+/// says that it waits, and whether to go on (false gives up: `None`, the queue left). A
+/// taker that waits less never calls it.
 pub async fn acquire_waiting_with<F, Fut>(
     client: &Client,
     taker: &Taker<'_>,
     limit: Duration,
+    after: Duration,
     mut on_wait: F,
 ) -> Result<Option<Lease>, ZkError>
 where
@@ -305,7 +306,9 @@ where
     Fut: std::future::Future<Output = bool>,
 {
     let path = taker.path;
-    let deadline = tokio::time::Instant::now() + limit;
+    let start = tokio::time::Instant::now();
+    let deadline = start + limit;
+    let tell_at = start + after;
     // `on_wait`, once.
     let mut told = false;
     let mut first_wait = || {
@@ -321,11 +324,12 @@ where
     loop {
         let reads = under_guard_reads(path, baton, true);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let guard = match acquire_queued_checking_first(
+        let guard = match acquire_queued_checking_after(
             client,
             &lock_path(path),
             taker.identifier,
             left,
+            tell_at.saturating_duration_since(tokio::time::Instant::now()),
             reads,
             &mut first_wait,
         )
@@ -336,6 +340,7 @@ where
         };
         let waiting = Waiting {
             until: deadline,
+            tell_at,
             first_wait: &mut first_wait,
         };
         match under_guard(client, taker, guard, Some(waiting)).await? {
@@ -360,10 +365,11 @@ fn full(path: &str, names: Vec<String>) -> TryLease {
     }
 }
 
-/// How a taker that waits for a lease waits: until when, and what it calls before its first
-/// wait ([`acquire_waiting_with`]).
+/// How a taker that waits for a lease waits: until when, and what it calls once it has
+/// waited until `tell_at` ([`acquire_waiting_with`]; called once, however often asked).
 struct Waiting<'w, W> {
     until: tokio::time::Instant,
+    tell_at: tokio::time::Instant,
     first_wait: &'w mut W,
 }
 
@@ -507,20 +513,30 @@ where
             let made = create_lease(client, taker, guard, &passed, &note, None, true).await?;
             return Ok(made.expect("a lease made alone when the transaction failed"));
         }
-        let Some(Waiting { until, first_wait }) = waiting.as_mut() else {
+        let (
+            Some(Waiting {
+                until,
+                tell_at,
+                first_wait,
+            }),
+            Some(watcher),
+        ) = (waiting.as_mut(), watcher)
+        else {
             return Ok((full(path, names), false));
         };
-        if !first_wait().await {
-            return Ok((full(path, names), false));
-        }
-        let left = until.saturating_duration_since(tokio::time::Instant::now());
-        match watcher {
-            Some(watcher) if !left.is_zero() => {
-                if tokio::time::timeout(left, watcher.changed()).await.is_err() {
-                    return Ok((full(path, names), false));
-                }
+        let mut changed = std::pin::pin!(watcher.changed());
+        // Told once the taker has waited a moment (`acquire_waiting_with`).
+        if tokio::time::timeout_at((*tell_at).min(*until), &mut changed)
+            .await
+            .is_err()
+        {
+            let now = tokio::time::Instant::now();
+            if now >= *until
+                || !first_wait().await
+                || tokio::time::timeout_at(*until, &mut changed).await.is_err()
+            {
+                return Ok((full(path, names), false));
             }
-            _ => return Ok((full(path, names), false)),
         }
     }
 }
