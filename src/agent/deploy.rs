@@ -13,6 +13,7 @@
 //! [`super::plan::Step::run`]). The deploy script itself is the step's work
 //! ([`super::steps`]).
 
+use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -143,14 +144,18 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
             }
             // The last node pending waits in its semaphore guard's queue from the start.
             let last = pending.len() == 1;
-            let began = std::cell::Cell::new(None);
+            let wait = LeaseWait {
+                began: Cell::new(None),
+                shown: RefCell::new(waiting.take()),
+            };
             let entered = match ready.take() {
                 Some(entry) => Ok(entry),
-                None => enter(pass, node, &identifier, last.then_some(&began)).await,
+                None => enter(pass, node, &identifier, last.then_some(&wait)).await,
             };
-            if let Some(since) = began.take() {
+            if let Some(since) = wait.began.take() {
                 waited_since.get_or_insert(since);
             }
+            waiting = wait.shown.into_inner();
             if let Some(release) = releasing.take() {
                 if let Err(e) = release.await {
                     if let Ok(entry) = entered {
@@ -353,6 +358,15 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
     Ok(())
 }
 
+/// A host with one node left, waiting for a lease in [`enter_semaphore`]: when its wait
+/// began (set once it said it waits), and the waiting status last written (written again
+/// only when it changes, so that its age, what the monitor reports, counts from the start
+/// of the wait).
+struct LeaseWait {
+    began: Cell<Option<Instant>>,
+    shown: RefCell<Option<String>>,
+}
+
 /// Where a host may wait for a node it found busy.
 enum Queue {
     /// In the node lock's queue (K = 1).
@@ -384,7 +398,7 @@ async fn enter(
     pass: &Pass<'_>,
     node: &NodeLocked<'_>,
     identifier: &str,
-    waits: Option<&std::cell::Cell<Option<Instant>>>,
+    waits: Option<&LeaseWait>,
 ) -> Result<Entry, Interrupt> {
     let client = &pass.agent.client;
     let lock = node.lock;
@@ -439,15 +453,16 @@ async fn enter(
 ///
 /// With `waits` (the host's last node pending), the host queues in the semaphore guard's
 /// queue at once and waits there for a lease, up to [`LOCK_RECHECK`]: once it has waited
-/// [`SAY_WAITING_AFTER`], it says so in its status and checks the cluster (a halt, a stop or
-/// a new version ends the wait), and sets `waits` to when it began. A host that tried first and then queued took
-/// the guard twice: at a version bump, every host but the first K took it in turn only to
-/// find every lease taken, one after another.
+/// [`SAY_WAITING_AFTER`], it says so in its status (unless it already says so) and checks the
+/// cluster (a halt, a stop or a new version ends the wait), and records in `waits` when the
+/// wait began. A host that tried first and then queued took the guard twice: at a version
+/// bump, every host but the first K took it in turn only to find every lease taken, one
+/// after another.
 async fn enter_semaphore(
     pass: &Pass<'_>,
     node: &NodeLocked<'_>,
     identifier: &str,
-    waits: Option<&std::cell::Cell<Option<Instant>>>,
+    waits: Option<&LeaseWait>,
 ) -> Result<Entry, Interrupt> {
     let sem = semaphore_path(node.path);
     let client = &pass.agent.client;
@@ -461,12 +476,22 @@ async fn enter_semaphore(
     };
     let holders = || format!("{} lease holders", node.rollout.parallel);
     let tried = match waits {
-        Some(began) => {
+        Some(wait) => {
             let start = Instant::now();
             let on_wait = || async move {
-                began.set(Some(start));
+                wait.began.set(Some(start));
                 let text = waiting_status(&[format!("{} held by {}", node.path, holders())]);
-                let (checked, ()) = tokio::join!(pass.checkpoint(), pass.status(&text));
+                // Written only when it changed: its age counts from the start of the wait.
+                let fresh = wait.shown.borrow().as_ref() != Some(&text);
+                let say = async {
+                    if fresh {
+                        pass.status(&text).await;
+                    }
+                };
+                let (checked, ()) = tokio::join!(pass.checkpoint(), say);
+                if fresh {
+                    *wait.shown.borrow_mut() = Some(text);
+                }
                 checked.is_ok()
             };
             let got = semaphore::acquire_waiting_with(

@@ -638,7 +638,7 @@ async fn a_host_with_one_node_left_waits_in_the_guard_queue_from_the_start() {
     // queues in the guard's queue. The test takes the other lease and leaves the guard: h1,
     // first in the queue with every lease taken, waits there and says so. It does not give
     // the guard back only to queue again (its contender would no longer be the guard's
-    // second). A lease given back is taken.
+    // second). It says it waits once, however long it waits. A lease given back is taken.
     let hosts = fleet("rollout-wait-at-once", 1).await;
     let h = &hosts[0];
     h.tree(&tree("max-parallel = 2", &["h1"]), v("r1")).await;
@@ -683,6 +683,19 @@ async fn a_host_with_one_node_left_waits_in_the_guard_queue_from_the_start() {
     let queue = children(h, guard).await;
     assert_eq!(queue.len(), 1, "{queue:?}");
     assert!(queue[0].ends_with("__lock__0000000001"), "{queue:?}");
+    // After 10 s without a lease the host leaves the queue, checks the cluster and queues
+    // again. Its status, unchanged, is not written again: its age (what the monitor
+    // reports) counts from the start of the wait.
+    let said = h.status();
+    wait_for_async("h1 to queue again", LIMIT, || async {
+        let queue = children(h, guard).await;
+        queue
+            .iter()
+            .any(|c| c.ends_with("__lock__0000000002"))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(h.status(), said);
     h.client.delete(&first, None).await.unwrap();
     assert_eq!(run.wait(LIMIT).await, 0, "{}", run.output());
     assert_eq!(h.status_text(), "done");
