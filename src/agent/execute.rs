@@ -19,7 +19,7 @@ use super::role::installed_controllers;
 use super::rollout::{plan_rollouts, read_fleet_facts};
 use super::session::Agent;
 use super::software;
-use super::status::{Report, ReportOutcome};
+use super::status::{Report, ReportOutcome, StepReport};
 use crate::files::now;
 use crate::notify::{forget_failure, notify_failure, FailureReport};
 use crate::tree::literal::py_str;
@@ -218,19 +218,31 @@ impl Agent {
         tracing::info!("Deploying version {}", py_str(&version));
         let started = pass.started;
         let mut basis = None;
-        let result = run_plan(&mut pass, &mut basis).await;
+        let mut result = run_plan(&mut pass, &mut basis).await;
         pass.controlled = false;
         if let Some(lock) = pass.role_lock.take() {
             // The pass did not end well: the request stays, and the role stays locked.
             lock.leave(&self.client, false).await?;
         }
+        // The version record left for the final status goes in its write (one write, not
+        // two), with the inventory; that write failing fails the pass, as the record's would.
+        let mut done_written = false;
+        if let (Ok(()), Some(at)) = (&result, pass.record_at.take()) {
+            let inventory = self.take_inventory(&version, basis.take(), true);
+            match pass.final_done_recording(inventory, at).await {
+                Ok(()) => done_written = true,
+                Err(e) => result = Err(Interrupt::Lost(e)),
+            }
+        }
         let (outcome, report_outcome, error) = match result {
             Ok(()) => {
                 tracing::info!("Done deploying version {}", py_str(&version));
-                // The inventory goes in the same write as the status (one write, not two).
-                let inventory = self.take_inventory(&version, basis.take(), true);
-                pass.final_status("done", ReportOutcome::Done, None, inventory)
-                    .await;
+                if !done_written {
+                    // The inventory goes in the same write as the status (one write, not two).
+                    let inventory = self.take_inventory(&version, basis.take(), true);
+                    pass.final_status("done", ReportOutcome::Done, None, inventory)
+                        .await;
+                }
                 pass.metrics.passes_done += 1;
                 // The failure last mailed is over: if it happens again, that is news worth
                 // a mail.
@@ -441,6 +453,11 @@ async fn run_plan(
                 .map_or(steps.len(), |k| i + k);
             run_node_locked(pass, &steps[i..end]).await?;
             i = end;
+        } else if matches!(steps[i], Step::RecordVersion) && i + 1 == steps.len() {
+            // The last step: its write is left for the final status's (`Pass::record_at`).
+            pass.record(&steps[i], StepReport::of(&steps[i]));
+            pass.record_at = Some(serde_json::json!(now()));
+            i += 1;
         } else {
             steps[i].run(pass).await?;
             i += 1;

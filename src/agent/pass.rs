@@ -22,8 +22,9 @@ use crate::metrics::Metrics;
 use crate::packages::yum::Yum;
 use crate::tree::literal::py_str;
 use crate::tree::Props;
-use crate::zk::paths::{host_path, INVENTORY};
+use crate::zk::paths::{host_path, DEPLOYED_AT, INVENTORY};
 use crate::zk::role_lock::RoleLock;
+use crate::zk::ZkError;
 
 /// One pass in progress.
 pub struct Pass<'a> {
@@ -47,6 +48,9 @@ pub struct Pass<'a> {
     pub role_lock: Option<RoleLock>,
     /// True once the version is recorded as this host's.
     pub recorded: bool,
+    /// The time of the version record left for the final status's write (the plan's last
+    /// step: the record and `done` in one write, not two), once that step was reached.
+    pub record_at: Option<Value>,
     /// How discovery found the deploy nodes, once it ran.
     pub discovery: Option<DiscoveryReport>,
 }
@@ -65,6 +69,7 @@ impl<'a> Pass<'a> {
             controlled: false,
             role_lock: None,
             recorded: false,
+            record_at: None,
             discovery: None,
         }
     }
@@ -81,11 +86,28 @@ impl<'a> Pass<'a> {
 
     /// [`Self::status`], with the host's `inventory` property set in the same write.
     async fn status_with(&self, text: &str, inventory: Option<Value>) {
+        if let Err(e) = self.status_recording(text, inventory, None).await {
+            tracing::warn!("cannot update {}: {e}", host_path(&self.agent.host.id));
+        }
+    }
+
+    /// [`Self::status_with`], with the version record (`version` and `deployed-at`, at
+    /// `record_at`) in the same write, if given; the write's error is the caller's.
+    async fn status_recording(
+        &self,
+        text: &str,
+        inventory: Option<Value>,
+        record_at: Option<&Value>,
+    ) -> Result<(), ZkError> {
         let agent = self.agent;
         let mut mirrored = std::pin::pin!(agent.update_host_node(|p| {
             p.insert("status".into(), json!(text));
             if let Some(value) = &inventory {
                 p.insert(INVENTORY.into(), value.clone());
+            }
+            if let Some(at) = record_at {
+                p.insert("version".into(), self.version.clone());
+                p.insert(DEPLOYED_AT.into(), at.clone());
             }
         }));
         let first = futures::poll!(mirrored.as_mut());
@@ -97,12 +119,9 @@ impl<'a> Pass<'a> {
         }
         crate::systemd::status(text);
         crate::systemd::busy(!matches!(text, "done" | "error") && !text.starts_with("abandoned"));
-        let mirrored = match first {
+        match first {
             std::task::Poll::Ready(done) => done,
             std::task::Poll::Pending => mirrored.await,
-        };
-        if let Err(e) = mirrored {
-            tracing::warn!("cannot update {}: {e}", host_path(&agent.host.id));
         }
     }
 
@@ -130,6 +149,35 @@ impl<'a> Pass<'a> {
             tracing::warn!("cannot write the pass report: {e}");
         }
         self.status_with(text, inventory).await;
+    }
+
+    /// The final status `done` of a pass whose version record was left for it
+    /// ([`Self::record_at`]): the report so far, then one write of the record, the status
+    /// and the inventory. An error of that write is the pass's, as the record's own write's
+    /// would have been; once it went through, the version is recorded.
+    pub async fn final_done_recording(
+        &mut self,
+        inventory: Option<Value>,
+        at: Value,
+    ) -> Result<(), ZkError> {
+        let report = Report {
+            version: self.version.clone(),
+            outcome: ReportOutcome::Done,
+            started: self.started,
+            finished: now(),
+            steps: self.steps.clone(),
+            error: None,
+            discovery: self.discovery,
+        };
+        if let Err(e) = self.agent.run_dir.write_report_draft(&report) {
+            tracing::warn!("cannot write the pass report: {e}");
+        }
+        self.status_recording("done", inventory, Some(&at)).await?;
+        self.recorded = true;
+        if let Err(e) = self.agent.run_dir.set_host_version(&self.version) {
+            tracing::warn!("cannot write host_version: {e}");
+        }
+        Ok(())
     }
 
     /// Rewrites the metrics file.
