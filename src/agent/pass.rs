@@ -136,6 +136,13 @@ impl<'a> Pass<'a> {
         error: Option<String>,
         inventory: Option<Value>,
     ) {
+        self.write_report_draft(outcome, error);
+        self.status_with(text, inventory).await;
+    }
+
+    /// The pass report so far, written before a final status (not synced: the executor
+    /// writes it again, durably, when the pass has ended).
+    fn write_report_draft(&self, outcome: ReportOutcome, error: Option<String>) {
         let report = Report {
             version: self.version.clone(),
             outcome,
@@ -148,7 +155,15 @@ impl<'a> Pass<'a> {
         if let Err(e) = self.agent.run_dir.write_report_draft(&report) {
             tracing::warn!("cannot write the pass report: {e}");
         }
-        self.status_with(text, inventory).await;
+    }
+
+    /// Notes that the pass's version is recorded on the host node: in the pass, and in the
+    /// run directory's `host_version`.
+    pub fn mark_recorded(&mut self) {
+        self.recorded = true;
+        if let Err(e) = self.agent.run_dir.set_host_version(&self.version) {
+            tracing::warn!("cannot write host_version: {e}");
+        }
     }
 
     /// The final status `done` of a pass whose version record was left for it
@@ -160,23 +175,9 @@ impl<'a> Pass<'a> {
         inventory: Option<Value>,
         at: Value,
     ) -> Result<(), ZkError> {
-        let report = Report {
-            version: self.version.clone(),
-            outcome: ReportOutcome::Done,
-            started: self.started,
-            finished: now(),
-            steps: self.steps.clone(),
-            error: None,
-            discovery: self.discovery,
-        };
-        if let Err(e) = self.agent.run_dir.write_report_draft(&report) {
-            tracing::warn!("cannot write the pass report: {e}");
-        }
+        self.write_report_draft(ReportOutcome::Done, None);
         self.status_recording("done", inventory, Some(&at)).await?;
-        self.recorded = true;
-        if let Err(e) = self.agent.run_dir.set_host_version(&self.version) {
-            tracing::warn!("cannot write host_version: {e}");
-        }
+        self.mark_recorded();
         Ok(())
     }
 

@@ -188,10 +188,7 @@ impl Step {
                         p.insert(DEPLOYED_AT.into(), at.clone());
                     })
                     .await?;
-                pass.recorded = true;
-                if let Err(e) = agent.run_dir.set_host_version(&version) {
-                    tracing::warn!("cannot write host_version: {e}");
-                }
+                pass.mark_recorded();
                 Ok(())
             }
             Step::After { command } => {
