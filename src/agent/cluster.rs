@@ -46,7 +46,10 @@ pub async fn watch_cluster_version(
 }
 
 /// The version in `/hosts`' data, `None` while a halt record is among `halts`.
-fn effective_version(data: &[u8], halts: Result<Vec<String>, ZkError>) -> Result<Value, ZkError> {
+pub(super) fn effective_version(
+    data: &[u8],
+    halts: Result<Vec<String>, ZkError>,
+) -> Result<Value, ZkError> {
     let version = decode(data).get("version").cloned().unwrap_or(Value::Null);
     let halted = match halts {
         Ok(names) => names.iter().any(|n| n.starts_with(HALT_PREFIX)),

@@ -19,14 +19,12 @@
 //! - a server without multi-read (ZooKeeper < 3.6): every host node, as version one did,
 //!   read again only when the children of `/hosts` changed.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use futures::FutureExt;
 use zookeeper_client::{MultiReadResult, Stat};
 
 use crate::tree::literal::py_str;
-use crate::zk::multiread::Want;
+use crate::zk::multiread::{self, children, read_at_once, Want};
 use crate::zk::paths::{AGENT_PROPERTY, AGENT_REGISTRY, HOSTS};
 use crate::zk::{call_retrying, decode, join, Client, ZkError};
 
@@ -42,9 +40,6 @@ pub fn mixed_reason(id: &str, name: &str) -> String {
     )
 }
 
-/// Set once the server refused a multi-read: from then on this process reads as version one.
-static NO_MULTI_READ: AtomicBool = AtomicBool::new(false);
-
 /// Why the fleet is mixed: the first (by sorted id) registered host node without
 /// [`AGENT_PROPERTY`] that has no registry node (see the module doc).
 pub async fn mixed_fleet(client: &Client, cache: &MixedCache) -> Result<Option<String>, ZkError> {
@@ -59,7 +54,7 @@ pub async fn mixed_fleet_and_stats(
     cache: &MixedCache,
     nodes: &[String],
 ) -> Result<(Option<String>, Vec<Option<Stat>>), ZkError> {
-    if NO_MULTI_READ.load(Ordering::Relaxed) {
+    if multiread::missing() {
         return one_by_one(client, cache, nodes).await;
     }
     // One atomic read of both stats. Two separate reads would not do: a host of ours leaving
@@ -70,19 +65,12 @@ pub async fn mixed_fleet_and_stats(
     let read = read_at_once(client, &wants).await;
     let results = match read {
         Ok(results) => results,
-        Err(ZkError::Op {
-            source: zookeeper_client::Error::Unimplemented,
-            ..
-        }) => {
+        Err(e) if multiread::refused(&e) => {
             tracing::debug!("the server has no multi-read (ZooKeeper < 3.6): the mixed-fleet check reads every host node");
-            NO_MULTI_READ.store(true, Ordering::Relaxed);
             return one_by_one(client, cache, nodes).await;
         }
         Err(e) => return Err(e),
     };
-    if results.len() != wants.len() {
-        return Err(unexpected(&format!("not {} results", wants.len())));
-    }
     let mut results = results.into_iter();
     let (Some(hosts), Some(registry)) = (results.next(), results.next()) else {
         return Err(unexpected("not 2 results"));
@@ -124,30 +112,9 @@ async fn one_by_one(
     Ok((mixed?, stats.into_iter().collect::<Result<_, _>>()?))
 }
 
-/// Reads `wants` in one multi-read (an atomic snapshot), again after a connection loss.
-async fn read_at_once(client: &Client, wants: &[Want]) -> Result<Vec<MultiReadResult>, ZkError> {
-    call_retrying("read", HOSTS, || {
-        // A reader's request is taken by its commit: a new one for every attempt.
-        let mut reader = client.new_multi_reader();
-        let added = wants.iter().try_for_each(|want| match want {
-            Want::Data(p) => reader.add_get_data(p),
-            Want::Children(p) => reader.add_get_children(p),
-        });
-        match added {
-            Ok(()) => reader.commit().left_future(),
-            Err(e) => futures::future::ready(Err(e)).right_future(),
-        }
-    })
-    .await
-}
-
 /// A multi-read answer of the wrong shape.
 fn unexpected(what: &str) -> ZkError {
-    ZkError::Op {
-        op: "read",
-        path: HOSTS.to_string(),
-        source: zookeeper_client::Error::UnexpectedError(format!("multi-read: {what}")),
-    }
+    multiread::unexpected(HOSTS, what)
 }
 
 /// `/hosts` missing.
@@ -172,22 +139,6 @@ fn stat(path: &str, result: MultiReadResult) -> Result<Option<Stat>, ZkError> {
             source: err,
         }),
         _ => Err(unexpected(&format!("no data for {path}"))),
-    }
-}
-
-/// The children of a multi-read's children result (none if the node does not exist).
-fn children(path: &str, result: MultiReadResult) -> Result<Vec<String>, ZkError> {
-    match result {
-        MultiReadResult::Children { children } => Ok(children),
-        MultiReadResult::Error {
-            err: zookeeper_client::Error::NoNode,
-        } => Ok(Vec::new()),
-        MultiReadResult::Error { err } => Err(ZkError::Op {
-            op: "list",
-            path: path.to_string(),
-            source: err,
-        }),
-        _ => Err(unexpected(&format!("no children for {path}"))),
     }
 }
 

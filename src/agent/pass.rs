@@ -198,13 +198,27 @@ impl<'a> Pass<'a> {
     /// A checkpoint between steps: a stop request always abandons; a halted or paused cluster
     /// abandons unless a role controller runs the pass.
     pub async fn checkpoint(&self) -> Result<(), Interrupt> {
-        if self.agent.stop.load(Ordering::SeqCst) {
-            return Err(Interrupt::Abandon("the agent is stopping".into()));
-        }
+        self.stopping()?;
         if self.controlled {
             return Ok(());
         }
-        match cluster_version(&self.agent.client).await? {
+        self.judge(&cluster_version(&self.agent.client).await?)
+    }
+
+    /// A checkpoint's first half: a stop request abandons the pass.
+    pub fn stopping(&self) -> Result<(), Interrupt> {
+        if self.agent.stop.load(Ordering::SeqCst) {
+            return Err(Interrupt::Abandon("the agent is stopping".into()));
+        }
+        Ok(())
+    }
+
+    /// A checkpoint's second half, on the cluster version as just read (halt records
+    /// counted: [`cluster_version`]): None or paused abandons, unless a role controller runs
+    /// the pass.
+    pub fn judge(&self, version: &Value) -> Result<(), Interrupt> {
+        match version {
+            _ if self.controlled => Ok(()),
             Value::Null => Err(Interrupt::Abandon("cluster version is None".into())),
             Value::Bool(false) => Err(Interrupt::Abandon("cluster is paused".into())),
             _ => Ok(()),

@@ -26,8 +26,9 @@
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
+use zookeeper_client::MultiReadResult;
 
-use super::cluster::halt;
+use super::cluster::{effective_version, halt};
 use super::discover::Discovered;
 use super::error::{Failure, Interrupt, StepError};
 use super::pass::Pass;
@@ -36,7 +37,10 @@ use crate::files::now;
 use crate::tree::literal::py_str;
 use crate::tree::rollout::{self as settings, Rollout as Settings};
 use crate::tree::Props;
+use crate::zk::halts::HALTS;
+use crate::zk::multiread::{self, Want};
 use crate::zk::paths::node_lock_path as lock_path;
+use crate::zk::paths::HOSTS;
 use crate::zk::semaphore::{self, Lease};
 use crate::zk::update::update_props;
 use crate::zk::{call_retrying, decode, join, list_or_empty, Client, ZkError};
@@ -263,38 +267,31 @@ async fn leased(
     sem: &str,
     lease: &Lease,
 ) -> (Result<(), Interrupt>, bool) {
-    let agent = pass.agent;
     let Step::Deploy { path, .. } = step else {
         return (Ok(()), false);
     };
     // The checkpoint, the status and every record of a holder that may have died, in one
-    // round trip: the records before the live leases (a record listed, then its lease not,
-    // is a suspect), and the node lock's record (a holder that died under the lock, K was 1
-    // or it was a canary, is named by the next host whichever way it enters).
+    // round trip. The status's write goes last: the server answers a session's requests in
+    // order, and a read sent after a write waits for the write to be committed (behind every
+    // other host's writes at a busy turn) before it is even read.
     let label = step.to_string();
     let lock = lock_path(path);
-    // The status's write goes last: the server answers a session's requests in order, and a
-    // read sent after a write waits for the write to be committed (behind every other host's
-    // writes at a busy turn) before it is even read.
-    let (checked, suspected, lock_record, ()) = tokio::join!(
-        pass.checkpoint(),
-        suspected_lease_records(&agent.client, sem, Some(lease.name())),
-        has_lock_record(&agent.client, &lock),
+    let (looked, ()) = tokio::join!(
+        look_before_step(pass, sem, lease.name(), &lock),
         pass.status(&label),
     );
-    if let Err(interrupt) = checked {
-        return (Err(interrupt), false);
-    }
-    // A dead holder under a lease first, else one under the node lock: the first found halts.
-    let dead = match suspected {
-        Ok(true) => dead_lease_holder(pass, sem, Some(lease.name())).await,
-        Ok(false) => Ok(None),
-        Err(e) => Err(e),
+    let found = match looked {
+        Ok(found) => found,
+        Err(interrupt) => return (Err(interrupt), false),
     };
-    let dead = match (dead, lock_record) {
-        (Ok(None), Ok(true)) => dead_lock_holder(pass, &lock).await,
-        (Ok(None), Err(e)) => Err(e),
-        (dead, _) => dead,
+    // A dead holder under a lease first, else one under the node lock: the first found halts.
+    let dead = match found.suspected {
+        true => dead_lease_holder(pass, sem, Some(lease.name())).await,
+        false => Ok(None),
+    };
+    let dead = match dead {
+        Ok(None) if found.lock_record => dead_lock_holder(pass, &lock).await,
+        dead => dead,
     };
     match dead {
         Ok(None) => {}
@@ -311,6 +308,100 @@ async fn leased(
         // The halt could not be recorded: the record stays for the next holder to report.
         Err(e) => (Err(e.into()), true),
     }
+}
+
+/// What a lease holder finds before its step ([`look_before_step`]).
+struct BeforeStep {
+    /// The semaphore keeps a record whose lease is gone, not ours: a holder that died.
+    suspected: bool,
+    /// The node lock keeps an in-flight record: a holder that died under the lock (K was 1,
+    /// or it was a canary) is named by the next host whichever way it enters.
+    lock_record: bool,
+}
+
+/// A lease holder's checkpoint and its look for records of holders that may have died, in
+/// one multi-read: the cluster version and the halt records, the semaphore's records, its
+/// guard's data (earlier agents' records) and its leases, and the node lock's data. One
+/// request, where six took six turns of the server's queue at a busy turn (it answers a
+/// session's requests one at a time). The multi-read is an atomic snapshot, so a record
+/// whose lease it does not list is a holder's that died (or kept its record): a holder takes
+/// and gives back both in one transaction. A server without multi-read (ZooKeeper < 3.6)
+/// gets the reads one by one, as [`suspected_lease_records`] makes them.
+async fn look_before_step(
+    pass: &Pass<'_>,
+    sem: &str,
+    ours: &str,
+    lock: &str,
+) -> Result<BeforeStep, Interrupt> {
+    pass.stopping()?;
+    let client = &pass.agent.client;
+    if !multiread::missing() {
+        match snapshot_before_step(client, sem, ours, lock).await {
+            Ok((version, found)) => {
+                pass.judge(&version)?;
+                return Ok(found);
+            }
+            Err(e) if multiread::refused(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let (checked, suspected, lock_record) = tokio::join!(
+        pass.checkpoint(),
+        suspected_lease_records(client, sem, Some(ours)),
+        has_lock_record(client, lock),
+    );
+    checked?;
+    Ok(BeforeStep {
+        suspected: suspected?,
+        lock_record: lock_record?,
+    })
+}
+
+/// [`look_before_step`]'s multi-read: the cluster version (halts counted) and what it found.
+async fn snapshot_before_step(
+    client: &Client,
+    sem: &str,
+    ours: &str,
+    lock: &str,
+) -> Result<(Value, BeforeStep), ZkError> {
+    let guard = semaphore::lock_path(sem);
+    let records = semaphore::records_path(sem);
+    let wants = [
+        Want::Data(HOSTS.into()),
+        Want::Children(HALTS.into()),
+        Want::Children(records.clone()),
+        Want::Data(guard.clone()),
+        Want::Children(sem.into()),
+        Want::Data(lock.into()),
+    ];
+    let got = multiread::read_at_once(client, &wants).await?;
+    let [hosts, halts, kept, legacy, live, lock_data]: [MultiReadResult; 6] = got
+        .try_into()
+        .map_err(|_| multiread::unexpected(HOSTS, "not 6 results"))?;
+    let hosts = multiread::data(HOSTS, hosts)?.ok_or_else(|| ZkError::Op {
+        op: "get",
+        path: HOSTS.into(),
+        source: zookeeper_client::Error::NoNode,
+    })?;
+    let version = effective_version(&hosts, multiread::children(HALTS, halts))?;
+    let props = |path: &str, result| -> Result<Props, ZkError> {
+        Ok(multiread::data(path, result)?.map_or_else(Props::default, |d| decode(&d)))
+    };
+    let live = multiread::children(sem, live)?;
+    let gone = |k: &String| !live.contains(k) && k != ours;
+    let in_guard = match props(&guard, legacy)?.get("in-flight") {
+        Some(Value::Object(m)) => m.keys().any(gone),
+        _ => false,
+    };
+    let suspected = in_guard || multiread::children(&records, kept)?.iter().any(gone);
+    let lock_record = props(lock, lock_data)?.contains_key("in-flight");
+    Ok((
+        version,
+        BeforeStep {
+            suspected,
+            lock_record,
+        },
+    ))
 }
 
 /// Whether the semaphore `sem` keeps a record whose lease is gone (not `ours`): in the

@@ -2,15 +2,18 @@
 //! multi-read request, with up to [`WINDOW`] requests in flight. Used by the subtree reader
 //! ([`super::snapshot`]) and the agent's discovery walk. A node that does not exist is handed
 //! to the caller as a `NoNode` result (it may have been deleted while the walk ran); any other
-//! error ends the read.
+//! error ends the read. [`read_at_once`] reads a few nodes in one multi-read (an atomic
+//! snapshot, one request), for as long as the server knows the request ([`missing`]).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
 use zookeeper_client::MultiReadResult;
 
-use super::{call, Client, ZkError};
+use super::{call, call_retrying, Client, ZkError};
 
 /// Paths read per multi-read request.
 pub const BATCH: usize = 128;
@@ -95,4 +98,95 @@ pub async fn read_all(
         }
     }
     Ok(())
+}
+
+/// Set once the server refused a multi-read: from then on this process reads one by one.
+static MISSING: AtomicBool = AtomicBool::new(false);
+
+/// Whether the server refused a multi-read (ZooKeeper < 3.6): read node by node instead.
+pub fn missing() -> bool {
+    MISSING.load(Ordering::Relaxed)
+}
+
+/// Whether `error` is the server's refusal of a multi-read; if so, [`missing`] says so from
+/// now on.
+pub fn refused(error: &ZkError) -> bool {
+    let no = matches!(
+        error,
+        ZkError::Op {
+            source: zookeeper_client::Error::Unimplemented,
+            ..
+        }
+    );
+    if no {
+        MISSING.store(true, Ordering::Relaxed);
+    }
+    no
+}
+
+/// Reads `wants` in one multi-read (an atomic snapshot), again after a connection loss; an
+/// error names the first node.
+pub async fn read_at_once(
+    client: &Client,
+    wants: &[Want],
+) -> Result<Vec<MultiReadResult>, ZkError> {
+    let first = wants.first().map_or("/", Want::path);
+    let results = call_retrying("read", first, || {
+        // A reader's request is taken by its commit: a new one for every attempt.
+        let mut reader = client.new_multi_reader();
+        let added = wants.iter().try_for_each(|want| match want {
+            Want::Data(p) => reader.add_get_data(p),
+            Want::Children(p) => reader.add_get_children(p),
+        });
+        match added {
+            Ok(()) => reader.commit().left_future(),
+            Err(e) => futures::future::ready(Err(e)).right_future(),
+        }
+    })
+    .await?;
+    if results.len() != wants.len() {
+        return Err(unexpected(first, &format!("not {} results", wants.len())));
+    }
+    Ok(results)
+}
+
+/// A multi-read answer of the wrong shape.
+pub fn unexpected(path: &str, what: &str) -> ZkError {
+    ZkError::Op {
+        op: "read",
+        path: path.to_string(),
+        source: zookeeper_client::Error::UnexpectedError(format!("multi-read: {what}")),
+    }
+}
+
+/// The data of a multi-read's data result (`None`: the node does not exist).
+pub fn data(path: &str, result: MultiReadResult) -> Result<Option<Vec<u8>>, ZkError> {
+    match result {
+        MultiReadResult::Data { data, .. } => Ok(Some(data)),
+        MultiReadResult::Error {
+            err: zookeeper_client::Error::NoNode,
+        } => Ok(None),
+        MultiReadResult::Error { err } => Err(ZkError::Op {
+            op: "get",
+            path: path.to_string(),
+            source: err,
+        }),
+        _ => Err(unexpected(path, "no data")),
+    }
+}
+
+/// The children of a multi-read's children result (none if the node does not exist).
+pub fn children(path: &str, result: MultiReadResult) -> Result<Vec<String>, ZkError> {
+    match result {
+        MultiReadResult::Children { children } => Ok(children),
+        MultiReadResult::Error {
+            err: zookeeper_client::Error::NoNode,
+        } => Ok(Vec::new()),
+        MultiReadResult::Error { err } => Err(ZkError::Op {
+            op: "list",
+            path: path.to_string(),
+            source: err,
+        }),
+        _ => Err(unexpected(path, "no children")),
+    }
 }
