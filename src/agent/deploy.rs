@@ -24,7 +24,7 @@ use super::plan::{Lock, Rollout, Step};
 use super::rollout::{
     add_canary, canary_key, dead_lease_holder, deploy_leased, died_in_flight, execute_halting,
     halt_for_dead_holder, halted, in_canary_phase, in_flight_record, is_mine,
-    suspected_lease_records,
+    suspected_lease_records, LookAfterTake, Looked,
 };
 use crate::zk::encode;
 use crate::zk::lock::{
@@ -55,8 +55,12 @@ const MAX_QUEUES: usize = 16;
 enum Entry {
     /// Its node lock (K = 1, or a canary: then the canary version key).
     Lock { held: Held, canary: Option<String> },
-    /// A lease of its semaphore (K > 1).
-    Lease { lease: Lease },
+    /// A lease of its semaphore (K > 1), with what was read right after it was taken, if
+    /// the reads went with it ([`LookAfterTake`]).
+    Lease {
+        lease: Lease,
+        looked: Option<Looked>,
+    },
     /// Every place is taken: the lock or semaphore, the nodes to watch, and who holds them;
     /// `cross` when it is taken by hosts under the node's other kind of place (a lock holder
     /// while leases are wanted, or leases while the lock is), after a change of K.
@@ -73,7 +77,7 @@ impl Entry {
     async fn give_back(self, client: &Client) -> Result<(), ZkError> {
         match self {
             Entry::Lock { held, .. } => held.release(client).await,
-            Entry::Lease { lease } => lease.release(client).await,
+            Entry::Lease { lease, .. } => lease.release(client).await,
             Entry::Busy { .. } => Ok(()),
         }
     }
@@ -199,9 +203,9 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                         Entry::Lock { held, canary } => {
                             releasing = deploy_locked(pass, node, held, canary).await?;
                         }
-                        Entry::Lease { lease } => {
+                        Entry::Lease { lease, looked } => {
                             let sem = semaphore_path(node.path);
-                            deploy_leased(pass, node.step, &sem, lease).await?
+                            deploy_leased(pass, node.step, &sem, lease, looked).await?
                         }
                         Entry::Busy { .. } => {}
                     }
@@ -263,7 +267,10 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                             }
                             None => None,
                         }
-                        .map(|lease| Entry::Lease { lease });
+                        .map(|lease| Entry::Lease {
+                            lease,
+                            looked: None,
+                        });
                     }
                     _ if pending.len() <= MAX_QUEUES && pending.iter().all(|n| n.lock_queue) => {
                         // Every pending node's lock is busy: wait in all their queues at
@@ -467,12 +474,14 @@ async fn enter_semaphore(
     let sem = semaphore_path(node.path);
     let client = &pass.agent.client;
     let record = lease_record(pass, node);
+    let look = LookAfterTake::new(client, &sem, node.lock);
     let taker = semaphore::Taker {
         path: &sem,
         identifier,
         max_leases: node.rollout.parallel,
         beside: Some(node.lock),
         record: Some(&record),
+        after: look.wanted().then_some(&look as &dyn semaphore::AfterTake),
     };
     let holders = || format!("{} lease holders", node.rollout.parallel);
     let tried = match waits {
@@ -533,7 +542,10 @@ async fn enter_semaphore(
                 lease.release(client).await?;
                 busy
             }
-            None => Entry::Lease { lease },
+            None => {
+                let looked = if lease.after_ran { look.take() } else { None };
+                Entry::Lease { lease, looked }
+            }
         },
         TryLease::Full { holders } => {
             let named: Vec<&str> = holders

@@ -99,29 +99,19 @@ impl<'a> Pass<'a> {
         inventory: Option<Value>,
         record_at: Option<&Value>,
     ) -> Result<(), ZkError> {
-        let agent = self.agent;
-        let mut mirrored = std::pin::pin!(agent.update_host_node(|p| {
-            p.insert("status".into(), json!(text));
-            if let Some(value) = &inventory {
-                p.insert(INVENTORY.into(), value.clone());
+        write_status(self.agent, &self.version, text, inventory, record_at, true).await
+    }
+
+    /// [`Self::status`] as a future that holds no borrow of the pass, so that it goes on
+    /// while a step runs (which needs the pass): its host node write is made, and the status
+    /// file written, at the future's first poll, before the step starts; the write leaves
+    /// when the step first waits.
+    pub fn status_beside(&self, text: &str) -> impl std::future::Future<Output = ()> + 'a {
+        let (agent, version, text) = (self.agent, self.version.clone(), text.to_string());
+        async move {
+            if let Err(e) = write_status(agent, &version, &text, None, None, false).await {
+                tracing::warn!("cannot update {}: {e}", host_path(&agent.host.id));
             }
-            if let Some(at) = record_at {
-                p.insert("version".into(), self.version.clone());
-                p.insert(DEPLOYED_AT.into(), at.clone());
-            }
-        }));
-        let first = futures::poll!(mirrored.as_mut());
-        if first.is_pending() {
-            tokio::task::yield_now().await;
-        }
-        if let Err(e) = agent.run_dir.set_status(&self.version, text) {
-            tracing::warn!("cannot write the status file: {e}");
-        }
-        crate::systemd::status(text);
-        crate::systemd::busy(!matches!(text, "done" | "error") && !text.starts_with("abandoned"));
-        match first {
-            std::task::Poll::Ready(done) => done,
-            std::task::Poll::Pending => mirrored.await,
         }
     }
 
@@ -287,5 +277,42 @@ pub async fn run_recorded(cmd: &Cmd, record: &mut StepReport) -> Result<(), Comm
             }
             Err(e)
         }
+    }
+}
+
+/// The status `text` of a pass of `agent` at `version`: the host node's write (with the
+/// inventory and the version record, if given) made first, the status file written while it
+/// is in flight (with `send_first`, once the task yielded so that it left: see
+/// [`Pass::status`]), and systemd told.
+async fn write_status(
+    agent: &Agent,
+    version: &Value,
+    text: &str,
+    inventory: Option<Value>,
+    record_at: Option<&Value>,
+    send_first: bool,
+) -> Result<(), ZkError> {
+    let mut mirrored = std::pin::pin!(agent.update_host_node(|p| {
+        p.insert("status".into(), json!(text));
+        if let Some(value) = &inventory {
+            p.insert(INVENTORY.into(), value.clone());
+        }
+        if let Some(at) = record_at {
+            p.insert("version".into(), version.clone());
+            p.insert(DEPLOYED_AT.into(), at.clone());
+        }
+    }));
+    let first = futures::poll!(mirrored.as_mut());
+    if first.is_pending() && send_first {
+        tokio::task::yield_now().await;
+    }
+    if let Err(e) = agent.run_dir.set_status(version, text) {
+        tracing::warn!("cannot write the status file: {e}");
+    }
+    crate::systemd::status(text);
+    crate::systemd::busy(!matches!(text, "done" | "error") && !text.starts_with("abandoned"));
+    match first {
+        std::task::Poll::Ready(done) => done,
+        std::task::Poll::Pending => mirrored.await,
     }
 }

@@ -243,13 +243,14 @@ pub fn add_canary(p: &mut crate::tree::Props, key: &str, host_id: &str) {
 /// health check, then the lease given back with its record in one transaction. A failure
 /// halts the cluster before the lease is given back; a failure that could not be recorded
 /// leaves the record for the next holder to report.
-pub async fn deploy_leased(
+pub(super) async fn deploy_leased(
     pass: &mut Pass<'_>,
     step: &Step,
     sem: &str,
     lease: Lease,
+    looked: Option<Looked>,
 ) -> Result<(), Interrupt> {
-    let (result, keep_record) = leased(pass, step, sem, &lease).await;
+    let (result, keep_record) = leased(pass, step, sem, &lease, looked).await;
     let client = &pass.agent.client;
     let released = match keep_record {
         true => lease.release_keeping_record(client).await,
@@ -260,27 +261,44 @@ pub async fn deploy_leased(
     released.map_err(Interrupt::from)
 }
 
-/// The deployment itself, with the lease held; true when our record is to stay.
+/// The deployment itself, with the lease held; true when our record is to stay. `looked`:
+/// what [`LookAfterTake`] read right after the lease was taken, if it did.
 async fn leased(
     pass: &mut Pass<'_>,
     step: &Step,
     sem: &str,
     lease: &Lease,
+    looked: Option<Looked>,
 ) -> (Result<(), Interrupt>, bool) {
     let Step::Deploy { path, .. } = step else {
         return (Ok(()), false);
     };
-    // The checkpoint, the status and every record of a holder that may have died, in one
-    // round trip. The status's write goes last: the server answers a session's requests in
-    // order, and a read sent after a write waits for the write to be committed (behind every
-    // other host's writes at a busy turn) before it is even read.
     let label = step.to_string();
     let lock = lock_path(path);
-    let (looked, ()) = tokio::join!(
-        look_before_step(pass, sem, lease.name(), &lock),
-        pass.status(&label),
-    );
-    let found = match looked {
+    let looked = looked.filter(|l| !l.as_ref().is_err_and(multiread::refused));
+    let (found, status_left) = match looked {
+        // Read in the lease's round trip: the status is written while the step starts.
+        Some(looked) => {
+            let judged = pass.stopping().and_then(|()| {
+                let (version, found) = looked?;
+                pass.judge(&version)?;
+                Ok(found)
+            });
+            (judged, true)
+        }
+        // The checkpoint, the status and every record of a holder that may have died, in
+        // one round trip. The status's write goes last: the server answers a session's
+        // requests in order, and a read sent after a write waits for the write to be
+        // committed (behind every other host's writes at a busy turn) before it is read.
+        None => {
+            let (looked, ()) = tokio::join!(
+                look_before_step(pass, sem, lease.name(), &lock),
+                pass.status(&label),
+            );
+            (looked, false)
+        }
+    };
+    let found = match found {
         Ok(found) => found,
         Err(interrupt) => return (Err(interrupt), false),
     };
@@ -303,15 +321,71 @@ async fn leased(
         }
         Err(e) => return (Err(e.into()), false),
     }
-    match execute_halting(pass, step).await {
+    let ran = if status_left {
+        // The status's write is made (and the file written) before the step starts, and
+        // answered while it runs.
+        let ((), ran) = tokio::join!(pass.status_beside(&label), execute_halting(pass, step));
+        ran
+    } else {
+        execute_halting(pass, step).await
+    };
+    match ran {
         Ok(result) => (result.map_err(halted), false),
         // The halt could not be recorded: the record stays for the next holder to report.
         Err(e) => (Err(e.into()), true),
     }
 }
 
+/// What [`LookAfterTake`] read: the cluster version (halts counted) and the records found.
+pub(super) type Looked = Result<(Value, BeforeStep), ZkError>;
+
+/// A lease holder's look before its step ([`snapshot_before_step`]), sent right after the
+/// transaction that creates its lease ([`semaphore::AfterTake`]), in its round trip: the
+/// step then starts one round trip after that transaction went out, not two. Read after the
+/// transaction (a session's requests are answered in order), the snapshot sees our lease,
+/// as a look made once the lease is known to be ours would.
+pub(super) struct LookAfterTake<'c> {
+    client: &'c Client,
+    sem: &'c str,
+    lock: &'c str,
+    found: std::sync::Mutex<Option<Looked>>,
+}
+
+impl<'c> LookAfterTake<'c> {
+    /// The look for the semaphore `sem` of the node whose lock is `lock`.
+    pub(super) fn new(client: &'c Client, sem: &'c str, lock: &'c str) -> Self {
+        LookAfterTake {
+            client,
+            sem,
+            lock,
+            found: Default::default(),
+        }
+    }
+
+    /// Whether to send it: not to a server without multi-read.
+    pub(super) fn wanted(&self) -> bool {
+        !multiread::missing()
+    }
+
+    /// What the last look read.
+    pub(super) fn take(&self) -> Option<Looked> {
+        self.found.lock().expect("look after take").take()
+    }
+}
+
+impl semaphore::AfterTake for LookAfterTake<'_> {
+    fn start(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            // Our own lease is among the leases read, so no record of ours is a suspect.
+            let found = snapshot_before_step(self.client, self.sem, "", self.lock).await;
+            *self.found.lock().expect("look after take") = Some(found);
+        })
+    }
+}
+
 /// What a lease holder finds before its step ([`look_before_step`]).
-struct BeforeStep {
+#[derive(Debug)]
+pub(super) struct BeforeStep {
     /// The semaphore keeps a record whose lease is gone, not ours: a holder that died.
     suspected: bool,
     /// The node lock keeps an in-flight record: a holder that died under the lock (K was 1,

@@ -95,6 +95,19 @@ pub struct Lease {
     pub beside: Option<Vec<String>>,
     /// Full path of the record node created with the lease, if one was asked for.
     pub record: Option<String>,
+    /// The taker's [`Taker::after`] requests went out right after the transaction that
+    /// created the lease, in its round trip (so they were answered after it).
+    pub after_ran: bool,
+}
+
+/// What a taker sends right after the transaction that creates its lease, in the same round
+/// trip ([`Taker::after`]): reads that must see the lease, made before its answer is known.
+/// The future sends its requests at its first poll and keeps their answers itself; it runs
+/// again with every transaction tried, so the answers kept are the last transaction's,
+/// which is the one that made the lease when [`Lease::after_ran`] says so.
+pub trait AfterTake: Sync {
+    /// The requests, sent at the future's first poll.
+    fn start(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
 }
 
 impl Lease {
@@ -221,6 +234,7 @@ pub async fn try_acquire(
         max_leases,
         beside,
         record,
+        after: None,
     };
     let mut baton = true;
     loop {
@@ -252,7 +266,7 @@ fn under_guard_reads(path: &str, baton: bool, wait: bool) -> Extra<'_> {
 }
 
 /// Who takes a lease of which semaphore.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Taker<'a> {
     /// The semaphore node.
     pub path: &'a str,
@@ -264,6 +278,8 @@ pub struct Taker<'a> {
     pub beside: Option<&'a str>,
     /// The data of the record node created with the lease, if one is ([`Lease::record`]).
     pub record: Option<&'a [u8]>,
+    /// Requests sent right after the lease's transaction ([`AfterTake`]).
+    pub after: Option<&'a dyn AfterTake>,
 }
 
 /// Takes a lease of the semaphore at `path` as kazoo's blocking `acquire` does: in the guard
@@ -286,6 +302,7 @@ pub async fn acquire_waiting(
         max_leases,
         beside,
         record,
+        after: None,
     };
     acquire_waiting_with(client, &taker, limit, limit, || std::future::ready(true)).await
 }
@@ -697,6 +714,7 @@ async fn create_lease(
             node: node.clone(),
             beside,
             record: record.as_ref().map(|(path, _)| path.clone()),
+            after_ran: false,
         })
     };
     let mode = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
@@ -726,18 +744,27 @@ async fn create_lease(
         // Sent in this order (a request goes out when it is made), so answered in this order.
         let commit = writer.commit();
         let listed = taker.beside.map(|b| client.list_children(b));
-        let (committed, beside) = futures::join!(
+        let (committed, beside, ()) = futures::join!(
             call("write", &node, async {
                 commit.await.map_err(zookeeper_client::Error::from)
             }),
-            listed_beside(listed, taker.beside)
+            listed_beside(listed, taker.beside),
+            async {
+                if let Some(after) = taker.after {
+                    after.start().await;
+                }
+            }
         );
         match committed {
             Ok(_) => {
                 if !passed.is_empty() {
                     tracing::debug!("{path}: passed {} leases on", passed.len());
                 }
-                return Ok(Some((lease(beside), true)));
+                let mut made = lease(beside);
+                if let TryLease::Acquired(lease) = &mut made {
+                    lease.after_ran = taker.after.is_some();
+                }
+                return Ok(Some((made, true)));
             }
             // Lost or late: it may have gone through (and a retry may find our own lease
             // there); our lease's name is unique.

@@ -702,6 +702,79 @@ async fn a_host_with_one_node_left_waits_in_the_guard_queue_from_the_start() {
 }
 
 #[tokio::test]
+async fn a_lease_taken_once_the_cluster_was_halted_runs_no_step() {
+    // /acme/a (K = 2), both leases held by someone else: h1 waits for one. The test gives
+    // one back and clears the cluster version in the same transaction. h1 wakes on the
+    // lease, takes it, and reads the cluster in that round trip (or the next): it must
+    // abandon there, without running the script, and give the lease back.
+    let hosts = fleet("rollout-halted-under-lease", 1).await;
+    let h = &hosts[0];
+    h.tree(&tree("max-parallel = 2", &["h1"]), v("r1")).await;
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    let sem = "/agent-semaphores/acme,a";
+    h.client.mkdir("/agent-semaphores", &open).await.ok();
+    h.client.create(sem, b"2", &open).await.unwrap();
+    let first = format!("{sem}/0123456789abcdef0123456789abcdef");
+    let second = format!("{sem}/fedcba9876543210fedcba9876543210");
+    for (lease, who) in [(&first, "someone (x)"), (&second, "someone (y)")] {
+        h.client
+            .create(lease, who.as_bytes(), &ephemeral)
+            .await
+            .unwrap();
+    }
+    let times = h.scratch("times.txt");
+    let times_path = times.display().to_string();
+    let mut run = h.spawn("deploy", &[], &[("ZK_TEST_TIMES", &times_path)]);
+    wait_for("h1 to say it waits", LIMIT, || {
+        (h.status_text() == "waiting for node locks: /acme/a held by 2 lease holders").then_some(())
+    })
+    .await;
+    let mut writer = h.client.new_multi_writer();
+    writer.add_delete(&first, None).unwrap();
+    writer
+        .add_set_data("/hosts", br#"{"version": null}"#, None)
+        .unwrap();
+    writer.commit().await.unwrap();
+    let code = run.wait(LIMIT).await;
+    assert_ne!(code, 0, "{}", run.output());
+    assert_eq!(h.status_text(), "abandoned (cluster version is None)");
+    assert!(lines(&times).is_empty(), "{:?}", lines(&times));
+    // The lease taken was given back: only the test's second one is left.
+    let left = children(h, sem).await;
+    assert_eq!(left, ["fedcba9876543210fedcba9876543210"], "{left:?}");
+}
+
+#[tokio::test]
+async fn a_lease_holder_says_which_step_it_runs() {
+    // The status of a leased step is written while the step starts (its host node's write
+    // answered while it runs): the status file says it before the script starts, and the
+    // host node says it too.
+    let hosts = fleet("rollout-leased-status", 1).await;
+    let h = &hosts[0];
+    h.tree(&tree("max-parallel = 2", &["h1"]), v("r1")).await;
+    let times = h.scratch("times.txt");
+    let times_path = times.display().to_string();
+    let mut run = h.spawn(
+        "deploy",
+        &[],
+        &[("ZK_TEST_TIMES", &times_path), ("ZK_TEST_SLEEP", "600")],
+    );
+    wait_for("h1's script to start", LIMIT, || {
+        (!lines(&times).is_empty()).then_some(())
+    })
+    .await;
+    let step = "deploy /acme/a 0 (foo 1.0)";
+    assert_eq!(h.status_text(), step);
+    wait_for_async("h1's host node to say so", LIMIT, || async {
+        let node = h.host_node().await?;
+        (node.get("status") == Some(&json!(step))).then_some(())
+    })
+    .await;
+    run.kill_tree().await;
+}
+
+#[tokio::test]
 async fn a_record_an_older_agent_left_in_the_guard_still_halts_the_next_holder() {
     // Earlier agents kept their leases' in-flight records in the guard's data: one whose
     // lease is gone (its holder died) halts the next holder, as a record node does.
