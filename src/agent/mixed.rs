@@ -128,18 +128,7 @@ fn no_hosts() -> ZkError {
 
 /// The stat of a multi-read's data result (`None`: the node does not exist).
 fn stat(path: &str, result: MultiReadResult) -> Result<Option<Stat>, ZkError> {
-    match result {
-        MultiReadResult::Data { stat, .. } => Ok(Some(stat)),
-        MultiReadResult::Error {
-            err: zookeeper_client::Error::NoNode,
-        } => Ok(None),
-        MultiReadResult::Error { err } => Err(ZkError::Op {
-            op: "read",
-            path: path.to_string(),
-            source: err,
-        }),
-        _ => Err(unexpected(&format!("no data for {path}"))),
-    }
+    Ok(multiread::data_and_stat(path, result)?.map(|(_, stat)| stat))
 }
 
 /// Lists the host nodes (and, with `atomic`, the registry in the same multi-read), reads

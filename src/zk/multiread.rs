@@ -161,8 +161,16 @@ pub fn unexpected(path: &str, what: &str) -> ZkError {
 
 /// The data of a multi-read's data result (`None`: the node does not exist).
 pub fn data(path: &str, result: MultiReadResult) -> Result<Option<Vec<u8>>, ZkError> {
+    Ok(data_and_stat(path, result)?.map(|(data, _)| data))
+}
+
+/// The data and stat of a multi-read's data result (`None`: the node does not exist).
+pub fn data_and_stat(
+    path: &str,
+    result: MultiReadResult,
+) -> Result<Option<(Vec<u8>, zookeeper_client::Stat)>, ZkError> {
     match result {
-        MultiReadResult::Data { data, .. } => Ok(Some(data)),
+        MultiReadResult::Data { data, stat } => Ok(Some((data, stat))),
         MultiReadResult::Error {
             err: zookeeper_client::Error::NoNode,
         } => Ok(None),
