@@ -275,27 +275,20 @@ async fn leased(
     };
     let label = step.to_string();
     let lock = lock_path(path);
-    let looked = looked.filter(|l| !l.as_ref().is_err_and(multiread::refused));
-    let (found, status_left) = match looked {
-        // Read in the lease's round trip: the status is written while the step starts.
-        Some(looked) => {
-            let judged = pass.stopping().and_then(|()| {
-                let (version, found) = looked?;
-                pass.judge(&version)?;
-                Ok(found)
-            });
-            (judged, true)
-        }
-        // The checkpoint, the status and every record of a holder that may have died, in
-        // one round trip. The status's write goes last: the server answers a session's
-        // requests in order, and a read sent after a write waits for the write to be
-        // committed (behind every other host's writes at a busy turn) before it is read.
+    // Read in the lease's round trip: the status is written while the step starts. Else
+    // the checkpoint, the status and every record of a holder that may have died, in one
+    // round trip, the status's write last: the server answers a session's requests in
+    // order, and a read sent after a write waits for the write to be committed (behind
+    // every other host's writes at a busy turn) before it is read.
+    let status_left = looked.is_some();
+    let found = match looked {
+        Some(looked) => look_before_step(pass, sem, lease.name(), &lock, Some(looked)).await,
         None => {
-            let (looked, ()) = tokio::join!(
-                look_before_step(pass, sem, lease.name(), &lock),
+            let (found, ()) = tokio::join!(
+                look_before_step(pass, sem, lease.name(), &lock, None),
                 pass.status(&label),
             );
-            (looked, false)
+            found
         }
     };
     let found = match found {
@@ -399,25 +392,30 @@ pub(super) struct BeforeStep {
 /// request, where six took six turns of the server's queue at a busy turn (it answers a
 /// session's requests one at a time). The multi-read is an atomic snapshot, so a record
 /// whose lease it does not list is a holder's that died (or kept its record): a holder takes
-/// and gives back both in one transaction. A server without multi-read (ZooKeeper < 3.6)
+/// and gives back both in one transaction. `looked`: the multi-read made already, in the
+/// lease's round trip ([`LookAfterTake`]). A server without multi-read (ZooKeeper < 3.6)
 /// gets the reads one by one, as [`suspected_lease_records`] makes them.
 async fn look_before_step(
     pass: &Pass<'_>,
     sem: &str,
     ours: &str,
     lock: &str,
+    looked: Option<Looked>,
 ) -> Result<BeforeStep, Interrupt> {
     pass.stopping()?;
     let client = &pass.agent.client;
-    if !multiread::missing() {
-        match snapshot_before_step(client, sem, ours, lock).await {
-            Ok((version, found)) => {
-                pass.judge(&version)?;
-                return Ok(found);
-            }
-            Err(e) if multiread::refused(&e) => {}
-            Err(e) => return Err(e.into()),
+    let snapshot = match looked {
+        Some(looked) => Some(looked),
+        None if !multiread::missing() => Some(snapshot_before_step(client, sem, ours, lock).await),
+        None => None,
+    };
+    match snapshot {
+        Some(Ok((version, found))) => {
+            pass.judge(&version)?;
+            return Ok(found);
         }
+        Some(Err(e)) if !multiread::refused(&e) => return Err(e.into()),
+        _ => {}
     }
     let (checked, suspected, lock_record) = tokio::join!(
         pass.checkpoint(),

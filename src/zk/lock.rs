@@ -17,7 +17,7 @@
 
 use zookeeper_client::{Acls, CreateMode, EventType, MultiReadResult, OneshotWatcher, Stat};
 
-use super::multiread;
+use super::multiread::{self, Want};
 use super::{call, call_retrying, join, open_persistent, Client, ZkError, LOSS_RETRIES};
 
 /// The marker between the contender's prefix and its sequence number.
@@ -456,17 +456,13 @@ async fn list_reading_at_once(
     path: &str,
     extra: Extra<'_>,
 ) -> Result<Found, ZkError> {
+    let mut wants = vec![Want::Children(path.to_string())];
+    wants.extend(extra.read.map(|node| Want::Data(node.to_string())));
+    wants.extend(extra.beside.map(|node| Want::Children(node.to_string())));
     let mut reader = client.new_multi_reader();
-    let mut added = reader.add_get_children(path);
-    if let Some(node) = extra.read {
-        added = added.and_then(|()| reader.add_get_data(node));
-    }
-    if let Some(node) = extra.beside {
-        added = added.and_then(|()| reader.add_get_children(node));
-    }
-    added.map_err(|source| ZkError::Op {
+    multiread::add_wants(&mut reader, &wants).map_err(|(want, source)| ZkError::Op {
         op: "list",
-        path: path.to_string(),
+        path: want.path().to_string(),
         source,
     })?;
     let mut results = call("list", path, reader.commit()).await?.into_iter();

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
-use zookeeper_client::MultiReadResult;
+use zookeeper_client::{MultiReadResult, MultiReader};
 
 use super::{call, call_retrying, Client, ZkError};
 
@@ -40,24 +40,30 @@ impl Want {
 
 type Reply = (Vec<Want>, Result<Vec<MultiReadResult>, ZkError>);
 
+/// Adds the reads of `wants` to `reader`; an error comes with the read refused.
+pub fn add_wants<'w>(
+    reader: &mut MultiReader<'_>,
+    wants: &'w [Want],
+) -> Result<(), (&'w Want, zookeeper_client::Error)> {
+    wants.iter().try_for_each(|want| {
+        match want {
+            Want::Data(p) => reader.add_get_data(p),
+            Want::Children(p) => reader.add_get_children(p),
+        }
+        .map_err(|e| (want, e))
+    })
+}
+
 /// Sends one multi-read for a batch.
 fn send(client: &Client, batch: Vec<Want>) -> Pin<Box<dyn Future<Output = Reply> + Send + '_>> {
     let mut reader = client.new_multi_reader();
-    let mut bad = None;
-    for want in &batch {
-        let added = match want {
-            Want::Data(p) => reader.add_get_data(p),
-            Want::Children(p) => reader.add_get_children(p),
-        };
-        if let Err(source) = added {
-            bad = Some(ZkError::Op {
-                op: "read",
-                path: want.path().to_string(),
-                source,
-            });
-            break;
-        }
-    }
+    let bad = add_wants(&mut reader, &batch)
+        .err()
+        .map(|(want, source)| ZkError::Op {
+            op: "read",
+            path: want.path().to_string(),
+            source,
+        });
     let commit = reader.commit();
     Box::pin(async move {
         if let Some(e) = bad {
@@ -134,11 +140,7 @@ pub async fn read_at_once(
     let results = call_retrying("read", first, || {
         // A reader's request is taken by its commit: a new one for every attempt.
         let mut reader = client.new_multi_reader();
-        let added = wants.iter().try_for_each(|want| match want {
-            Want::Data(p) => reader.add_get_data(p),
-            Want::Children(p) => reader.add_get_children(p),
-        });
-        match added {
+        match add_wants(&mut reader, wants).map_err(|(_, e)| e) {
             Ok(()) => reader.commit().left_future(),
             Err(e) => futures::future::ready(Err(e)).right_future(),
         }
