@@ -85,6 +85,7 @@ pub async fn start(
         metrics: crate::metrics::Metrics::default(),
         walk: false,
         host_node: Default::default(),
+        read_guess: Default::default(),
         mixed: Default::default(),
     })
 }

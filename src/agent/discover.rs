@@ -20,7 +20,7 @@ use zookeeper_client::MultiReadResult;
 use super::model::{app_name, check_plain_name, is_versioned_name, Deployment, Host, Wanted};
 use crate::tree::literal::{py_str, repr_str};
 use crate::tree::{Props, PLINK_SUFFIX};
-use crate::zk::index::{read_index, walk_deploy_nodes, IndexAnswer};
+use crate::zk::index::{read_index, walk_deploy_nodes, Guess, IndexAnswer};
 use crate::zk::links::{property, LinkError, NodeSource};
 use crate::zk::multiread::{read_all, Want};
 use crate::zk::paths::role_path;
@@ -46,9 +46,34 @@ pub struct Snapshot {
     pub reads: usize,
     /// Where the deploy nodes came from (`None` for a snapshot made by hand).
     pub source: Option<Source>,
+    /// The index generation that named the deploy nodes, when the index did.
+    pub generation: Option<String>,
 }
 
 impl Snapshot {
+    /// Keeps what a read of `path` found (the node's properties, or that it is missing).
+    fn keep(&mut self, path: String, result: MultiReadResult) {
+        match result {
+            MultiReadResult::Data { data, stat } => {
+                if stat.ephemeral_owner != 0 {
+                    self.ephemeral.insert(path.clone());
+                }
+                self.nodes.insert(path, decode(&data));
+            }
+            _ => {
+                self.absent.insert(path);
+            }
+        }
+    }
+
+    /// What the next pass may read with the index's root ([`Guess`]): the generation after
+    /// this one, and every node this snapshot read (found or missing).
+    pub fn next_guess(&self) -> Guess {
+        let mut nodes: Vec<String> = self.nodes.keys().chain(&self.absent).cloned().collect();
+        nodes.sort();
+        Guess::after(self.generation.as_deref(), nodes)
+    }
+
     /// The `discovery` field of reports.
     pub fn report(&self) -> DiscoveryReport {
         DiscoveryReport {
@@ -340,17 +365,7 @@ async fn read_nodes(
     snap.reads += queue.len();
     read_all(client, queue, |want, result, _| {
         let Want::Data(path) = want else { return };
-        match result {
-            MultiReadResult::Data { data, stat } => {
-                if stat.ephemeral_owner != 0 {
-                    snap.ephemeral.insert(path.clone());
-                }
-                snap.nodes.insert(path, decode(&data));
-            }
-            _ => {
-                snap.absent.insert(path);
-            }
-        }
+        snap.keep(path, result);
     })
     .await
 }
@@ -396,13 +411,32 @@ pub async fn read_snapshot_with(
     host: &Host,
     mode: Mode<'_>,
 ) -> Result<Snapshot, ZkError> {
+    read_snapshot_guessing(client, host, mode, &Guess::default()).await
+}
+
+/// [`read_snapshot_with`], reading with the index's root what `guess` names (a snapshot's
+/// [`Snapshot::next_guess`]). The nodes read ahead are used when they are every node the
+/// index's answer needs read: then the whole snapshot is the one multi-read's, taken at the
+/// point where the index was proven to describe the version; else they are read again.
+pub async fn read_snapshot_guessing(
+    client: &Client,
+    host: &Host,
+    mode: Mode<'_>,
+    guess: &Guess,
+) -> Result<Snapshot, ZkError> {
     let mut from_index = None;
     let mut reads = 0;
+    let mut generation = None;
+    let mut ahead = Vec::new();
     if let Mode::Index(version) = mode {
-        let (answer, n) = read_index(client, &host.targets(), Some(version)).await?;
-        reads += n;
-        match answer {
-            IndexAnswer::Paths(paths) => from_index = Some(paths),
+        let read = read_index(client, &host.targets(), Some(version), guess).await?;
+        reads += read.reads;
+        match read.answer {
+            IndexAnswer::Paths(paths) => {
+                from_index = Some(paths);
+                generation = read.generation;
+                ahead = read.ahead;
+            }
             IndexAnswer::Unusable(why) => tracing::info!("walking the tree: {why}"),
         }
     }
@@ -419,6 +453,7 @@ pub async fn read_snapshot_with(
         walked,
         reads: reads + walked,
         source: Some(source),
+        generation,
         ..Snapshot::default()
     };
     // The root too: resolving a link climbs to it, so reading it now saves a round.
@@ -435,6 +470,11 @@ pub async fn read_snapshot_with(
         wanted.push(role_path(role));
     }
     snap.deploy_nodes = deploy_nodes;
+    if wanted.iter().all(|w| ahead.iter().any(|(p, _)| p == w)) {
+        for (path, result) in ahead {
+            snap.keep(path, result);
+        }
+    }
     read_nodes(client, &mut snap, wanted).await?;
     Ok(snap)
 }
@@ -457,7 +497,17 @@ pub async fn discover_with_mode(
     host: &Host,
     mode: Mode<'_>,
 ) -> Result<(Discovered, Snapshot), DiscoverFailure> {
-    let mut snap = read_snapshot_with(client, host, mode).await?;
+    discover_guessing(client, host, mode, &Guess::default()).await
+}
+
+/// [`discover_with_mode`], reading ahead what `guess` names ([`read_snapshot_guessing`]).
+pub async fn discover_guessing(
+    client: &Client,
+    host: &Host,
+    mode: Mode<'_>,
+    guess: &Guess,
+) -> Result<(Discovered, Snapshot), DiscoverFailure> {
+    let mut snap = read_snapshot_guessing(client, host, mode, guess).await?;
     for _ in 0..MAX_ROUNDS {
         match discover(&snap, host) {
             Err(DiscoverError::Unread(paths)) => read_nodes(client, &mut snap, paths).await?,

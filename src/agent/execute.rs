@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::cluster::{cluster_version, halt};
 use super::deploy::run_node_locked;
-use super::discover::{discover_with_mode, DiscoverFailure, Discovered, DiscoveryReport, Mode};
+use super::discover::{discover_guessing, DiscoverFailure, Discovered, DiscoveryReport, Mode};
 use super::error::{Failure, Interrupt, StepError};
 use super::inventory::{self, Inventory};
 use super::model::Installed;
@@ -95,7 +95,8 @@ impl Agent {
         } else {
             Mode::Index(version)
         };
-        let (discovered, snap) = discover_with_mode(&self.client, &self.host, mode)
+        let guess = std::mem::take(&mut *self.read_guess.lock().expect("read guess"));
+        let (discovered, snap) = discover_guessing(&self.client, &self.host, mode, &guess)
             .await
             .map_err(|e| match e {
                 DiscoverFailure::Zk(e) => Interrupt::Lost(e),
@@ -108,6 +109,7 @@ impl Agent {
             discovery.reads,
             discovered.deployments.len()
         );
+        *self.read_guess.lock().expect("read guess") = snap.next_guess();
         drop(snap);
         let root = &self.config.root;
         // How each deployment rolls out depends on the fleet (mixed or not, how many hosts

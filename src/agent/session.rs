@@ -44,6 +44,9 @@ pub struct Agent {
     pub host_node: std::sync::Mutex<Option<(Props, i32)>>,
     /// Whether the fleet is mixed, as last found (see [`super::rollout::mixed_fleet`]).
     pub mixed: super::rollout::MixedCache,
+    /// What the next discovery reads with the index's root: what the last one read
+    /// ([`crate::zk::index::Guess`]).
+    pub read_guess: std::sync::Mutex<crate::zk::index::Guess>,
 }
 
 impl Agent {

@@ -8,12 +8,15 @@ use crate::support;
 
 use proptest::prelude::*;
 use serde_json::json;
-use zkdeployment::agent::discover::{discover_with_mode, read_snapshot_with, Mode, Source};
+use zkdeployment::agent::discover::{
+    discover_guessing, read_snapshot_guessing, read_snapshot_with, Mode, Source,
+};
 use zkdeployment::agent::model::{Host, Installed};
 use zkdeployment::agent::plan::{plan, Inputs};
 use zkdeployment::sync::index::{live_data, write_generation};
 use zkdeployment::tree::parse::parse;
 use zkdeployment::zk::import::{import_tree, Trim};
+use zkdeployment::zk::index::Guess;
 use zkdeployment::zk::Client;
 
 /// The targets deploy nodes may name.
@@ -148,11 +151,13 @@ async fn publish(client: &Client, text: &str) {
 }
 
 /// Discovery and plan for a host, from the index and from the walk: the results (or error
-/// messages) must be equal, and the index must have been used.
+/// messages) must be equal, and the index must have been used. The index's are the same
+/// whatever was guessed read ahead with its root: the live generation and every node needed
+/// (all used), or a wrong generation and nodes of no use.
 async fn compare(client: &Client, host: &Host) {
     let version = json!("v1");
-    let outcome = |mode| async move {
-        match discover_with_mode(client, host, mode).await {
+    let outcome = |mode, guess: Guess| async move {
+        match discover_guessing(client, host, mode, &guess).await {
             Ok((d, snap)) => {
                 let steps = plan(Inputs {
                     wanted: &d.deployments,
@@ -167,8 +172,8 @@ async fn compare(client: &Client, host: &Host) {
             Err(e) => (Err(e.to_string()), None),
         }
     };
-    let (indexed, source) = outcome(Mode::Index(&version)).await;
-    let (walked, _) = outcome(Mode::Walk).await;
+    let (indexed, source) = outcome(Mode::Index(&version), Guess::default()).await;
+    let (walked, _) = outcome(Mode::Walk, Guess::default()).await;
     assert_eq!(indexed, walked, "host {host:?}");
     if indexed.is_ok() {
         assert_eq!(source, Some(Source::Index), "host {host:?}");
@@ -183,6 +188,26 @@ async fn compare(client: &Client, host: &Host) {
         from_index.deploy_nodes, from_walk.deploy_nodes,
         "host {host:?}"
     );
+    // Read ahead: right, then wrong.
+    let right = Guess {
+        generation: from_index.generation.clone(),
+        nodes: from_index.next_guess().nodes,
+    };
+    let wrong = Guess {
+        generation: Some("g999".into()),
+        nodes: vec!["/g0".into(), "/nowhere".into()],
+    };
+    for guess in [right, wrong] {
+        let snap = read_snapshot_guessing(client, host, Mode::Index(&version), &guess)
+            .await
+            .unwrap();
+        assert_eq!(snap.deploy_nodes, from_walk.deploy_nodes, "{guess:?}");
+        let (guessed, source) = outcome(Mode::Index(&version), guess.clone()).await;
+        assert_eq!(guessed, walked, "host {host:?}, {guess:?}");
+        if guessed.is_ok() {
+            assert_eq!(source, Some(Source::Index), "host {host:?}");
+        }
+    }
 }
 
 proptest! {
@@ -205,4 +230,68 @@ proptest! {
             }
         });
     }
+}
+
+/// A reader that guesses right (the generation after the one it last used, the nodes it last
+/// needed) reads the index's root, its entries and every node discovery needs in one
+/// multi-read, and sees the new generation's data; a wrong generation costs the entries' read
+/// again, a guess short of a node costs the nodes' read again, and neither changes the answer.
+#[tokio::test]
+async fn a_right_guess_reads_the_index_and_the_nodes_at_once() {
+    use zkdeployment::zk::index::{read_index, IndexAnswer};
+    let conn = support::chroot("index-guess").await;
+    let client = support::connect(&conn).await;
+    let host = hosts().remove(0);
+    let tree = |v: &str| format!("/a : foo\n  version = '{v}'\n  /deploy\n    /h1\n");
+    publish(&client, &tree("1.0")).await;
+    let version = json!("v1");
+    let first = read_snapshot_with(&client, &host, Mode::Index(&version))
+        .await
+        .unwrap();
+    let guess = first.next_guess();
+    let (Some(g1), Some(g2)) = (&first.generation, &guess.generation) else {
+        panic!("no generation: {first:?} {guess:?}");
+    };
+    assert_eq!(
+        guess.nodes,
+        ["/", "/a", "/a/deploy/h1"],
+        "the nodes the first read needed"
+    );
+    // The next sync writes the next generation, as guessed.
+    publish(&client, &tree("2.0")).await;
+    // Root and /hosts, the generation and its 2 targets' entries, the 3 nodes: 8, at once.
+    let at_once = 2 + 3 + 3;
+    let read = read_index(&client, &host.targets(), Some(&version), &guess)
+        .await
+        .unwrap();
+    assert_eq!(read.generation.as_ref(), Some(g2), "after {g1}");
+    assert_eq!(read.answer, IndexAnswer::Paths(vec!["/a/deploy/h1".into()]));
+    assert_eq!(read.reads, at_once);
+    assert_eq!(read.ahead.len(), 3);
+    let snap = read_snapshot_guessing(&client, &host, Mode::Index(&version), &guess)
+        .await
+        .unwrap();
+    assert_eq!(snap.reads, at_once, "no node read again");
+    assert_eq!(snap.nodes["/a"]["version"], json!("2.0"));
+    // A generation not live: its entries are read again (3 more).
+    let wrong = Guess {
+        generation: Some("g7".into()),
+        nodes: guess.nodes.clone(),
+    };
+    let read = read_index(&client, &host.targets(), Some(&version), &wrong)
+        .await
+        .unwrap();
+    assert_eq!(read.answer, IndexAnswer::Paths(vec!["/a/deploy/h1".into()]));
+    assert_eq!(read.reads, at_once + 3);
+    // Short of a node: the nodes are read again, all 3 (one snapshot).
+    let short = Guess {
+        generation: guess.generation.clone(),
+        nodes: vec!["/".into()],
+    };
+    let snap = read_snapshot_guessing(&client, &host, Mode::Index(&version), &short)
+        .await
+        .unwrap();
+    assert_eq!(snap.reads, 2 + 3 + 1 + 3);
+    assert_eq!(snap.nodes["/a"]["version"], json!("2.0"));
+    assert_eq!(snap.deploy_nodes, ["/a/deploy/h1"]);
 }
