@@ -53,17 +53,13 @@ pub struct Snapshot {
 impl Snapshot {
     /// Keeps what a read of `path` found (the node's properties, or that it is missing).
     fn keep(&mut self, path: String, result: MultiReadResult) {
-        match result {
-            MultiReadResult::Data { data, stat } => {
-                if stat.ephemeral_owner != 0 {
-                    self.ephemeral.insert(path.clone());
-                }
-                self.nodes.insert(path, decode(&data));
-            }
-            _ => {
-                self.absent.insert(path);
-            }
-        }
+        keep_read(
+            &mut self.nodes,
+            &mut self.ephemeral,
+            &mut self.absent,
+            path,
+            result,
+        );
     }
 
     /// What the next pass may read with the index's root ([`Guess`]): the generation after
@@ -349,6 +345,28 @@ pub async fn find_deploy_nodes(
 ) -> Result<(Vec<String>, usize), ZkError> {
     let targets: HashSet<String> = host.targets().into_iter().map(String::from).collect();
     walk_deploy_nodes(client, &|name| targets.contains(name)).await
+}
+
+/// Keeps what a read of `path` found: its properties in `nodes` (and its path in `ephemeral`
+/// if it is one), or its path in `absent`.
+pub fn keep_read(
+    nodes: &mut HashMap<String, Props>,
+    ephemeral: &mut HashSet<String>,
+    absent: &mut HashSet<String>,
+    path: String,
+    result: MultiReadResult,
+) {
+    match result {
+        MultiReadResult::Data { data, stat } => {
+            if stat.ephemeral_owner != 0 {
+                ephemeral.insert(path.clone());
+            }
+            nodes.insert(path, decode(&data));
+        }
+        _ => {
+            absent.insert(path);
+        }
+    }
 }
 
 /// Reads the data of `paths` into the snapshot.

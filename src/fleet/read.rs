@@ -8,15 +8,13 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde_json::Value;
-use zookeeper_client::MultiReadResult;
 
 use super::plan::{converged, Prefetched, Registered};
-use crate::agent::discover::{discover_in, resolved_props, TreeSource};
+use crate::agent::discover::{discover_in, keep_read, resolved_props, TreeSource};
 use crate::agent::inventory::{self, Inventory};
 use crate::agent::model::Host;
 use crate::agent::rollout::AGENT_PROPERTY;
 use crate::tree::Props;
-use crate::zk::decode;
 use crate::zk::index::{by_target, walk_deploy_nodes};
 use crate::zk::links::NodeSource;
 use crate::zk::multiread::{read_all, Want};
@@ -101,17 +99,13 @@ impl Partial {
             wanted.into_iter().map(Want::Data).collect(),
             |want, result, _| {
                 let Want::Data(path) = want else { return };
-                match result {
-                    MultiReadResult::Data { data, stat } => {
-                        if stat.ephemeral_owner != 0 {
-                            self.ephemeral.insert(path.clone());
-                        }
-                        self.nodes.insert(path, decode(&data));
-                    }
-                    _ => {
-                        self.absent.insert(path);
-                    }
-                }
+                keep_read(
+                    &mut self.nodes,
+                    &mut self.ephemeral,
+                    &mut self.absent,
+                    path,
+                    result,
+                );
             },
         )
         .await
