@@ -166,8 +166,10 @@ impl<'a> Pass<'a> {
         at: Value,
     ) -> Result<(), ZkError> {
         self.write_report_draft(ReportOutcome::Done, None);
+        // `host_version` is written between the host node's answer and the status file
+        // (`write_status`), so whoever sees `done` finds the version recorded there too.
         self.status_recording("done", inventory, Some(&at)).await?;
-        self.mark_recorded();
+        self.recorded = true;
         Ok(())
     }
 
@@ -283,7 +285,8 @@ pub async fn run_recorded(cmd: &Cmd, record: &mut StepReport) -> Result<(), Comm
 /// The status `text` of a pass of `agent` at `version`: the host node's write (with the
 /// inventory and the version record, if given) made first, the status file written while it
 /// is in flight (with `send_first`, once the task yielded so that it left: see
-/// [`Pass::status`]), and systemd told.
+/// [`Pass::status`]), and systemd told. With the version record, the status file waits for
+/// the write's answer and for `host_version`, and is not written if the write failed.
 async fn write_status(
     agent: &Agent,
     version: &Value,
@@ -302,17 +305,33 @@ async fn write_status(
             p.insert(DEPLOYED_AT.into(), at.clone());
         }
     }));
+    if record_at.is_some() {
+        // The version record: recorded on the host node, then in `host_version`, then the
+        // status said (a status `done` whose version `host_version` does not hold yet
+        // would be seen by whoever reads the two files in between).
+        mirrored.as_mut().await?;
+        if let Err(e) = agent.run_dir.set_host_version(version) {
+            tracing::warn!("cannot write host_version: {e}");
+        }
+        write_status_file(agent, version, text);
+        return Ok(());
+    }
     let first = futures::poll!(mirrored.as_mut());
     if first.is_pending() && send_first {
         tokio::task::yield_now().await;
     }
+    write_status_file(agent, version, text);
+    match first {
+        std::task::Poll::Ready(done) => done,
+        std::task::Poll::Pending => mirrored.await,
+    }
+}
+
+/// Writes the status file, and tells systemd.
+fn write_status_file(agent: &Agent, version: &Value, text: &str) {
     if let Err(e) = agent.run_dir.set_status(version, text) {
         tracing::warn!("cannot write the status file: {e}");
     }
     crate::systemd::status(text);
     crate::systemd::busy(!matches!(text, "done" | "error") && !text.starts_with("abandoned"));
-    match first {
-        std::task::Poll::Ready(done) => done,
-        std::task::Poll::Pending => mirrored.await,
-    }
 }
