@@ -13,7 +13,7 @@ use super::error::{Failure, Interrupt, StepError};
 use super::inventory::{self, Inventory};
 use super::model::Installed;
 use super::observe;
-use super::pass::Pass;
+use super::pass::{write_host_version, Pass};
 use super::plan::{plan, Inputs, Plan, Step};
 use super::role::installed_controllers;
 use super::rollout::{plan_rollouts, read_fleet_facts};
@@ -204,9 +204,7 @@ impl Agent {
         if version == self.host_version && !force {
             // The host version may come from a legacy host node: keep it for the next start.
             if self.run_dir.host_version().as_ref() != Some(&version) {
-                if let Err(e) = self.run_dir.set_host_version(&version) {
-                    tracing::warn!("cannot write host_version: {e}");
-                }
+                write_host_version(self, &version);
             }
             pass.status("done").await;
             pass.metrics.converged = true;

@@ -151,9 +151,7 @@ impl<'a> Pass<'a> {
     /// run directory's `host_version`.
     pub fn mark_recorded(&mut self) {
         self.recorded = true;
-        if let Err(e) = self.agent.run_dir.set_host_version(&self.version) {
-            tracing::warn!("cannot write host_version: {e}");
-        }
+        write_host_version(self.agent, &self.version);
     }
 
     /// The final status `done` of a pass whose version record was left for it
@@ -310,9 +308,7 @@ async fn write_status(
         // status said (a status `done` whose version `host_version` does not hold yet
         // would be seen by whoever reads the two files in between).
         mirrored.as_mut().await?;
-        if let Err(e) = agent.run_dir.set_host_version(version) {
-            tracing::warn!("cannot write host_version: {e}");
-        }
+        write_host_version(agent, version);
         write_status_file(agent, version, text);
         return Ok(());
     }
@@ -324,6 +320,14 @@ async fn write_status(
     match first {
         std::task::Poll::Ready(done) => done,
         std::task::Poll::Pending => mirrored.await,
+    }
+}
+
+/// Writes the run directory's `host_version` (a failure is logged: the host node holds the
+/// version too).
+pub(super) fn write_host_version(agent: &Agent, version: &Value) {
+    if let Err(e) = agent.run_dir.set_host_version(version) {
+        tracing::warn!("cannot write host_version: {e}");
     }
 }
 
