@@ -95,17 +95,36 @@ impl Agent {
         } else {
             Mode::Index(version)
         };
-        let guess = std::mem::take(&mut *self.read_guess.lock().expect("read guess"));
-        let (discovered, snap) = discover_guessing(&self.client, &self.host, mode, &guess)
-            .await
-            .map_err(|e| match e {
-                DiscoverFailure::Zk(e) => Interrupt::Lost(e),
-                DiscoverFailure::Tree(e) => StepError::Tree(e).into(),
-            })?;
+        // Discovery made ahead (with the read of the version, by the daemon) is used when it
+        // describes this version.
+        let ahead = self
+            .ahead
+            .lock()
+            .expect("discovery ahead")
+            .take()
+            .filter(|(_, snap)| !self.walk && snap.version.as_ref() == Some(version));
+        let read_ahead = ahead.is_some();
+        let (discovered, snap) = match ahead {
+            Some(found) => found,
+            None => {
+                let guess = std::mem::take(&mut *self.read_guess.lock().expect("read guess"));
+                discover_guessing(&self.client, &self.host, mode, &guess)
+                    .await
+                    .map_err(|e| match e {
+                        DiscoverFailure::Zk(e) => Interrupt::Lost(e),
+                        DiscoverFailure::Tree(e) => StepError::Tree(e).into(),
+                    })?
+            }
+        };
         let discovery = snap.report();
         tracing::info!(
-            "discovery ({:?}) read {} nodes, {} deployments",
+            "discovery ({:?}{}) read {} nodes, {} deployments",
             discovery.source,
+            if read_ahead {
+                ", read with the version"
+            } else {
+                ""
+            },
             discovery.reads,
             discovered.deployments.len()
         );
@@ -113,15 +132,22 @@ impl Agent {
         drop(snap);
         let root = &self.config.root;
         // How each deployment rolls out depends on the fleet (mixed or not, how many hosts
-        // a percentage counts): asked first, answered while yum runs.
+        // a percentage counts): asked first, answered while yum runs. The request leaves
+        // before yum starts: starting a process holds the runtime's one thread until the
+        // child has executed its program (tens of milliseconds when a fleet's worth of
+        // agents start yum at once on a busy machine), and a request leaves only when this
+        // task yields.
         let paths: Vec<&str> = discovered
             .deployments
             .iter()
             .map(|d| d.path.as_str())
             .collect();
-        let (installed, facts) = tokio::join!(
-            self.installed(&discovered),
-            read_fleet_facts(&self.client, &self.mixed, &discovered, &paths)
+        let (facts, installed) = tokio::join!(
+            read_fleet_facts(&self.client, &self.mixed, &discovered, &paths),
+            async {
+                tokio::task::yield_now().await;
+                self.installed(&discovered).await
+            }
         );
         let (installed, facts) = (installed?, facts?);
         let mut plan = plan(Inputs {
@@ -435,7 +461,23 @@ async fn run_plan(
     *basis = Some((installed, plan.steps.clone()));
     pass.properties = discovered.properties;
     pass.discovery = Some(discovery);
-    pass.status("got deployments").await;
+    // `got deployments` is not waited for: it goes out ahead of the first step's requests
+    // (the server applies a session's requests in order), one round trip less before the
+    // host queues for its first node. The yield lets it leave before a step starts a
+    // process. Its answer comes before any later request's, and it is polled first, so the
+    // host node's next write is guarded by the version it made (a write made before its
+    // answer, as an install step's status, reads the node again: nothing is lost).
+    let said = pass.status_beside("got deployments");
+    let ((), ran) = tokio::join!(said, async {
+        tokio::task::yield_now().await;
+        run_steps(pass, &plan).await
+    });
+    ran
+}
+
+/// The plan's steps, in order (node-locked runs of deployments together, see
+/// [`run_node_locked`]).
+async fn run_steps(pass: &mut Pass<'_>, plan: &Plan) -> Result<(), Interrupt> {
     if let Some((_, role)) = plan.role_lock() {
         // Known before acting: the role lock node exists. A pass run by a role controller is
         // never abandoned on a halt, from its first step on (the original settles the

@@ -26,6 +26,7 @@ mod fleet_status;
 mod git_checkout;
 mod harness_selftest;
 mod health_session;
+mod host_node_writes;
 mod hostile;
 mod index;
 mod index_differential;
