@@ -11,6 +11,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::cluster::{register, watch_cluster_version, RegisterError};
+use super::discover::discover_ahead;
 use super::execute::PassOutcome;
 use super::model::Host;
 use super::session::Agent;
@@ -86,6 +87,7 @@ pub async fn start(
         walk: false,
         host_node: Default::default(),
         read_guess: Default::default(),
+        ahead: Default::default(),
         mixed: Default::default(),
     })
 }
@@ -248,12 +250,29 @@ async fn reconnect(ctx: &mut Agent) -> Result<(), StartError> {
 
 /// The watch-and-pass loop on one session; returns Err when ZooKeeper fails.
 async fn serve(ctx: &mut Agent, wake: &Notify) -> Result<(), ZkError> {
+    // Whether `/hosts` just changed (a new version, most likely: its pass will want what the
+    // index says of this host).
+    let mut changed = false;
     loop {
         if ctx.stop.load(Ordering::SeqCst) {
             return Ok(());
         }
-        // The watch, and the version the pass acts on, read in one round trip.
-        let (version, effective, watcher) = watch_cluster_version(&ctx.client).await?;
+        // The watch, and the version the pass acts on, read in one round trip; after a
+        // change, with the discovery of the pass to come (from the index, at the version
+        // `/hosts` then holds): the pass starts one round trip sooner. Its requests go after
+        // the version's, on the same session, so they see `/hosts` as it read it, or later.
+        let (read, ahead) = if changed && !ctx.walk {
+            let guess = ctx.read_guess.lock().expect("read guess").clone();
+            let (read, ahead) = tokio::join!(
+                watch_cluster_version(&ctx.client),
+                discover_ahead(&ctx.client, &ctx.host, &guess)
+            );
+            (read, ahead.ok().flatten())
+        } else {
+            (watch_cluster_version(&ctx.client).await, None)
+        };
+        let (version, effective, watcher) = read?;
+        *ctx.ahead.lock().expect("discovery ahead") = ahead;
         tracing::info!(
             "cluster version {}, host version {}",
             crate::tree::literal::py_str(&version),
@@ -268,8 +287,10 @@ async fn serve(ctx: &mut Agent, wake: &Notify) -> Result<(), ZkError> {
         if ctx.stop.load(Ordering::SeqCst) {
             return Ok(());
         }
+        changed = false;
         tokio::select! {
             event = watcher.changed() => {
+                changed = true;
                 if event.event_type == zookeeper_client::EventType::Session {
                     return Err(ZkError::Op {
                         op: "watch",

@@ -48,6 +48,8 @@ pub struct Snapshot {
     pub source: Option<Source>,
     /// The index generation that named the deploy nodes, when the index did.
     pub generation: Option<String>,
+    /// The cluster version the index described, when the index named the deploy nodes.
+    pub version: Option<Value>,
 }
 
 impl Snapshot {
@@ -442,20 +444,41 @@ pub async fn read_snapshot_guessing(
     mode: Mode<'_>,
     guess: &Guess,
 ) -> Result<Snapshot, ZkError> {
+    let index = match mode {
+        Mode::Index(version) => Some(Some(version)),
+        Mode::Walk => None,
+    };
+    let snap = read_snapshot_from(client, host, index, true, guess).await?;
+    Ok(snap.expect("a snapshot that may walk"))
+}
+
+/// [`read_snapshot_guessing`]: from the index when `index` is given (`Some(None)`: at the
+/// version `/hosts` holds when the index is read, which the snapshot records); when the
+/// index cannot answer, by the walk if `walk`, else `None`.
+async fn read_snapshot_from(
+    client: &Client,
+    host: &Host,
+    index: Option<Option<&Value>>,
+    walk: bool,
+    guess: &Guess,
+) -> Result<Option<Snapshot>, ZkError> {
     let mut from_index = None;
     let mut reads = 0;
     let mut generation = None;
+    let mut version = None;
     let mut ahead = Vec::new();
-    if let Mode::Index(version) = mode {
-        let read = read_index(client, &host.targets(), Some(version), guess).await?;
+    if let Some(acting_on) = index {
+        let read = read_index(client, &host.targets(), acting_on, guess).await?;
         reads += read.reads;
         match read.answer {
             IndexAnswer::Paths(paths) => {
                 from_index = Some(paths);
                 generation = read.generation;
+                version = read.version;
                 ahead = read.ahead;
             }
-            IndexAnswer::Unusable(why) => tracing::info!("walking the tree: {why}"),
+            IndexAnswer::Unusable(why) if walk => tracing::info!("walking the tree: {why}"),
+            IndexAnswer::Unusable(_) => return Ok(None),
         }
     }
     let source = if from_index.is_some() {
@@ -472,6 +495,7 @@ pub async fn read_snapshot_guessing(
         reads: reads + walked,
         source: Some(source),
         generation,
+        version,
         ..Snapshot::default()
     };
     // The root too: resolving a link climbs to it, so reading it now saves a round.
@@ -494,7 +518,7 @@ pub async fn read_snapshot_guessing(
         }
     }
     read_nodes(client, &mut snap, wanted).await?;
-    Ok(snap)
+    Ok(Some(snap))
 }
 
 /// Most rounds of link-target reads before giving up (a chain of links longer than this is
@@ -525,7 +549,32 @@ pub async fn discover_guessing(
     mode: Mode<'_>,
     guess: &Guess,
 ) -> Result<(Discovered, Snapshot), DiscoverFailure> {
-    let mut snap = read_snapshot_guessing(client, host, mode, guess).await?;
+    let snap = read_snapshot_guessing(client, host, mode, guess).await?;
+    discover_reading(client, host, snap).await
+}
+
+/// Discovery ahead of a pass, from the index at the version `/hosts` holds when it is read
+/// (the snapshot's [`Snapshot::version`]), with what `guess` names: `None` when the index
+/// cannot answer (the pass then discovers as always). A daemon woken by a change of `/hosts`
+/// sends it with its read of the cluster version, in the same round trip; the pass uses it
+/// when it acts on the version the snapshot describes.
+pub async fn discover_ahead(
+    client: &Client,
+    host: &Host,
+    guess: &Guess,
+) -> Result<Option<(Discovered, Snapshot)>, DiscoverFailure> {
+    match read_snapshot_from(client, host, Some(None), false, guess).await? {
+        Some(snap) => discover_reading(client, host, snap).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Discovers on `snap`, reading link targets as they are needed.
+async fn discover_reading(
+    client: &Client,
+    host: &Host,
+    mut snap: Snapshot,
+) -> Result<(Discovered, Snapshot), DiscoverFailure> {
     for _ in 0..MAX_ROUNDS {
         match discover(&snap, host) {
             Err(DiscoverError::Unread(paths)) => read_nodes(client, &mut snap, paths).await?,

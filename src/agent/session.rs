@@ -47,6 +47,10 @@ pub struct Agent {
     /// What the next discovery reads with the index's root: what the last one read
     /// ([`crate::zk::index::Guess`]).
     pub read_guess: std::sync::Mutex<crate::zk::index::Guess>,
+    /// Discovery made ahead of the next pass, with the read of the cluster version that
+    /// starts it ([`super::discover::discover_ahead`]); used by a pass at the version it
+    /// describes, else dropped.
+    pub ahead: std::sync::Mutex<Option<(super::discover::Discovered, super::discover::Snapshot)>>,
 }
 
 impl Agent {

@@ -233,6 +233,9 @@ pub struct IndexRead {
     /// The guessed nodes read with the root, in one atomic snapshot with it (none when the
     /// guess named more than one multi-read holds).
     pub ahead: Vec<(String, MultiReadResult)>,
+    /// The cluster version the index describes (`/hosts`' version at the root's read), with
+    /// [`IndexAnswer::Paths`].
+    pub version: Option<Value>,
 }
 
 /// Reads the index entries of `targets`, if the index certainly describes the tree at the
@@ -286,6 +289,7 @@ pub async fn read_index(
         generation: None,
         reads: wants.len(),
         ahead,
+        version: None,
     };
     let unusable = |mut read: IndexRead, why: String| {
         read.answer = IndexAnswer::Unusable(why);
@@ -353,6 +357,7 @@ pub async fn read_index(
     paths.dedup();
     read.answer = IndexAnswer::Paths(paths);
     read.generation = Some(generation.to_string());
+    read.version = Some(version.clone());
     Ok(read)
 }
 

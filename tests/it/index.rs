@@ -9,6 +9,7 @@
 use crate::support;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::agent::{Pm, TestHost};
@@ -461,4 +462,35 @@ async fn a_target_with_many_deploy_nodes_is_chunked_and_read_whole() {
     assert_eq!(indexed["discovery"]["source"], json!("index"));
     assert_eq!(deploy_paths(&indexed).len(), 3000);
     assert_eq!(indexed["steps"], walked["steps"]);
+}
+
+/// A daemon woken by a sync reads the index with the new version, in the same round trip,
+/// and its pass uses what it read: the log says so, the report says the index answered, and
+/// the steps are the walk's. A version `/hosts` holds that the index does not describe (a
+/// plain version bump after a `tree import`) gets no discovery ahead: that pass walks.
+#[tokio::test]
+async fn a_daemon_woken_by_a_sync_discovers_with_the_version_read() {
+    let c = Cluster::new("index-ahead-daemon").await;
+    let first = c.commit_and_sync("1.0").await;
+    let mut agent = c.h.spawn("agent", &[], &[]);
+    c.h.wait_status(&first, &["done"], Duration::from_secs(60))
+        .await;
+    let second = c.commit_and_sync("1.4").await;
+    c.h.wait_status(&second, &["done"], Duration::from_secs(60))
+        .await;
+    assert_eq!(c.h.report()["discovery"]["source"], json!("index"));
+    // A bump the index does not describe: walked, not read ahead.
+    c.h.set_version(json!("bumped")).await;
+    c.h.wait_status("bumped", &["done"], Duration::from_secs(60))
+        .await;
+    assert_eq!(c.h.report()["discovery"]["source"], json!("walk"));
+    agent.terminate();
+    assert_eq!(agent.wait(Duration::from_secs(30)).await, 0);
+    let log = agent.output();
+    let ahead: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("discovery (Index, read with the version)"))
+        .collect();
+    assert_eq!(ahead.len(), 1, "one pass discovered ahead:\n{log}");
+    assert!(log.contains("discovery (Walk)"), "{log}");
 }

@@ -9,7 +9,7 @@ use crate::support;
 use proptest::prelude::*;
 use serde_json::json;
 use zkdeployment::agent::discover::{
-    discover_guessing, read_snapshot_guessing, read_snapshot_with, Mode, Source,
+    discover_ahead, discover_guessing, read_snapshot_guessing, read_snapshot_with, Mode, Source,
 };
 use zkdeployment::agent::model::{Host, Installed};
 use zkdeployment::agent::plan::{plan, Inputs};
@@ -198,6 +198,19 @@ async fn compare(client: &Client, host: &Host) {
         nodes: vec!["/g0".into(), "/nowhere".into()],
     };
     for guess in [right, wrong] {
+        // Discovery ahead of a pass (at the version /hosts holds) finds what the pass's own
+        // finds, errors included, and says which version it describes.
+        match discover_ahead(client, host, &guess).await {
+            Ok(Some((d, snap))) => {
+                assert_eq!(snap.version.as_ref(), Some(&version));
+                let (d_index, _) = discover_guessing(client, host, Mode::Index(&version), &guess)
+                    .await
+                    .unwrap();
+                assert_eq!(d, d_index, "host {host:?}");
+            }
+            Ok(None) => panic!("no discovery ahead from a live index: host {host:?}"),
+            Err(e) => assert_eq!(Some(e.to_string()), indexed.as_ref().err().cloned()),
+        }
         let snap = read_snapshot_guessing(client, host, Mode::Index(&version), &guess)
             .await
             .unwrap();
@@ -294,4 +307,31 @@ async fn a_right_guess_reads_the_index_and_the_nodes_at_once() {
     assert_eq!(snap.reads, 2 + 3 + 1 + 3);
     assert_eq!(snap.nodes["/a"]["version"], json!("2.0"));
     assert_eq!(snap.deploy_nodes, ["/a/deploy/h1"]);
+}
+
+/// Discovery ahead of a pass answers only from an index that describes the version `/hosts`
+/// holds, and says which; when `/hosts` was written after the index (a resume, a halt, a
+/// hand edit), it answers nothing and walks nothing: the pass discovers as always.
+#[tokio::test]
+async fn discovery_ahead_answers_only_from_a_live_index() {
+    let conn = support::chroot("index-ahead").await;
+    let client = support::connect(&conn).await;
+    let host = hosts().remove(0);
+    publish(&client, "/a : foo\n  version = '1.0'\n  /deploy\n    /h1\n").await;
+    let (found, snap) = discover_ahead(&client, &host, &Guess::default())
+        .await
+        .unwrap()
+        .expect("an answer from the live index");
+    assert_eq!(snap.version, Some(json!("v1")));
+    assert_eq!(snap.source, Some(Source::Index));
+    assert_eq!(snap.deploy_nodes, ["/a/deploy/h1"]);
+    assert_eq!(found.deployments.len(), 1);
+    client
+        .set_data("/hosts", br#"{"version": "v2"}"#, None)
+        .await
+        .unwrap();
+    let ahead = discover_ahead(&client, &host, &Guess::default())
+        .await
+        .unwrap();
+    assert!(ahead.is_none(), "{ahead:?}");
 }
