@@ -86,6 +86,7 @@ pub async fn start(
         metrics: crate::metrics::Metrics::default(),
         walk: false,
         host_node: Default::default(),
+        host_node_turn: Default::default(),
         read_guess: Default::default(),
         ahead: Default::default(),
         mixed: Default::default(),

@@ -464,9 +464,8 @@ async fn run_plan(
     // `got deployments` is not waited for: it goes out ahead of the first step's requests
     // (the server applies a session's requests in order), one round trip less before the
     // host queues for its first node. The yield lets it leave before a step starts a
-    // process. Its answer comes before any later request's, and it is polled first, so the
-    // host node's next write is guarded by the version it made (a write made before its
-    // answer, as an install step's status, reads the node again: nothing is lost).
+    // process. A host-node write made before its answer (an install step's status) waits
+    // for it (`Agent::update_host_node` takes the writes in turn), so they land in order.
     let said = pass.status_beside("got deployments");
     let ((), ran) = tokio::join!(said, async {
         tokio::task::yield_now().await;
