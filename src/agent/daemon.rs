@@ -86,7 +86,6 @@ pub async fn start(
         metrics: crate::metrics::Metrics::default(),
         walk: false,
         host_node: Default::default(),
-        host_node_turn: Default::default(),
         read_guess: Default::default(),
         ahead: Default::default(),
         mixed: Default::default(),
@@ -234,7 +233,7 @@ async fn reconnect(ctx: &mut Agent) -> Result<(), StartError> {
             .as_ref()
             .map(|s| s.expose().to_string());
         ctx.client = connect(&opts).await?;
-        *ctx.host_node.lock().expect("host node cache") = None;
+        *ctx.host_node.get_mut() = None;
     }
     let wait = ctx.config.session_timeout + Duration::from_secs(2);
     let secured = ctx.config.zookeeper_auth.is_some();

@@ -465,7 +465,7 @@ async fn run_plan(
     // (the server applies a session's requests in order), one round trip less before the
     // host queues for its first node. The yield lets it leave before a step starts a
     // process. A host-node write made before its answer (an install step's status) waits
-    // for it (`Agent::update_host_node` takes the writes in turn), so they land in order.
+    // for it (`Agent::host_node` is held through each write), so they land in order.
     let said = pass.status_beside("got deployments");
     let ((), ran) = tokio::join!(said, async {
         tokio::task::yield_now().await;

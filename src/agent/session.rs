@@ -40,13 +40,12 @@ pub struct Agent {
     /// Always walk the tree, never use the deployment index (`deploy --walk`).
     pub walk: bool,
     /// This host's node as this process last wrote it (properties and data version), so a
-    /// status update is one version-guarded write instead of a read and a write.
-    pub host_node: std::sync::Mutex<Option<(Props, i32)>>,
-    /// Held through each write of the host node: writes made while one is in flight (a
-    /// status not waited for, then a step's) go one after the other, in the order made.
-    /// Two guarded by the same version would have one fail and read the node again, and
-    /// two reads and writes at once may land in either order.
-    pub host_node_turn: tokio::sync::Mutex<()>,
+    /// status update is one version-guarded write instead of a read and a write. Held
+    /// through each write: writes made while one is in flight (a status not waited for,
+    /// then a step's) go one after the other, in the order made. Two guarded by the same
+    /// version would have one fail and read the node again, and two reads and writes at
+    /// once may land in either order.
+    pub host_node: tokio::sync::Mutex<Option<(Props, i32)>>,
     /// Whether the fleet is mixed, as last found (see [`super::rollout::mixed_fleet`]).
     pub mixed: super::rollout::MixedCache,
     /// What the next discovery reads with the index's root: what the last one read
@@ -73,17 +72,16 @@ impl Agent {
     /// wrote (none when the change changes nothing there), else (someone else wrote it, or
     /// nothing is known yet) a read and a write.
     pub async fn update_host_node(&self, change: impl Fn(&mut Props)) -> Result<(), ZkError> {
-        let _turn = self.host_node_turn.lock().await;
+        let mut known = self.host_node.lock().await;
         let path = host_path(&self.host.id);
-        let known = self.host_node.lock().expect("host node cache").clone();
-        let after = match known {
+        let after = match known.take() {
             Some((props, version)) => {
                 update_props_known(&self.client, &path, &props, version, change).await
             }
             None => update_props_state(&self.client, &path, change).await,
         };
         // Unknown after an error: the next write reads first.
-        *self.host_node.lock().expect("host node cache") = after.as_ref().ok().cloned();
+        *known = after.as_ref().ok().cloned();
         after.map(|_| ())
     }
 
