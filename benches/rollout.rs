@@ -15,8 +15,8 @@
 //!
 //! Run with `cargo bench --bench rollout` (`BENCH_ROLLOUT=small` skips the 100-agent runs,
 //! `BENCH_ROLLOUT=hundred` runs only them). `BENCH_KEEP=DIR` copies each 100-agent round's
-//! script times (`times-K-vN`, after a line `bump <time>`) and each 10 × 5 round's
-//! (`times-10x5-vN`) into DIR, for a closer look;
+//! script times (`times-K-vN`, after a line `bump <time>`), each 10 × 5 round's
+//! (`times-10x5-vN`) and each one-host bump's (`times-one-vN`) into DIR, for a closer look;
 //! `BENCH_K=25` (a list) runs only those values of K; `BENCH_REPEAT=N` runs the 25 % round
 //! N times (K unchanged after the first).
 //! `ZKD_BENCH_BIN=PATH` runs that binary as the agents instead of the one cargo built (a
@@ -499,12 +499,17 @@ async fn one_host() {
     let (mut first, mut done, mut between) = (Vec::new(), Vec::new(), Vec::new());
     // A fresh JVM answers slower until its JIT has compiled the request path, and a
     // production ensemble has long done so: the server first answers requests of every kind
-    // the agents send, then 20 bumps; 10 are measured.
+    // the agents send, then 20 bumps; 30 are measured (the machine's noise is of the order of a round trip).
     warm_server(&client).await;
-    for round in 2..=31 {
+    for round in 2..=51 {
         let v = format!("v{round}");
         let at = bump(&client, &v).await;
         let end = all_done(&agents, &v, Duration::from_secs(60)).await;
+        if let Some(dir) = std::env::var_os("BENCH_KEEP") {
+            let text = std::fs::read_to_string(&times).unwrap_or_default();
+            let kept = format!("bump {at}\n{text}");
+            std::fs::write(Path::new(&dir).join(format!("times-one-{v}")), kept).unwrap();
+        }
         let rs = runs(&times, at);
         assert_eq!(rs.len(), 3, "{rs:?}");
         if round <= 21 {
@@ -519,7 +524,7 @@ async fn one_host() {
     for v in [&mut first, &mut done, &mut between] {
         v.sort_by(f64::total_cmp);
     }
-    println!("one host, 3 nodes, trivial scripts, fast yum (10 bumps):");
+    println!("one host, 3 nodes, trivial scripts, fast yum (30 bumps):");
     println!("  bump -> first deploy script: {}", summary(&first));
     println!("  bump -> done: {}", summary(&done));
     println!(

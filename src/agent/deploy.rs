@@ -22,9 +22,9 @@ use super::error::Interrupt;
 use super::pass::Pass;
 use super::plan::{Lock, Rollout, Step};
 use super::rollout::{
-    add_canary, canary_key, dead_lease_holder, deploy_leased, died_in_flight, execute_halting,
-    halt_for_dead_holder, halted, in_canary_phase, in_flight_record, is_mine,
-    suspected_lease_records, LookAfterTake, Looked,
+    add_canary, canary_key, dead_lease_holder, deploy_leased, died_in_flight,
+    execute_ready_halting, halt_for_dead_holder, halted, in_canary_phase, in_flight_record,
+    is_mine, look_before_locked_step, LookAfterTake, Looked,
 };
 use crate::zk::encode;
 use crate::zk::lock::{
@@ -822,6 +822,9 @@ async fn locked(
     // Whether the session may have reconnected to a server behind the holder's release.
     let mut lost = false;
     let mut left_error = None;
+    // The step's script, made ready in the round trip before it (dropped unrun, it leaves
+    // no file behind but the properties snapshot).
+    let mut ready;
     // Twice at most: again with the data read when a guess was wrong.
     let (known, checked, leased) = loop {
         let guessed = match &read {
@@ -857,16 +860,23 @@ async fn locked(
         }
         // The checkpoint, the status on the host node and our in-flight record
         // (version-guarded) in one round trip; the hand-off between hosts is made of these.
-        // A checkpoint that abandons the pass clears the record again. And whether the
-        // node's semaphore keeps records (of lease holders that may have died before K
-        // became 1), and the answers to the deletes that left other queues.
-        let (checked, (), written, leased, left) = tokio::join!(
-            pass.checkpoint(),
+        // A checkpoint that abandons the pass clears the record again. The checkpoint
+        // comes with whether the node's semaphore keeps records (of lease holders that may
+        // have died before K became 1), in one multi-read sent first; and the answers to
+        // the deletes that left other queues.
+        // The step's script is made ready meanwhile, once the requests have left (the
+        // client's connection task sends them when this task yields).
+        let ((checked, leased), (), written, left, made) = tokio::join!(
+            look_before_locked_step(pass, &sem, lock),
             pass.status(&label),
             write_record(&agent.client, lock, &lock_props, version, guess, &record),
-            suspected_lease_records(&agent.client, &sem, None),
             std::mem::take(leaving).finish(&agent.client),
+            async {
+                tokio::task::yield_now().await;
+                step.ready(pass)
+            },
         );
+        ready = made;
         if let Err(e) = left {
             left_error.get_or_insert(e);
         }
@@ -907,7 +917,7 @@ async fn locked(
         }
         Err(e) => return (Err(e.into()), ours(Some(known))),
     }
-    let result = match execute_halting(pass, step).await {
+    let result = match execute_ready_halting(pass, step, ready).await {
         Ok(result) => result,
         // The halt could not be recorded: the record stays for the next holder to report.
         Err(e) => return (Err(e.into()), Leave::AsIs),

@@ -33,6 +33,7 @@ use super::discover::Discovered;
 use super::error::{Failure, Interrupt, StepError};
 use super::pass::Pass;
 use super::plan::{Rollout, Step};
+use super::steps::ReadyScript;
 use crate::files::now;
 use crate::tree::literal::py_str;
 use crate::tree::rollout::{self as settings, Rollout as Settings};
@@ -429,6 +430,36 @@ async fn look_before_step(
     })
 }
 
+/// A node lock holder's checkpoint and its look for records of lease holders that may have
+/// died (before K became 1), in one multi-read ([`snapshot_before_step`]: the lock's data it
+/// reads too is not needed, the holder read it with its list). Sent ahead of the holder's
+/// writes of its status and record, it is answered without waiting for them: where the
+/// checkpoint's two reads and the records' four took six requests, the last four answered
+/// only after both writes. Without multi-read (ZooKeeper < 3.6), the reads one by one.
+/// The first result is the checkpoint's (any error is given there); the second, whether a
+/// lease record's holder is gone.
+pub(super) async fn look_before_locked_step(
+    pass: &Pass<'_>,
+    sem: &str,
+    lock: &str,
+) -> (Result<(), Interrupt>, Result<bool, ZkError>) {
+    if let Err(stop) = pass.stopping() {
+        return (Err(stop), Ok(false));
+    }
+    let client = &pass.agent.client;
+    if !multiread::missing() {
+        match snapshot_before_step(client, sem, "", lock).await {
+            Ok((version, found)) => return (pass.judge(&version), Ok(found.suspected)),
+            Err(e) if !multiread::refused(&e) => return (Err(e.into()), Ok(false)),
+            Err(_) => {}
+        }
+    }
+    tokio::join!(
+        pass.checkpoint(),
+        suspected_lease_records(client, sem, None)
+    )
+}
+
 /// [`look_before_step`]'s multi-read: the cluster version (halts counted) and what it found.
 async fn snapshot_before_step(
     client: &Client,
@@ -532,7 +563,16 @@ pub(super) async fn execute_halting(
     pass: &mut Pass<'_>,
     step: &Step,
 ) -> Result<Result<(), Interrupt>, ZkError> {
-    let result = step.execute(pass).await;
+    execute_ready_halting(pass, step, None).await
+}
+
+/// [`execute_halting`], with the step's script made ready already ([`Step::ready`]).
+pub(super) async fn execute_ready_halting(
+    pass: &mut Pass<'_>,
+    step: &Step,
+    ready: Option<Result<ReadyScript, StepError>>,
+) -> Result<Result<(), Interrupt>, ZkError> {
+    let result = step.execute_ready(pass, ready).await;
     if let Err(Interrupt::Fail(failure)) = &result {
         let agent = pass.agent;
         halt(

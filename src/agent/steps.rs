@@ -52,9 +52,18 @@ impl Step {
     /// A successful deployment of a package with a health check is followed by the check,
     /// recorded as its own `health` entry (the lock or lease still held by the caller).
     pub async fn execute(&self, pass: &mut Pass<'_>) -> Result<(), Interrupt> {
+        self.execute_ready(pass, None).await
+    }
+
+    /// [`Step::execute`], with a deployment's script made ready already ([`Step::ready`]).
+    pub async fn execute_ready(
+        &self,
+        pass: &mut Pass<'_>,
+        ready: Option<Result<ReadyScript, StepError>>,
+    ) -> Result<(), Interrupt> {
         let clock = Instant::now();
         let mut record = StepReport::of(self);
-        let result = self.work(pass, &mut record).await;
+        let result = self.work(pass, &mut record, ready).await;
         record.duration = clock.elapsed().as_secs_f64();
         pass.record(self, record);
         result?;
@@ -113,8 +122,37 @@ impl Step {
         Ok(())
     }
 
-    /// The work of a step, recorded in `record`.
-    async fn work(&self, pass: &mut Pass<'_>, record: &mut StepReport) -> Result<(), Interrupt> {
+    /// A deployment's script made ready to run ([`ready_script`]); `None` for other steps.
+    pub fn ready(&self, pass: &Pass<'_>) -> Option<Result<ReadyScript, StepError>> {
+        let Step::Deploy {
+            rpm,
+            app,
+            path,
+            n,
+            subtype,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let instance = Instance {
+            rpm,
+            app,
+            path,
+            n: *n,
+            subtype: subtype.as_deref(),
+        };
+        Some(ready_script(pass, &instance))
+    }
+
+    /// The work of a step, recorded in `record` (a deployment's script made ready already, if
+    /// `ready`).
+    async fn work(
+        &self,
+        pass: &mut Pass<'_>,
+        record: &mut StepReport,
+        ready: Option<Result<ReadyScript, StepError>>,
+    ) -> Result<(), Interrupt> {
         let agent = pass.agent;
         let root = &agent.config.root;
         let mut ran = Ran::default();
@@ -215,7 +253,13 @@ impl Step {
                     n: *n,
                     subtype: subtype.as_deref(),
                 };
-                deploy_script(pass, &instance, record).await
+                match ready {
+                    Some(ready) => match ready {
+                        Ok(ready) => ready.run(record).await,
+                        Err(e) => Err(e),
+                    },
+                    None => deploy_script(pass, &instance, record).await,
+                }
             }
         };
         // Software steps report what `software` ran; scripts were recorded directly.
@@ -249,6 +293,26 @@ pub async fn deploy_script(
     d: &Instance<'_>,
     record: &mut StepReport,
 ) -> Result<(), StepError> {
+    ready_script(pass, d)?.run(record).await
+}
+
+/// A deploy script made ready to run ([`ready_script`]): its properties snapshot written,
+/// its `.script` marker's temporary file written, its command built. Dropped without running,
+/// the marker's temporary file is removed.
+pub struct ReadyScript {
+    cmd: crate::command::Cmd,
+    marker: Option<observe::ScriptMarker>,
+    /// The `.deployed` marker the script is expected to create.
+    deployed: std::path::PathBuf,
+    rpm: String,
+}
+
+/// The first half of [`deploy_script`]: everything before the script starts, made on this
+/// host's disk alone. A holder of a node lock makes it while its checkpoint and in-flight
+/// record are in flight ([`Step::ready`]), so that none of it lies between two hosts' (or
+/// two nodes') scripts; the properties snapshot may then be written for a step the
+/// checkpoint abandons, which no one reads before it is written again.
+pub fn ready_script(pass: &Pass<'_>, d: &Instance<'_>) -> Result<ReadyScript, StepError> {
     let root = &pass.agent.config.root;
     let etc = observe::etc_dir(root, d.app);
     let run_dir = pass.agent.run_dir.status_path().with_file_name("");
@@ -276,31 +340,52 @@ pub async fn deploy_script(
     // The `.script` marker is written first and synced while the script runs (its first
     // poll starts it), so that its fsync is not between this script and the next; it takes
     // its place only once the script went well.
-    let script_marker = observe::ScriptMarker::prepare(root, d.app, d.rpm, d.path, d.n)?;
-    let mut run = std::pin::pin!(run_recorded(&cmd, record));
-    let first = futures::poll!(run.as_mut());
-    let synced = script_marker.sync();
-    let ran = match first {
-        std::task::Poll::Ready(ran) => ran,
-        std::task::Poll::Pending => run.await,
-    };
-    // The script's failure first, then the marker's.
-    match ran.map_err(StepError::from).and_then(|()| Ok(synced?)) {
-        Ok(()) => script_marker.commit()?,
-        Err(e) => {
-            script_marker.discard();
-            return Err(e);
+    let marker = observe::ScriptMarker::prepare(root, d.app, d.rpm, d.path, d.n)?;
+    Ok(ReadyScript {
+        cmd,
+        marker: Some(marker),
+        deployed: etc.join(deployed_name(d.path, d.n)),
+        rpm: d.rpm.to_string(),
+    })
+}
+
+impl ReadyScript {
+    /// The second half of [`deploy_script`]: runs the script (recorded in `record`) and puts
+    /// its `.script` marker in place once it went well.
+    pub async fn run(mut self, record: &mut StepReport) -> Result<(), StepError> {
+        let script_marker = self.marker.take().expect("a ready script runs once");
+        let mut run = std::pin::pin!(run_recorded(&self.cmd, record));
+        let first = futures::poll!(run.as_mut());
+        let synced = script_marker.sync();
+        let ran = match first {
+            std::task::Poll::Ready(ran) => ran,
+            std::task::Poll::Pending => run.await,
+        };
+        // The script's failure first, then the marker's.
+        match ran.map_err(StepError::from).and_then(|()| Ok(synced?)) {
+            Ok(()) => script_marker.commit()?,
+            Err(e) => {
+                script_marker.discard();
+                return Err(e);
+            }
+        }
+        if !self.deployed.exists() {
+            tracing::warn!(
+                "the deploy script of {} did not create {}",
+                self.rpm,
+                self.deployed.display()
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ReadyScript {
+    fn drop(&mut self) {
+        if let Some(marker) = self.marker.take() {
+            marker.discard();
         }
     }
-    let marker = etc.join(deployed_name(d.path, d.n));
-    if !marker.exists() {
-        tracing::warn!(
-            "the deploy script of {} did not create {}",
-            d.rpm,
-            marker.display()
-        );
-    }
-    Ok(())
 }
 
 /// `SCRIPT [-r SUBTYPE] PATH N`: the deploy script's arguments (the health check takes the

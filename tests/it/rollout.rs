@@ -746,6 +746,60 @@ async fn a_lease_taken_once_the_cluster_was_halted_runs_no_step() {
 }
 
 #[tokio::test]
+async fn a_node_lock_taken_once_the_cluster_was_halted_runs_no_step_and_leaves_no_file() {
+    // /acme/a (K = 1), its node lock held by someone else: h1 waits in the lock's queue. The
+    // test lets go and clears the cluster version in the same transaction. h1 takes the
+    // lock and reads the cluster in the round trip of its in-flight record, while it makes
+    // its script ready (properties snapshot, `.script` marker's temporary file, this first
+    // time with no marker in place): it must abandon there, run no script, leave no
+    // temporary marker and let the lock go with its record cleared.
+    let hosts = fleet("rollout-halted-under-lock", 1).await;
+    let h = &hosts[0];
+    h.tree(&tree("", &["h1"]), v("r1")).await;
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let queued = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let lock = "/agent-locks/acme,a";
+    h.client.mkdir(lock, &open).await.ok();
+    let (_, sequence) = h
+        .client
+        .create(
+            &format!("{lock}/0123456789abcdef0123456789abcdef__lock__"),
+            b"someone (x)",
+            &queued,
+        )
+        .await
+        .unwrap();
+    let holder = format!("{lock}/0123456789abcdef0123456789abcdef__lock__{sequence}");
+    let times = h.scratch("times.txt");
+    let times_path = times.display().to_string();
+    let mut run = h.spawn("deploy", &[], &[("ZK_TEST_TIMES", &times_path)]);
+    wait_for("h1 to say it waits", LIMIT, || {
+        (h.status_text() == "waiting for node locks: /acme/a held by someone (x)").then_some(())
+    })
+    .await;
+    let mut writer = h.client.new_multi_writer();
+    writer.add_delete(&holder, None).unwrap();
+    writer
+        .add_set_data("/hosts", br#"{"version": null}"#, None)
+        .unwrap();
+    writer.commit().await.unwrap();
+    let code = run.wait(LIMIT).await;
+    assert_ne!(code, 0, "{}", run.output());
+    assert_eq!(h.status_text(), "abandoned (cluster version is None)");
+    assert!(lines(&times).is_empty(), "{:?}", lines(&times));
+    let left: Vec<String> = h
+        .etc("foo")
+        .into_iter()
+        .filter(|name| name.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(children(h, lock).await.is_empty(), "the lock was let go");
+    let (data, _) = h.client.get_data(lock).await.unwrap();
+    let data: Value = serde_json::from_slice(&data).unwrap_or(json!({}));
+    assert_eq!(data.get("in-flight"), None, "{data}");
+}
+
+#[tokio::test]
 async fn a_lease_holder_says_which_step_it_runs() {
     // The status of a leased step is written while the step starts (its host node's write
     // answered while it runs): the status file says it before the script starts, and the
