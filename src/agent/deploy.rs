@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::error::Interrupt;
-use super::pass::Pass;
+use super::pass::{Pass, StatusAnswer};
 use super::plan::{Lock, Rollout, Step};
 use super::rollout::{
     add_canary, canary_key, dead_lease_holder, deploy_leased, died_in_flight,
@@ -798,13 +798,31 @@ async fn write_record(
     }
 }
 
-/// The deployment itself, with the lock held: what the release must write.
-async fn locked(
-    pass: &mut Pass<'_>,
+/// The deployment itself, with the lock held: what the release must write. The step's
+/// status on the host node is answered beside the step (or before an early return).
+async fn locked<'a>(
+    pass: &mut Pass<'a>,
     node: &NodeLocked<'_>,
     read: LockData,
     canary: Option<String>,
     leaving: &mut Leaving,
+) -> (Result<(), Interrupt>, Leave) {
+    let mut said = None;
+    let done = holding(pass, node, read, canary, leaving, &mut said).await;
+    if let Some(answer) = said {
+        answer.await;
+    }
+    done
+}
+
+/// [`locked`]'s body; `said`: the step's status written ahead, its answer not yet awaited.
+async fn holding<'a>(
+    pass: &mut Pass<'a>,
+    node: &NodeLocked<'_>,
+    read: LockData,
+    canary: Option<String>,
+    leaving: &mut Leaving,
+    said: &mut Option<StatusAnswer<'a>>,
 ) -> (Result<(), Interrupt>, Leave) {
     let agent = pass.agent;
     let (step, lock) = (node.step, node.lock);
@@ -858,24 +876,31 @@ async fn locked(
                 };
             }
         }
-        // The checkpoint, the status on the host node and our in-flight record
-        // (version-guarded) in one round trip; the hand-off between hosts is made of these.
-        // A checkpoint that abandons the pass clears the record again. The checkpoint
-        // comes with whether the node's semaphore keeps records (of lease holders that may
-        // have died before K became 1), in one multi-read sent first; and the answers to
-        // the deletes that left other queues.
-        // The step's script is made ready meanwhile, once the requests have left (the
-        // client's connection task sends them when this task yields).
-        let ((checked, leased), (), written, left, made) = tokio::join!(
+        // A status written ahead in the last try is answered before this one's.
+        if let Some(answer) = said.take() {
+            answer.await;
+        }
+        // The checkpoint, our in-flight record (version-guarded) and the status on the host
+        // node in one round trip; the hand-off between hosts is made of these. A checkpoint
+        // that abandons the pass clears the record again. The checkpoint comes with whether
+        // the node's semaphore keeps records (of lease holders that may have died before K
+        // became 1), in one multi-read sent first; and the answers to the deletes that left
+        // other queues. The status's write goes last and is not waited for (its answer
+        // comes while the step starts): the server answers a session's writes in order.
+        // The status file is written and the step's script made ready meanwhile, once the
+        // requests have left (the client's connection task sends them when this task
+        // yields).
+        let ((checked, leased), written, answer, left, made) = tokio::join!(
             look_before_locked_step(pass, &sem, lock),
-            pass.status(&label),
             write_record(&agent.client, lock, &lock_props, version, guess, &record),
+            pass.status_ahead(&label),
             std::mem::take(leaving).finish(&agent.client),
             async {
                 tokio::task::yield_now().await;
                 step.ready(pass)
             },
         );
+        *said = Some(answer);
         ready = made;
         if let Err(e) = left {
             left_error.get_or_insert(e);
@@ -917,7 +942,14 @@ async fn locked(
         }
         Err(e) => return (Err(e.into()), ours(Some(known))),
     }
-    let result = match execute_ready_halting(pass, step, ready).await {
+    let answer = said.take();
+    let answered = async {
+        if let Some(answer) = answer {
+            answer.await;
+        }
+    };
+    let ((), ran) = tokio::join!(answered, execute_ready_halting(pass, step, ready));
+    let result = match ran {
         Ok(result) => result,
         // The halt could not be recorded: the record stays for the next holder to report.
         Err(e) => return (Err(e.into()), Leave::AsIs),

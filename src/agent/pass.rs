@@ -115,6 +115,34 @@ impl<'a> Pass<'a> {
         }
     }
 
+    /// [`Self::status`] without waiting for the host node's answer: once the write has left
+    /// (the task yields first) and the status file is written, this returns the answer, to
+    /// be awaited later (beside the step the status is about). The host node stays this
+    /// write's until then ([`Agent::update_host_node`] takes the host's writes in turn), so
+    /// the answer must be awaited, or dropped, before the pass's next status.
+    pub async fn status_ahead(&self, text: &str) -> StatusAnswer<'a> {
+        let (agent, version) = (self.agent, &self.version);
+        let status = text.to_string();
+        let mut mirrored = Box::pin(agent.update_host_node(move |p| {
+            p.insert("status".into(), json!(status));
+        }));
+        let first = futures::poll!(mirrored.as_mut());
+        if first.is_pending() {
+            tokio::task::yield_now().await;
+        }
+        write_status_file(agent, version, text);
+        let node = host_path(&agent.host.id);
+        Box::pin(async move {
+            let done = match first {
+                std::task::Poll::Ready(done) => done,
+                std::task::Poll::Pending => mirrored.await,
+            };
+            if let Err(e) = done {
+                tracing::warn!("cannot update {node}: {e}");
+            }
+        })
+    }
+
     /// Writes the pass report so far, then the final status: whoever sees the status of a
     /// finished pass (`done`, `error`, `abandoned …`) finds that pass's report in
     /// `last-pass.json` (the executor writes it once more when the pass has ended). The
@@ -279,6 +307,9 @@ pub async fn run_recorded(cmd: &Cmd, record: &mut StepReport) -> Result<(), Comm
         }
     }
 }
+
+/// The host node's answer to a status written ahead ([`Pass::status_ahead`]).
+pub type StatusAnswer<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
 
 /// The status `text` of a pass of `agent` at `version`: the host node's write (with the
 /// inventory and the version record, if given) made first, the status file written while it
