@@ -238,29 +238,14 @@ impl Step {
                 }
                 r.map_err(StepError::from)
             }
-            Step::Deploy {
-                rpm,
-                app,
-                path,
-                n,
-                subtype,
-                ..
-            } => {
-                let instance = Instance {
-                    rpm,
-                    app,
-                    path,
-                    n: *n,
-                    subtype: subtype.as_deref(),
-                };
-                match ready {
-                    Some(ready) => match ready {
-                        Ok(ready) => ready.run(record).await,
-                        Err(e) => Err(e),
-                    },
-                    None => deploy_script(pass, &instance, record).await,
-                }
-            }
+            // Made ready here unless it was beforehand: the properties snapshot, the
+            // `.script` marker's temporary file, the command; then run.
+            Step::Deploy { .. } => match ready.or_else(|| self.ready(pass)) {
+                Some(Ok(ready)) => ready.run(record).await,
+                Some(Err(e)) => Err(e),
+                // Every deployment has a script to make ready.
+                None => Ok(()),
+            },
         };
         // Software steps report what `software` ran; scripts were recorded directly.
         if ran != Ran::default() {
@@ -286,16 +271,6 @@ pub struct Instance<'s> {
     pub subtype: Option<&'s str>,
 }
 
-/// Writes the properties snapshot, runs the deploy script of one instance (recorded in
-/// `record`) and writes its `.script` marker.
-pub async fn deploy_script(
-    pass: &Pass<'_>,
-    d: &Instance<'_>,
-    record: &mut StepReport,
-) -> Result<(), StepError> {
-    ready_script(pass, d)?.run(record).await
-}
-
 /// A deploy script made ready to run ([`ready_script`]): its properties snapshot written,
 /// its `.script` marker's temporary file written, its command built. Dropped without running,
 /// the marker's temporary file is removed.
@@ -307,7 +282,7 @@ pub struct ReadyScript {
     rpm: String,
 }
 
-/// The first half of [`deploy_script`]: everything before the script starts, made on this
+/// Everything before a deploy script of one instance starts, made on this
 /// host's disk alone. A holder of a node lock makes it while its checkpoint and in-flight
 /// record are in flight ([`Step::ready`]), so that none of it lies between two hosts' (or
 /// two nodes') scripts; the properties snapshot may then be written for a step the
@@ -350,7 +325,7 @@ pub fn ready_script(pass: &Pass<'_>, d: &Instance<'_>) -> Result<ReadyScript, St
 }
 
 impl ReadyScript {
-    /// The second half of [`deploy_script`]: runs the script (recorded in `record`) and puts
+    /// Runs the script (recorded in `record`) and puts
     /// its `.script` marker in place once it went well.
     pub async fn run(mut self, record: &mut StepReport) -> Result<(), StepError> {
         let script_marker = self.marker.take().expect("a ready script runs once");

@@ -701,6 +701,29 @@ async fn a_host_with_one_node_left_waits_in_the_guard_queue_from_the_start() {
     assert_eq!(h.status_text(), "done");
 }
 
+/// Runs h1's `deploy` until it says `waiting`, then deletes `freed` (a holder's place) and
+/// clears the cluster version in one transaction: h1, woken by its place, must abandon
+/// without running a script. Gives the deploy scripts' log.
+async fn halted_as_freed(h: &TestHost, waiting: &str, freed: &str) -> Vec<String> {
+    let times = h.scratch("times.txt");
+    let times_path = times.display().to_string();
+    let mut run = h.spawn("deploy", &[], &[("ZK_TEST_TIMES", &times_path)]);
+    wait_for("h1 to say it waits", LIMIT, || {
+        (h.status_text() == waiting).then_some(())
+    })
+    .await;
+    let mut writer = h.client.new_multi_writer();
+    writer.add_delete(freed, None).unwrap();
+    writer
+        .add_set_data("/hosts", br#"{"version": null}"#, None)
+        .unwrap();
+    writer.commit().await.unwrap();
+    let code = run.wait(LIMIT).await;
+    assert_ne!(code, 0, "{}", run.output());
+    assert_eq!(h.status_text(), "abandoned (cluster version is None)");
+    lines(&times)
+}
+
 #[tokio::test]
 async fn a_lease_taken_once_the_cluster_was_halted_runs_no_step() {
     // /acme/a (K = 2), both leases held by someone else: h1 waits for one. The test gives
@@ -723,23 +746,9 @@ async fn a_lease_taken_once_the_cluster_was_halted_runs_no_step() {
             .await
             .unwrap();
     }
-    let times = h.scratch("times.txt");
-    let times_path = times.display().to_string();
-    let mut run = h.spawn("deploy", &[], &[("ZK_TEST_TIMES", &times_path)]);
-    wait_for("h1 to say it waits", LIMIT, || {
-        (h.status_text() == "waiting for node locks: /acme/a held by 2 lease holders").then_some(())
-    })
-    .await;
-    let mut writer = h.client.new_multi_writer();
-    writer.add_delete(&first, None).unwrap();
-    writer
-        .add_set_data("/hosts", br#"{"version": null}"#, None)
-        .unwrap();
-    writer.commit().await.unwrap();
-    let code = run.wait(LIMIT).await;
-    assert_ne!(code, 0, "{}", run.output());
-    assert_eq!(h.status_text(), "abandoned (cluster version is None)");
-    assert!(lines(&times).is_empty(), "{:?}", lines(&times));
+    let waiting = "waiting for node locks: /acme/a held by 2 lease holders";
+    let ran = halted_as_freed(h, waiting, &first).await;
+    assert!(ran.is_empty(), "{ran:?}");
     // The lease taken was given back: only the test's second one is left.
     let left = children(h, sem).await;
     assert_eq!(left, ["fedcba9876543210fedcba9876543210"], "{left:?}");
@@ -770,23 +779,9 @@ async fn a_node_lock_taken_once_the_cluster_was_halted_runs_no_step_and_leaves_n
         .await
         .unwrap();
     let holder = format!("{lock}/0123456789abcdef0123456789abcdef__lock__{sequence}");
-    let times = h.scratch("times.txt");
-    let times_path = times.display().to_string();
-    let mut run = h.spawn("deploy", &[], &[("ZK_TEST_TIMES", &times_path)]);
-    wait_for("h1 to say it waits", LIMIT, || {
-        (h.status_text() == "waiting for node locks: /acme/a held by someone (x)").then_some(())
-    })
-    .await;
-    let mut writer = h.client.new_multi_writer();
-    writer.add_delete(&holder, None).unwrap();
-    writer
-        .add_set_data("/hosts", br#"{"version": null}"#, None)
-        .unwrap();
-    writer.commit().await.unwrap();
-    let code = run.wait(LIMIT).await;
-    assert_ne!(code, 0, "{}", run.output());
-    assert_eq!(h.status_text(), "abandoned (cluster version is None)");
-    assert!(lines(&times).is_empty(), "{:?}", lines(&times));
+    let waiting = "waiting for node locks: /acme/a held by someone (x)";
+    let ran = halted_as_freed(h, waiting, &holder).await;
+    assert!(ran.is_empty(), "{ran:?}");
     let left: Vec<String> = h
         .etc("foo")
         .into_iter()
