@@ -845,6 +845,10 @@ async fn holding<'a>(
     let mut ready;
     // Twice at most: again with the data read when a guess was wrong.
     let (known, checked, leased) = loop {
+        // A status written ahead in the last try is answered before anything else is done.
+        if let Some(answer) = said.take() {
+            answer.await;
+        }
         let guessed = match &read {
             LockData::Before(data, stat) => guess_after_holder(data, stat, is_ours),
             _ => None,
@@ -875,10 +879,6 @@ async fn holding<'a>(
                     Err(e) => (Err(e.into()), Leave::AsIs),
                 };
             }
-        }
-        // A status written ahead in the last try is answered before this one's.
-        if let Some(answer) = said.take() {
-            answer.await;
         }
         // The checkpoint, our in-flight record (version-guarded) and the status on the host
         // node in one round trip; the hand-off between hosts is made of these. A checkpoint
@@ -920,6 +920,13 @@ async fn holding<'a>(
             Err(e) => return (Err(e.into()), ours(None)),
         }
     };
+    // Unless the step starts now, the status's answer is awaited first: the host node's
+    // next write (by whatever comes next) would wait for it.
+    if left_error.is_some() || checked.is_err() || !matches!(leased, Ok(false)) {
+        if let Some(answer) = said.take() {
+            answer.await;
+        }
+    }
     if let Some(e) = left_error {
         return (Err(e.into()), ours(Some(known)));
     }
