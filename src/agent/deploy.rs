@@ -842,13 +842,17 @@ async fn holding<'a>(
     let mut left_error = None;
     // The step's script, made ready in the round trip before it (dropped unrun, it leaves
     // no file behind but the properties snapshot).
-    let mut ready;
+    let mut ready = None;
     // Twice at most: again with the data read when a guess was wrong.
     let (known, checked, leased) = loop {
         // A status written ahead in the last try is answered before anything else is done.
         if let Some(answer) = said.take() {
             answer.await;
         }
+        // The script made ready in the last try is dropped before it is made again: its
+        // `.script` marker's temporary file has one name, which the new one takes (dropped
+        // after, the old one would remove the new one's file).
+        drop(ready.take());
         let guessed = match &read {
             LockData::Before(data, stat) => guess_after_holder(data, stat, is_ours),
             _ => None,

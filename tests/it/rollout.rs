@@ -795,6 +795,62 @@ async fn a_node_lock_taken_once_the_cluster_was_halted_runs_no_step_and_leaves_n
 }
 
 #[tokio::test]
+async fn a_quick_take_whose_guess_was_wrong_deploys_a_first_instance_once() {
+    // /acme/a (K = 1), its node lock held by someone else whose in-flight record is in the
+    // lock node: h1, right behind it in the queue, guesses the data the holder leaves (its
+    // read less the record, one version on). The holder writes the lock node twice as it
+    // lets go, so the guess is wrong: h1 reads the data and tries again, making its script
+    // ready a second time. The first instance has no `.script` marker yet, so each making
+    // writes the marker's temporary file (one name): the second must survive the first's
+    // drop, and the deployment go through once, its marker in place.
+    let hosts = fleet("rollout-wrong-guess", 1).await;
+    let h = &hosts[0];
+    h.tree(&tree("", &["h1"]), v("r1")).await;
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let queued = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let lock = "/agent-locks/acme,a";
+    h.client.mkdir(lock, &open).await.ok();
+    let record = json!({"in-flight": {
+        "host": "x", "name": "someone", "path": "/acme/a", "n": 0,
+        "version": "r0", "pid": 1, "since": 0.0,
+    }});
+    h.client
+        .set_data(lock, record.to_string().as_bytes(), None)
+        .await
+        .unwrap();
+    let (_, sequence) = h
+        .client
+        .create(
+            &format!("{lock}/0123456789abcdef0123456789abcdef__lock__"),
+            b"someone (x)",
+            &queued,
+        )
+        .await
+        .unwrap();
+    let holder = format!("{lock}/0123456789abcdef0123456789abcdef__lock__{sequence}");
+    let times = h.scratch("times.txt");
+    let times_path = times.display().to_string();
+    let mut run = h.spawn("deploy", &[], &[("ZK_TEST_TIMES", &times_path)]);
+    let waiting = "waiting for node locks: /acme/a held by someone (x)";
+    wait_for("h1 to say it waits", LIMIT, || {
+        (h.status_text() == waiting).then_some(())
+    })
+    .await;
+    let mut writer = h.client.new_multi_writer();
+    writer.add_set_data(lock, b"{}", None).unwrap();
+    writer.add_set_data(lock, br#"{"note": 1}"#, None).unwrap();
+    writer.add_delete(&holder, None).unwrap();
+    writer.commit().await.unwrap();
+    assert_eq!(run.wait(LIMIT).await, 0, "{}", run.output());
+    assert_eq!(h.status_text(), "done");
+    assert_eq!(h.deploy_log("foo"), ["foo-1.0-1: /acme/a 0"]);
+    let etc = h.etc("foo");
+    assert!(etc.iter().any(|f| f.ends_with(".script")), "{etc:?}");
+    assert!(!etc.iter().any(|f| f.ends_with(".tmp")), "{etc:?}");
+    assert_eq!(h.hosts().await.get("version"), Some(&json!("r1")));
+}
+
+#[tokio::test]
 async fn a_lease_holder_says_which_step_it_runs() {
     // The status of a leased step is written while the step starts (its host node's write
     // answered while it runs): the status file says it before the script starts, and the
