@@ -447,6 +447,10 @@ pub(super) async fn look_before_locked_step(
         return (Err(stop), Ok(false));
     }
     let client = &pass.agent.client;
+    if pass.controlled {
+        // A role controller's pass has no checkpoint ([`Pass::checkpoint`]).
+        return (Ok(()), suspected_lease_records(client, sem, None).await);
+    }
     if !multiread::missing() {
         match snapshot_before_step(client, sem, "", lock).await {
             Ok((version, found)) => return (pass.judge(&version), Ok(found.suspected)),
