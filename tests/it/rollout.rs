@@ -754,6 +754,28 @@ async fn a_lease_taken_once_the_cluster_was_halted_runs_no_step() {
     assert_eq!(left, ["fedcba9876543210fedcba9876543210"], "{left:?}");
 }
 
+/// The node lock of /acme/a held by `someone (x)` (a contender as kazoo's Lock makes), with
+/// `data` in the lock node if given: gives the lock node and the holder's contender.
+async fn hold_node_lock(h: &TestHost, data: Option<&Value>) -> (&'static str, String) {
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let queued = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let lock = "/agent-locks/acme,a";
+    h.client.mkdir(lock, &open).await.ok();
+    if let Some(data) = data {
+        h.client
+            .set_data(lock, data.to_string().as_bytes(), None)
+            .await
+            .unwrap();
+    }
+    let prefix = format!("{lock}/0123456789abcdef0123456789abcdef__lock__");
+    let (_, sequence) = h
+        .client
+        .create(&prefix, b"someone (x)", &queued)
+        .await
+        .unwrap();
+    (lock, format!("{prefix}{sequence}"))
+}
+
 #[tokio::test]
 async fn a_node_lock_taken_once_the_cluster_was_halted_runs_no_step_and_leaves_no_file() {
     // /acme/a (K = 1), its node lock held by someone else: h1 waits in the lock's queue. The
@@ -765,20 +787,7 @@ async fn a_node_lock_taken_once_the_cluster_was_halted_runs_no_step_and_leaves_n
     let hosts = fleet("rollout-halted-under-lock", 1).await;
     let h = &hosts[0];
     h.tree(&tree("", &["h1"]), v("r1")).await;
-    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
-    let queued = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-    let lock = "/agent-locks/acme,a";
-    h.client.mkdir(lock, &open).await.ok();
-    let (_, sequence) = h
-        .client
-        .create(
-            &format!("{lock}/0123456789abcdef0123456789abcdef__lock__"),
-            b"someone (x)",
-            &queued,
-        )
-        .await
-        .unwrap();
-    let holder = format!("{lock}/0123456789abcdef0123456789abcdef__lock__{sequence}");
+    let (lock, holder) = hold_node_lock(h, None).await;
     let waiting = "waiting for node locks: /acme/a held by someone (x)";
     let ran = halted_as_freed(h, waiting, &holder).await;
     assert!(ran.is_empty(), "{ran:?}");
@@ -806,28 +815,11 @@ async fn a_quick_take_whose_guess_was_wrong_deploys_a_first_instance_once() {
     let hosts = fleet("rollout-wrong-guess", 1).await;
     let h = &hosts[0];
     h.tree(&tree("", &["h1"]), v("r1")).await;
-    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
-    let queued = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-    let lock = "/agent-locks/acme,a";
-    h.client.mkdir(lock, &open).await.ok();
     let record = json!({"in-flight": {
         "host": "x", "name": "someone", "path": "/acme/a", "n": 0,
         "version": "r0", "pid": 1, "since": 0.0,
     }});
-    h.client
-        .set_data(lock, record.to_string().as_bytes(), None)
-        .await
-        .unwrap();
-    let (_, sequence) = h
-        .client
-        .create(
-            &format!("{lock}/0123456789abcdef0123456789abcdef__lock__"),
-            b"someone (x)",
-            &queued,
-        )
-        .await
-        .unwrap();
-    let holder = format!("{lock}/0123456789abcdef0123456789abcdef__lock__{sequence}");
+    let (lock, holder) = hold_node_lock(h, Some(&record)).await;
     let times = h.scratch("times.txt");
     let times_path = times.display().to_string();
     let mut run = h.spawn("deploy", &[], &[("ZK_TEST_TIMES", &times_path)]);
