@@ -11,7 +11,9 @@
 //! - `100 × 1`: 100 agents, one node, scripts sleeping 0.5 s, for `max-parallel` 1, 10 and
 //!   25 %: bump → every host done against hosts / K × 0.5 s.
 //! - one host, 3 nodes, trivial scripts: bump → first script, bump → `done`, and the time
-//!   between one script's end and the next one's start.
+//!   between one script's end and the next one's start; then, measured from the bench in
+//!   the same run, the floor no agent can go below on this machine at that moment: two
+//!   writes' round trips and the deploy script's own start and end.
 //!
 //! Run with `cargo bench --bench rollout` (`BENCH_ROLLOUT=small` skips the 100-agent runs,
 //! `BENCH_ROLLOUT=hundred` runs only them). `BENCH_KEEP=DIR` copies each 100-agent round's
@@ -531,6 +533,84 @@ async fn one_host() {
         "  between consecutive deploy scripts: {}",
         summary(&between)
     );
+    // What no agent can go below on this machine, now: the release and the next lock, and
+    // the record's write, each a write's round trip at least; the deploy script's own start
+    // (spawned, to its first line) and end (its last line to its exit being seen).
+    let round_trips = write_round_trips(&client).await;
+    let (starts, ends) = script_start_and_end(&agents[0], &times);
+    let median = |v: &[f64]| v[v.len() / 2];
+    println!(
+        "  this machine now, from the bench: a write's round trip {}; a deploy script's start {}; its end {}",
+        summary(&round_trips),
+        summary(&starts),
+        summary(&ends)
+    );
+    println!(
+        "  floor between two scripts (2 round trips + a script's start and end): {:.1} ms",
+        2.0 * median(&round_trips) + median(&starts) + median(&ends)
+    );
+}
+
+/// 30 version-guarded writes of a scratch node, one at a time: their round trips (ms), sorted.
+async fn write_round_trips(client: &Client) -> Vec<f64> {
+    let open =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    client.create("/round-trip", b"0", &open).await.unwrap();
+    let mut out = Vec::new();
+    for i in 0..30 {
+        let clock = Instant::now();
+        client
+            .set_data("/round-trip", i.to_string().as_bytes(), Some(i))
+            .await
+            .unwrap();
+        out.push(clock.elapsed().as_secs_f64() * 1000.0);
+    }
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+/// Runs `agent`'s deploy script 30 times from the bench, in the environment the agent gives
+/// it (but a scratch root): from the spawn to its first line, and from its last line to its
+/// exit being seen (ms), each sorted.
+fn script_start_and_end(agent: &Agent, times: &Path) -> (Vec<f64>, Vec<f64>) {
+    let script = agent
+        .dir
+        .path()
+        .join("root/opt/benchpkg/bin/zookeeper-deploy");
+    let scratch = tempfile::tempdir().unwrap();
+    let (mut starts, mut ends) = (Vec::new(), Vec::new());
+    for _ in 0..30 {
+        let mut command = std::process::Command::new(&script);
+        command.env_clear();
+        for locale in ["LANG", "LC_ALL"] {
+            if let Some(value) = std::env::var_os(locale) {
+                command.env(locale, value);
+            }
+        }
+        command
+            .args(["/probe", "0"])
+            .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin")
+            .env("ZKDEPLOYMENT_ROOT", scratch.path())
+            .env("ZKDEPLOYMENT_HOST_ID", "probe");
+        let spawned = zkdeployment::files::now();
+        let status = command.status().unwrap();
+        let reaped = zkdeployment::files::now();
+        assert!(status.success());
+        let text = std::fs::read_to_string(times).unwrap();
+        let at = |word: &str| -> f64 {
+            let line = text
+                .lines()
+                .rev()
+                .find(|l| l.starts_with(&format!("{word} /probe probe ")))
+                .unwrap();
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        starts.push((at("start") - spawned) * 1000.0);
+        ends.push((reaped - at("end")) * 1000.0);
+    }
+    starts.sort_by(f64::total_cmp);
+    ends.sort_by(f64::total_cmp);
+    (starts, ends)
 }
 
 fn main() {
