@@ -177,7 +177,7 @@ fn init_logging(level: &str) {
 }
 
 /// The runtime for a command: SIGTERM and SIGINT end it, and its ZooKeeper sessions are
-/// closed before the process exits, whatever the outcome (see [`runtime`]).
+/// closed before the process exits, whatever the outcome (see [`mod@runtime`]).
 pub(crate) fn runtime() -> Result<runtime::Runtime, Failure> {
     runtime::build(runtime::Signals::Cancel)
 }

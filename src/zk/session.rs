@@ -19,7 +19,7 @@ pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 
 static OPEN: Mutex<Vec<StateWatcher>> = Mutex::new(Vec::new());
 
-/// Registers a new session (called by [`super::connect`] for every client it returns).
+/// Registers a new session (called by [`super::connect()`] for every client it returns).
 pub(crate) fn track(client: &Client) {
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     open.retain(|w| !w.peek_state().is_terminated());
