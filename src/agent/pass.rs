@@ -121,23 +121,10 @@ impl<'a> Pass<'a> {
     /// write's until then ([`Agent::update_host_node`] takes the host's writes in turn), so
     /// the answer must be awaited, or dropped, before the pass's next status.
     pub async fn status_ahead(&self, text: &str) -> StatusAnswer<'a> {
-        let (agent, version) = (self.agent, &self.version);
-        let status = text.to_string();
-        let mut mirrored = Box::pin(agent.update_host_node(move |p| {
-            p.insert("status".into(), json!(status));
-        }));
-        let first = futures::poll!(mirrored.as_mut());
-        if first.is_pending() {
-            tokio::task::yield_now().await;
-        }
-        write_status_file(agent, version, text);
-        let node = host_path(&agent.host.id);
+        let answer = send_status(self.agent, &self.version, text, None, true).await;
+        let node = host_path(&self.agent.host.id);
         Box::pin(async move {
-            let done = match first {
-                std::task::Poll::Ready(done) => done,
-                std::task::Poll::Pending => mirrored.await,
-            };
-            if let Err(e) = done {
+            if let Err(e) = answer.await {
                 tracing::warn!("cannot update {node}: {e}");
             }
         })
@@ -324,33 +311,66 @@ async fn write_status(
     record_at: Option<&Value>,
     send_first: bool,
 ) -> Result<(), ZkError> {
-    let mut mirrored = std::pin::pin!(agent.update_host_node(|p| {
-        p.insert("status".into(), json!(text));
-        if let Some(value) = &inventory {
-            p.insert(INVENTORY.into(), value.clone());
-        }
-        if let Some(at) = record_at {
-            p.insert("version".into(), version.clone());
-            p.insert(DEPLOYED_AT.into(), at.clone());
-        }
-    }));
-    if record_at.is_some() {
-        // The version record: recorded on the host node, then in `host_version`, then the
-        // status said (a status `done` whose version `host_version` does not hold yet
-        // would be seen by whoever reads the two files in between).
-        mirrored.as_mut().await?;
-        write_host_version(agent, version);
-        write_status_file(agent, version, text);
-        return Ok(());
-    }
+    let Some(at) = record_at else {
+        return send_status(agent, version, text, inventory, send_first)
+            .await
+            .await;
+    };
+    // The version record: recorded on the host node, then in `host_version`, then the
+    // status said (a status `done` whose version `host_version` does not hold yet would be
+    // seen by whoever reads the two files in between).
+    let record = Some((version.clone(), at.clone()));
+    agent
+        .update_host_node(status_change(text, inventory, record))
+        .await?;
+    write_host_version(agent, version);
+    write_status_file(agent, version, text);
+    Ok(())
+}
+
+/// A host-node write's answer, to await.
+type Sent<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ZkError>> + Send + 'a>>;
+
+/// [`write_status`] without a version record, up to the host node's answer: the write made,
+/// the status file written while it is in flight (with `send_first`, once the task yielded
+/// so that it left), and the answer given back to await.
+async fn send_status<'a>(
+    agent: &'a Agent,
+    version: &Value,
+    text: &str,
+    inventory: Option<Value>,
+    send_first: bool,
+) -> Sent<'a> {
+    let mut mirrored = Box::pin(agent.update_host_node(status_change(text, inventory, None)));
     let first = futures::poll!(mirrored.as_mut());
     if first.is_pending() && send_first {
         tokio::task::yield_now().await;
     }
     write_status_file(agent, version, text);
     match first {
-        std::task::Poll::Ready(done) => done,
-        std::task::Poll::Pending => mirrored.await,
+        std::task::Poll::Ready(done) => Box::pin(futures::future::ready(done)),
+        std::task::Poll::Pending => mirrored,
+    }
+}
+
+/// The change of the host node's properties a status makes: `status`, and the `inventory`
+/// and the version record (`version`, `deployed-at`), if given.
+fn status_change(
+    text: &str,
+    inventory: Option<Value>,
+    record: Option<(Value, Value)>,
+) -> impl Fn(&mut Props) + Send + 'static {
+    let status = json!(text);
+    move |p| {
+        p.insert("status".into(), status.clone());
+        if let Some(value) = &inventory {
+            p.insert(INVENTORY.into(), value.clone());
+        }
+        if let Some((version, at)) = &record {
+            p.insert("version".into(), version.clone());
+            p.insert(DEPLOYED_AT.into(), at.clone());
+        }
     }
 }
 
