@@ -67,25 +67,11 @@ impl Step {
         record.duration = clock.elapsed().as_secs_f64();
         pass.record(self, record);
         result?;
-        if let Step::Deploy {
-            rpm,
-            path,
-            n,
-            subtype,
-            rollout,
-            ..
-        } = self
-        {
+        if let (Step::Deploy { rollout, .. }, Some(instance)) = (self, self.instance()) {
+            let Instance { rpm, path, n, .. } = instance;
             let root = &pass.agent.config.root;
             let script = health_script(root, rpm);
             if script.is_file() {
-                let instance = Instance {
-                    rpm,
-                    app: "",
-                    path,
-                    n: *n,
-                    subtype: subtype.as_deref(),
-                };
                 let run_dir = pass.agent.run_dir.status_path().with_file_name("");
                 let argv = script_argv(&script, &instance);
                 let cmd = pass.script(argv, Some(&properties_file(&run_dir, path)));
@@ -109,7 +95,7 @@ impl Step {
                         .map(|_| ())
                 };
                 let healthy =
-                    wait_healthy(&cmd, path, *n, rollout.health_deadline(), &mut check, held).await;
+                    wait_healthy(&cmd, path, n, rollout.health_deadline(), &mut check, held).await;
                 check.duration = clock.elapsed().as_secs_f64();
                 pass.steps.push(check);
                 match healthy {
@@ -124,6 +110,11 @@ impl Step {
 
     /// A deployment's script made ready to run ([`ready_script`]); `None` for other steps.
     pub fn ready(&self, pass: &Pass<'_>) -> Option<Result<ReadyScript, StepError>> {
+        self.instance().map(|d| ready_script(pass, &d))
+    }
+
+    /// The instance a deployment's scripts run for; `None` for other steps.
+    fn instance(&self) -> Option<Instance<'_>> {
         let Step::Deploy {
             rpm,
             app,
@@ -135,14 +126,13 @@ impl Step {
         else {
             return None;
         };
-        let instance = Instance {
+        Some(Instance {
             rpm,
             app,
             path,
             n: *n,
             subtype: subtype.as_deref(),
-        };
-        Some(ready_script(pass, &instance))
+        })
     }
 
     /// The work of a step, recorded in `record` (a deployment's script made ready already, if
@@ -287,7 +277,7 @@ pub struct ReadyScript {
 /// record are in flight ([`Step::ready`]), so that none of it lies between two hosts' (or
 /// two nodes') scripts; the properties snapshot may then be written for a step the
 /// checkpoint abandons, which no one reads before it is written again.
-pub fn ready_script(pass: &Pass<'_>, d: &Instance<'_>) -> Result<ReadyScript, StepError> {
+fn ready_script(pass: &Pass<'_>, d: &Instance<'_>) -> Result<ReadyScript, StepError> {
     let root = &pass.agent.config.root;
     let etc = observe::etc_dir(root, d.app);
     let run_dir = pass.agent.run_dir.status_path().with_file_name("");
