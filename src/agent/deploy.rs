@@ -809,10 +809,15 @@ async fn locked<'a>(
 ) -> (Result<(), Interrupt>, Leave) {
     let mut said = None;
     let done = holding(pass, node, read, canary, leaving, &mut said).await;
+    answered(said).await;
+    done
+}
+
+/// Awaits a status's answer, if one is pending.
+async fn answered(said: Option<StatusAnswer<'_>>) {
     if let Some(answer) = said {
         answer.await;
     }
-    done
 }
 
 /// [`locked`]'s body; `said`: the step's status written ahead, its answer not yet awaited.
@@ -846,9 +851,7 @@ async fn holding<'a>(
     // Twice at most: again with the data read when a guess was wrong.
     let (known, checked, leased) = loop {
         // A status written ahead in the last try is answered before anything else is done.
-        if let Some(answer) = said.take() {
-            answer.await;
-        }
+        answered(said.take()).await;
         // The script made ready in the last try is dropped before it is made again: its
         // `.script` marker's temporary file has one name, which the new one takes (dropped
         // after, the old one would remove the new one's file).
@@ -927,9 +930,7 @@ async fn holding<'a>(
     // Unless the step starts now, the status's answer is awaited first: the host node's
     // next write (by whatever comes next) would wait for it.
     if left_error.is_some() || checked.is_err() || !matches!(leased, Ok(false)) {
-        if let Some(answer) = said.take() {
-            answer.await;
-        }
+        answered(said.take()).await;
     }
     if let Some(e) = left_error {
         return (Err(e.into()), ours(Some(known)));
@@ -953,13 +954,10 @@ async fn holding<'a>(
         }
         Err(e) => return (Err(e.into()), ours(Some(known))),
     }
-    let answer = said.take();
-    let answered = async {
-        if let Some(answer) = answer {
-            answer.await;
-        }
-    };
-    let ((), ran) = tokio::join!(answered, execute_ready_halting(pass, step, ready));
+    let ((), ran) = tokio::join!(
+        answered(said.take()),
+        execute_ready_halting(pass, step, ready)
+    );
     let result = match ran {
         Ok(result) => result,
         // The halt could not be recorded: the record stays for the next holder to report.
