@@ -181,6 +181,9 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     };
     lines.read(&mut read, &mut emit, written);
     lines.finish(&mut emit);
+    // Our last handle of the output file: its blocks are freed when it is closed, off this
+    // path (the next step's start).
+    crate::files::close_later(read);
     let code = status.code().unwrap_or_else(|| {
         use std::os::unix::process::ExitStatusExt;
         128 + status.signal().unwrap_or(0)

@@ -3,6 +3,12 @@
 //! rename, `fsync` of the directory) used for the status file, `host_version`,
 //! `last-pass.json`, the properties snapshots, the metrics textfile and the mail state, so a
 //! reader never sees a partial file and a crash never leaves an empty one.
+//!
+//! A file replaced (or a command's output file) is closed by a thread of its own
+//! ([`close_later`]), not by the caller: the last close of a file no longer named frees its
+//! blocks, and on a file system mounted with `discard` (common on cloud disks) that waits
+//! for the disk to discard them, a millisecond or more, which would otherwise fall between
+//! one deploy script and the next (see the README's rolling-deploy figures).
 
 use std::io::Write;
 use std::path::Path;
@@ -40,7 +46,13 @@ pub fn write_replacing(path: &Path, data: &[u8], sync: bool) -> std::io::Result<
         if sync {
             f.sync_data()?;
         }
+        // The file replaced, held open through the rename: its blocks are freed when the
+        // closing thread lets it go, not in the rename.
+        let replaced = open_replaced(path);
         std::fs::rename(&tmp, path)?;
+        if let Some(file) = replaced {
+            close_later(file);
+        }
         // The rename itself is durable once the directory is synced (best effort: some file
         // systems refuse to open a directory for syncing).
         if sync {
@@ -57,6 +69,54 @@ pub fn write_replacing(path: &Path, data: &[u8], sync: bool) -> std::io::Result<
         std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
     })
 }
+
+/// `path` opened for reading if it is a regular file (not a symlink, a FIFO or a device):
+/// what a rename over it is about to replace.
+fn open_replaced(path: &Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Only a regular file is opened: a device or a FIFO planted there is never opened (and,
+    // swapped in after this look, opened without blocking and refused by the check below).
+    if !std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file()) {
+        return None;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    file.metadata().is_ok_and(|m| m.is_file()).then_some(file)
+}
+
+/// Closes `file` on the closing thread (started at the first call), so that whatever its
+/// last close costs (freeing and discarding the blocks of a file no longer named) is not
+/// the caller's; closed at once if that thread cannot be started.
+pub fn close_later(file: std::fs::File) {
+    use std::sync::mpsc::{channel, Sender};
+    use std::sync::OnceLock;
+    static CLOSING: OnceLock<Option<Sender<std::fs::File>>> = OnceLock::new();
+    let closing = CLOSING.get_or_init(|| {
+        let (send, receive) = channel::<std::fs::File>();
+        std::thread::Builder::new()
+            .name("zkd-close".into())
+            .spawn(move || {
+                for file in receive {
+                    drop(file);
+                    #[cfg(test)]
+                    CLOSED_LATER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            })
+            .ok()
+            .map(|_| send)
+    });
+    // A file the thread can no longer take is closed here.
+    if let Some(send) = closing {
+        let _ = send.send(file);
+    }
+}
+
+/// How many files the closing thread has closed ([`close_later`]).
+#[cfg(test)]
+static CLOSED_LATER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Whether `path` is a regular file (not a symlink) holding exactly `content`: what a writer
 /// checks to skip rewriting a file that would not change.
@@ -108,6 +168,62 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
         let err = write_atomic(&dir.path().join("missing/f"), b"x").unwrap_err();
         assert!(err.to_string().contains("missing/f"), "{err}");
+    }
+
+    /// The (device, inode) of every file this process holds open.
+    fn open_inodes() -> Vec<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::metadata(e.ok()?.path()).ok())
+            .map(|m| (m.dev(), m.ino()))
+            .collect()
+    }
+
+    #[test]
+    fn a_replaced_file_is_held_through_the_rename_and_closed_by_the_closing_thread() {
+        use std::os::unix::fs::MetadataExt;
+        use std::sync::atomic::Ordering::SeqCst;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        write_replacing(&path, b"first", false).unwrap();
+        let before = CLOSED_LATER.load(SeqCst);
+        let mut replaced = Vec::new();
+        for i in 0..20 {
+            let m = std::fs::metadata(&path).unwrap();
+            replaced.push((m.dev(), m.ino()));
+            write_replacing(&path, format!("{i}").as_bytes(), i % 2 == 0).unwrap();
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), b"19");
+        // Each replaced file went to the closing thread, which closed it: none stays open.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let open = open_inodes();
+            let closed = CLOSED_LATER.load(SeqCst) - before;
+            if closed >= replaced.len() && !replaced.iter().any(|r| open.contains(r)) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{closed} of {} replaced files closed by the closing thread; still open: {:?}",
+                replaced.len(),
+                replaced
+                    .iter()
+                    .filter(|r| open.contains(r))
+                    .collect::<Vec<_>>()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // Only what a rename replaces is held: nothing when the path was missing, and never
+        // a FIFO (opening it could block) or a symlink's target.
+        assert!(open_replaced(&dir.path().join("missing")).is_none());
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(open_replaced(&fifo).is_none());
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(open_replaced(&link).is_none());
+        assert!(open_replaced(&path).is_some());
     }
 
     #[test]
