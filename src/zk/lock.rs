@@ -1057,7 +1057,7 @@ async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkEr
 const DECIDE_ROUNDS: usize = 20;
 
 /// Deletes a node of ours; already gone is fine.
-async fn delete_own(client: &Client, node: &str) -> Result<(), ZkError> {
+pub(crate) async fn delete_own(client: &Client, node: &str) -> Result<(), ZkError> {
     match call_retrying("delete", node, || client.delete(node, None)).await {
         Err(e) if e.is_no_node() => Ok(()),
         other => other,

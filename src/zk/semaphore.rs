@@ -50,11 +50,11 @@
 
 use std::time::Duration;
 
-use zookeeper_client::{Acls, CreateMode, OneshotWatcher};
+use zookeeper_client::{Acls, CreateMode, EventType, OneshotWatcher};
 
 use super::lock::{
-    acquire_queued, acquire_queued_checking_after, ensure_node, listed_beside, sequence_of,
-    takes_batons, Extra, Held, Passed,
+    acquire_queued, acquire_queued_checking_after, delete_own, ensure_node, listed_beside,
+    sequence_of, takes_batons, Extra, Held, Passed,
 };
 use super::{
     call, call_retrying, join, list_or_empty, open_persistent, Client, ZkError, LOSS_RETRIES,
@@ -494,7 +494,15 @@ where
         path, max_leases, ..
     } = *taker;
     let wanted = max_leases.to_string();
+    // The data version that held our max_leases when a change of the leases woke us.
+    let mut freed: Option<i32> = None;
     loop {
+        // Woken by a change of the leases: one was given back (below); taken at once.
+        if let Some(version) = freed.take() {
+            if let Some(made) = take_freed(client, taker, guard, version).await? {
+                return Ok(made);
+            }
+        }
         // Read already: used unless the taker is to wait for a free lease without a watch
         // set by that read.
         let (data, names, watcher) = match read.take() {
@@ -527,8 +535,10 @@ where
             let free = max_leases as usize - names.len() - 1;
             let passed = pass_to(path, guard, free);
             let note = passed_note(max_leases, version, taker.identifier);
-            let made = create_lease(client, taker, guard, &passed, &note, None, true).await?;
-            return Ok(made.expect("a lease made alone when the transaction failed"));
+            let made = create_lease(client, taker, guard, &passed, &note, None, Guard::Delete)
+                .await?
+                .expect("a lease made alone when the transaction failed");
+            return Ok((made.outcome, made.guard_deleted));
         }
         let (
             Some(Waiting {
@@ -543,19 +553,96 @@ where
         };
         let mut changed = std::pin::pin!(watcher.changed());
         // Told once the taker has waited a moment (`acquire_waiting_with`).
-        if tokio::time::timeout_at((*tell_at).min(*until), &mut changed)
-            .await
-            .is_err()
-        {
-            let now = tokio::time::Instant::now();
-            if now >= *until
-                || !first_wait().await
-                || tokio::time::timeout_at(*until, &mut changed).await.is_err()
-            {
-                return Ok((full(path, names), false));
+        let event = match tokio::time::timeout_at((*tell_at).min(*until), &mut changed).await {
+            Ok(event) => event,
+            Err(_) => {
+                let now = tokio::time::Instant::now();
+                if now >= *until || !first_wait().await {
+                    return Ok((full(path, names), false));
+                }
+                match tokio::time::timeout_at(*until, &mut changed).await {
+                    Ok(event) => event,
+                    Err(_) => return Ok((full(path, names), false)),
+                }
             }
+        };
+        // While we hold the guard, no lease is created but by us (a taker creates its lease
+        // holding the guard; those passed a lease took it, or gave up, before our contender
+        // came first, and our list came after): the leases, full when listed, changed
+        // because one was given back. Any other event sends us to read them again.
+        if event.event_type == EventType::NodeChildrenChanged {
+            freed = Some(version);
         }
     }
+}
+
+/// With the guard held, woken by a lease given back ([`take_lease`]): our lease made at once,
+/// without counting the leases first, in a transaction that checks that the semaphore node's
+/// data is still at `version` (our `max_leases`) and keeps our contender; the leases are
+/// listed after it, in its round trip. The guard is then given back without waiting for
+/// the answer, passing the leases that list found free to the takers just after us (as
+/// [`take_lease`] does). `None` when the lease could not be made so (the leases are read
+/// again).
+async fn take_freed(
+    client: &Client,
+    taker: &Taker<'_>,
+    guard: &Held,
+    version: i32,
+) -> Result<Option<(TryLease, bool)>, ZkError> {
+    let made = create_lease(
+        client,
+        taker,
+        guard,
+        &[],
+        &[],
+        Some(version),
+        Guard::KeepAndCount,
+    );
+    let Some(made) = made.await? else {
+        return Ok(None);
+    };
+    let passed = match &made.leases {
+        Some(names) => {
+            let free = (taker.max_leases as usize).saturating_sub(names.len());
+            pass_to(taker.path, guard, free)
+        }
+        None => Vec::new(),
+    };
+    let note = passed_note(taker.max_leases, version, taker.identifier);
+    give_guard_back(client, taker.path, &guard.node, passed, note);
+    // The guard is given back by the task just started (its answer is not ours to await).
+    Ok(Some((made.outcome, true)))
+}
+
+/// Gives the guard back (our contender `node` deleted) without waiting for the answer,
+/// passing leases to the contenders `passed` in the same transaction; when that
+/// transaction fails (a contender passed to has left, or the connection was lost), the
+/// contender is deleted alone (a contender already gone is fine). A task of its own makes
+/// the requests (they leave with the caller's next ones, once it yields) and awaits the
+/// answers.
+fn give_guard_back(client: &Client, path: &str, node: &str, passed: Vec<String>, note: Vec<u8>) {
+    let (client, path, node) = (client.clone(), path.to_string(), node.to_string());
+    tokio::spawn(async move {
+        if !passed.is_empty() {
+            let mut writer = client.new_multi_writer();
+            let built = passed
+                .iter()
+                .try_for_each(|contender| writer.add_set_data(contender, &note, None))
+                .and_then(|()| writer.add_delete(&node, None));
+            if built.is_ok() {
+                match writer.commit().await {
+                    Ok(_) => {
+                        tracing::debug!("{path}: passed {} leases on", passed.len());
+                        return;
+                    }
+                    Err(e) => tracing::debug!("{path}: leases not passed on: {e}"),
+                }
+            }
+        }
+        if let Err(e) = delete_own(&client, &node).await {
+            tracing::warn!("{path}: cannot give the guard back ({node}): {e}");
+        }
+    });
 }
 
 /// Creates the semaphore node (and its parent) holding `wanted`; gives its data version.
@@ -618,8 +705,17 @@ async fn take_passed(
         .take()
         .filter(|(data, _)| data == wanted.as_bytes());
     if let Some((_, stat)) = listed {
-        match create_lease(client, taker, &guard, &[], &[], Some(stat.version), false).await {
-            Ok(Some((lease, _))) => return Ok(Some(lease)),
+        let made = create_lease(
+            client,
+            taker,
+            &guard,
+            &[],
+            &[],
+            Some(stat.version),
+            Guard::DeleteOrNothing,
+        );
+        match made.await {
+            Ok(Some(made)) => return Ok(Some(made.outcome)),
             Ok(None) => {}
             Err(e) => {
                 let _ = guard.release(client).await;
@@ -636,9 +732,18 @@ async fn take_passed(
     };
     match note {
         Some((k, version)) if k == taker.max_leases => {
-            match create_lease(client, taker, &guard, &[], &[], Some(version), false).await {
+            let made = create_lease(
+                client,
+                taker,
+                &guard,
+                &[],
+                &[],
+                Some(version),
+                Guard::DeleteOrNothing,
+            );
+            match made.await {
                 // Made in the transaction that deleted our contender (never alone: not asked).
-                Ok(Some((lease, _))) => return Ok(Some(lease)),
+                Ok(Some(made)) => return Ok(Some(made.outcome)),
                 Ok(None) => tracing::info!(
                     "{}: a lease passed to us could not be taken (max_leases rewritten since, or the connection kept failing); queueing again",
                     taker.path
@@ -686,22 +791,44 @@ fn pass_to(path: &str, guard: &Held, free: usize) -> Vec<String> {
         .collect()
 }
 
+/// What the transaction that creates a lease does with our guard contender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guard {
+    /// Deleted with it; when the transaction cannot be made, the lease is made alone.
+    Delete,
+    /// Deleted with it; when the transaction cannot be made, nothing is (a passed lease).
+    DeleteOrNothing,
+    /// Kept (given back after), the leases listed right after the transaction, in its round
+    /// trip; when the transaction cannot be made, nothing is.
+    KeepAndCount,
+}
+
+/// A lease [`create_lease`] made.
+struct Made {
+    outcome: TryLease,
+    /// Our guard contender was deleted in the transaction that made the lease.
+    guard_deleted: bool,
+    /// With [`Guard::KeepAndCount`], the leases listed right after the transaction (ours
+    /// among them), when known.
+    leases: Option<Vec<String>>,
+}
+
 /// Creates our lease node (and the taker's record node, if any) with the guard still held
-/// (or a lease passed to us): in one transaction with the guard contender's deletion when it
-/// can (the flag), else alone (only when `alone`; else `None`). The transaction also passes
-/// a lease to each contender of `passed` (written; one that left drops them all), and checks
-/// that the semaphore node's data version is still `check`, if given (else `None`). The
-/// children of the taker's `beside` are listed in the same round trip, after the
+/// (or a lease passed to us): in one transaction with the guard contender's deletion (as
+/// `guard` says), else alone (only with [`Guard::Delete`]; else `None`). The transaction also
+/// passes a lease to each contender of `passed` (written; one that left drops them all), and
+/// checks that the semaphore node's data version is still `check`, if given (else `None`).
+/// The children of the taker's `beside` are listed in the same round trip, after the
 /// transaction. The node holding the records is made the first time it is missing.
 async fn create_lease(
     client: &Client,
     taker: &Taker<'_>,
-    guard: &Held,
+    held: &Held,
     passed: &[String],
     note: &[u8],
     check: Option<i32>,
-    alone: bool,
-) -> Result<Option<(TryLease, bool)>, ZkError> {
+    guard: Guard,
+) -> Result<Option<Made>, ZkError> {
     let Taker {
         path, identifier, ..
     } = *taker;
@@ -737,18 +864,29 @@ async fn create_lease(
         for contender in passed {
             built = built.and_then(|()| writer.add_set_data(contender, note, None));
         }
-        let built = built.and_then(|()| writer.add_delete(&guard.node, None));
+        let keep = guard == Guard::KeepAndCount;
+        let built = built.and_then(|()| match keep {
+            true => Ok(()),
+            false => writer.add_delete(&held.node, None),
+        });
         if built.is_err() {
             break;
         }
         // Sent in this order (a request goes out when it is made), so answered in this order.
         let commit = writer.commit();
         let listed = taker.beside.map(|b| client.list_children(b));
-        let (committed, beside, ()) = futures::join!(
+        let counted = keep.then(|| client.list_children(path));
+        let (committed, beside, counted, ()) = futures::join!(
             call("write", &node, async {
                 commit.await.map_err(zookeeper_client::Error::from)
             }),
             listed_beside(listed, taker.beside),
+            async {
+                match counted {
+                    Some(listed) => listed.await.ok(),
+                    None => None,
+                }
+            },
             async {
                 if let Some(after) = taker.after {
                     after.start().await;
@@ -760,11 +898,15 @@ async fn create_lease(
                 if !passed.is_empty() {
                     tracing::debug!("{path}: passed {} leases on", passed.len());
                 }
-                let mut made = lease(beside);
-                if let TryLease::Acquired(lease) = &mut made {
+                let mut outcome = lease(beside);
+                if let TryLease::Acquired(lease) = &mut outcome {
                     lease.after_ran = taker.after.is_some();
                 }
-                return Ok(Some((made, true)));
+                return Ok(Some(Made {
+                    outcome,
+                    guard_deleted: !keep,
+                    leases: counted,
+                }));
             }
             // Lost or late: it may have gone through (and a retry may find our own lease
             // there); our lease's name is unique.
@@ -773,13 +915,17 @@ async fn create_lease(
                     .await?
                     .is_some()
                 {
-                    return Ok(Some((lease(None), true)));
+                    return Ok(Some(Made {
+                        outcome: lease(None),
+                        guard_deleted: !keep,
+                        leases: None,
+                    }));
                 }
                 if e.is_node_exists() {
                     return Err(e);
                 }
                 // It did not (it is one transaction): a lease passed to us is taken again so.
-                if !alone && lost < LOSS_RETRIES {
+                if guard == Guard::DeleteOrNothing && lost < LOSS_RETRIES {
                     lost += 1;
                     continue;
                 }
@@ -807,7 +953,7 @@ async fn create_lease(
         }
         break;
     }
-    if !alone {
+    if guard != Guard::Delete {
         return Ok(None);
     }
     let mut lost = 0;
@@ -842,7 +988,11 @@ async fn create_lease(
             return Err(e);
         }
     }
-    Ok(Some((lease(None), false)))
+    Ok(Some(Made {
+        outcome: lease(None),
+        guard_deleted: false,
+        leases: None,
+    }))
 }
 
 /// Creates the record node `path` (and `records`, its parent, if missing): ours whether this

@@ -6,7 +6,9 @@
 //! - never past a contender that does not watch for one (a kazoo taker);
 //! - never beyond `max_leases`, leases held by others counted;
 //! - a taker whose `max_leases` differs from the semaphore's does not take a passed lease: it
-//!   queues again and makes the semaphore hold its own value, as without passing.
+//!   queues again and makes the semaphore hold its own value, as without passing;
+//! - the guard's holder woken by leases given back makes its own at once, and passes on only
+//!   what is free after it.
 
 use crate::support;
 
@@ -250,4 +252,44 @@ async fn a_lease_passed_under_a_max_leases_since_rewritten_is_not_taken() {
     admin.delete(&blocker, None).await.unwrap();
     let _second = holds(second).await;
     assert_eq!(leases(&admin, SEM).await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_guard_holder_woken_by_leases_given_back_takes_one_and_passes_only_the_free_ones() {
+    let conn = support::chroot("sem-freed").await;
+    let admin = support::connect(&conn).await;
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    admin.create(SEM, b"3", &open).await.unwrap();
+    // Every lease held by others (as kazoo's are: ephemeral children).
+    let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    let mut others = Vec::new();
+    for _ in 0..3 {
+        let other = format!("{SEM}/{}", uuid::Uuid::new_v4().simple());
+        admin.create(&other, b"someone", &ephemeral).await.unwrap();
+        others.push(other);
+    }
+    admin.mkdir(&lock_path(SEM), &open).await.unwrap();
+    let first = taker(&conn, &admin, 3, 1).await;
+    let second = taker(&conn, &admin, 3, 2).await;
+    let third = taker(&conn, &admin, 3, 3).await;
+    // The first holds the guard and waits, watching the leases (the others watch the
+    // contender before theirs).
+    let why = "a lease was made with every lease held";
+    still_waiting(&admin, &first, 3, why).await;
+    // Two given back at once: the first, woken by the change, makes its lease without
+    // reading the leases first, then passes on what the list after its lease found free
+    // (one), and no more.
+    let mut writer = admin.new_multi_writer();
+    writer.add_delete(&others[0], None).unwrap();
+    writer.add_delete(&others[1], None).unwrap();
+    writer.commit().await.unwrap();
+    let _first = holds(first).await;
+    let _second = holds(second).await;
+    let why = "more than max_leases were handed out";
+    still_waiting(&admin, &third, 3, why).await;
+    // One more given back: the third, first in the queue now, takes it.
+    admin.delete(&others[2], None).await.unwrap();
+    let _third = holds(third).await;
+    assert_eq!(leases(&admin, SEM).await.unwrap().len(), 3);
+    assert_eq!(queued(&admin).await, 0);
 }
