@@ -268,10 +268,13 @@ async fn a_guard_holder_woken_by_leases_given_back_takes_one_and_passes_only_the
         admin.create(&other, b"someone", &ephemeral).await.unwrap();
         others.push(other);
     }
-    admin.mkdir(&lock_path(SEM), &open).await.unwrap();
-    let first = taker(&conn, &admin, 3, 1).await;
-    let second = taker(&conn, &admin, 3, 2).await;
-    let third = taker(&conn, &admin, 3, 3).await;
+    // Queued behind a contender first (so the first taker knows, once first, that no lease
+    // was passed to it: it may pass leases on).
+    let blocker = blocked_guard(&admin).await;
+    let first = taker(&conn, &admin, 3, 2).await;
+    let second = taker(&conn, &admin, 3, 3).await;
+    let third = taker(&conn, &admin, 3, 4).await;
+    admin.delete(&blocker, None).await.unwrap();
     // The first holds the guard and waits, watching the leases (the others watch the
     // contender before theirs).
     let why = "a lease was made with every lease held";
