@@ -109,6 +109,15 @@ impl ZkError {
         matches!(self, ZkError::Timeout { .. })
     }
 
+    /// True if the session is gone (expired, or closed by this process): its ephemeral
+    /// nodes are gone with it.
+    pub fn is_session_gone(&self) -> bool {
+        matches!(
+            self.source_error(),
+            Some(zookeeper_client::Error::SessionExpired | zookeeper_client::Error::ClientClosed)
+        )
+    }
+
     /// True if the connection broke while the request was in flight (`ConnectionLoss`, or the
     /// socket's own error): the request may or may not have been applied, and the session
     /// may live on (the client reconnects, to another server of an ensemble too).

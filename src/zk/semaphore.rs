@@ -41,6 +41,16 @@
 //! a lease, only other data (`<max_leases> <version> passed by …`) for the moment before it
 //! goes.
 //!
+//! **Taking a freed lease at once.** The guard's holder that waits with exactly
+//! `max_leases` leases held, woken by a change of the leases, knows one was given back:
+//! while it holds the guard nobody else creates one (see above). So it does not read them
+//! first: it creates its lease in a transaction that checks the semaphore node's data
+//! version (its `max_leases`) and keeps its contender, lists the leases right after it in
+//! the same round trip, and then gives the guard back in a second transaction that passes
+//! the leases that list found free, as above (a task of its own sends it and retries the
+//! contender's delete alone if it fails). With more than its `max_leases` held (a lower
+//! `max-parallel` than the holders'), it reads them again at every change, as before.
+//!
 //! A taker may ask for a record node to be created with its lease, in the same transaction:
 //! `PATH-__in-flight__/<lease name>` (persistent, kazoo never looks there), deleted with the
 //! lease when it is given back. The agent keeps its leases' in-flight records there
@@ -568,9 +578,11 @@ where
         };
         // While we hold the guard, no lease is created but by us (a taker creates its lease
         // holding the guard; those passed a lease took it, or gave up, before our contender
-        // came first, and our list came after): the leases, full when listed, changed
-        // because one was given back. Any other event sends us to read them again.
-        if event.event_type == EventType::NodeChildrenChanged {
+        // came first, and our list came after): the leases, exactly `max_leases` when listed,
+        // changed because one was given back. More than that (our `max_leases` is lower
+        // than the holders'), or any other event, and they are read again.
+        if event.event_type == EventType::NodeChildrenChanged && names.len() == max_leases as usize
+        {
             freed = Some(version);
         }
     }
@@ -639,11 +651,28 @@ fn give_guard_back(client: &Client, path: &str, node: &str, passed: Vec<String>,
                 }
             }
         }
-        if let Err(e) = delete_own(&client, &node).await {
-            tracing::warn!("{path}: cannot give the guard back ({node}): {e}");
+        // Every other taker waits behind our contender: its delete is tried until it went
+        // through, or the session is gone (and the contender with it).
+        let deadline = tokio::time::Instant::now() + GUARD_LIMIT;
+        loop {
+            match delete_own(&client, &node).await {
+                Ok(()) => return,
+                Err(e) if e.is_session_gone() => return,
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    tracing::error!("{path}: cannot give the guard back ({node}): {e}");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!("{path}: cannot give the guard back ({node}) yet: {e}");
+                    tokio::time::sleep(GIVE_BACK_PAUSE).await;
+                }
+            }
         }
     });
 }
+
+/// The pause between two tries of giving the guard back ([`give_guard_back`]).
+const GIVE_BACK_PAUSE: Duration = Duration::from_millis(100);
 
 /// Creates the semaphore node (and its parent) holding `wanted`; gives its data version.
 async fn create_semaphore(client: &Client, path: &str, wanted: &str) -> Result<i32, ZkError> {

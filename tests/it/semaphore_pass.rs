@@ -8,7 +8,8 @@
 //! - a taker whose `max_leases` differs from the semaphore's does not take a passed lease: it
 //!   queues again and makes the semaphore hold its own value, as without passing;
 //! - the guard's holder woken by leases given back makes its own at once, and passes on only
-//!   what is free after it.
+//!   what is free after it; one whose `max_leases` is lower than the leases held waits until
+//!   fewer than its own are held.
 
 use crate::support;
 
@@ -294,5 +295,41 @@ async fn a_guard_holder_woken_by_leases_given_back_takes_one_and_passes_only_the
     admin.delete(&others[2], None).await.unwrap();
     let _third = holds(third).await;
     assert_eq!(leases(&admin, SEM).await.unwrap().len(), 3);
-    assert_eq!(queued(&admin).await, 0);
+    // Its contender goes after its lease (given back once the lease is made).
+    wait_queued(&admin, 0).await;
+}
+
+#[tokio::test]
+async fn a_guard_holder_whose_max_leases_is_lower_waits_until_fewer_are_held() {
+    let conn = support::chroot("sem-lowered").await;
+    let admin = support::connect(&conn).await;
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    admin.create(SEM, b"5", &open).await.unwrap();
+    // Five leases held under max_leases 5 (by the hosts of the last version).
+    let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    let mut others = Vec::new();
+    for _ in 0..5 {
+        let other = format!("{SEM}/{}", uuid::Uuid::new_v4().simple());
+        admin.create(&other, b"someone", &ephemeral).await.unwrap();
+        others.push(other);
+    }
+    let blocker = blocked_guard(&admin).await;
+    // A taker of the next version, whose max-parallel is 2: it makes the semaphore hold 2,
+    // and waits while 2 or more are held.
+    let first = taker(&conn, &admin, 2, 2).await;
+    admin.delete(&blocker, None).await.unwrap();
+    let why = "a lease was made with more than max_leases held";
+    still_waiting(&admin, &first, 5, why).await;
+    assert_eq!(admin.get_data(SEM).await.unwrap().0, b"2");
+    // One given back: four held, still more than two.
+    admin.delete(&others[0], None).await.unwrap();
+    still_waiting(&admin, &first, 4, why).await;
+    admin.delete(&others[1], None).await.unwrap();
+    admin.delete(&others[2], None).await.unwrap();
+    still_waiting(&admin, &first, 2, why).await;
+    // Down to one: the taker's turn.
+    admin.delete(&others[3], None).await.unwrap();
+    let _first = holds(first).await;
+    assert_eq!(leases(&admin, SEM).await.unwrap().len(), 2);
+    wait_queued(&admin, 0).await;
 }
