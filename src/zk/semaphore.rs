@@ -734,16 +734,7 @@ async fn take_passed(
         .take()
         .filter(|(data, _)| data == wanted.as_bytes());
     if let Some((_, stat)) = listed {
-        let made = create_lease(
-            client,
-            taker,
-            &guard,
-            &[],
-            &[],
-            Some(stat.version),
-            Guard::DeleteOrNothing,
-        );
-        match made.await {
+        match make_passed(client, taker, &guard, stat.version).await {
             Ok(Some(made)) => return Ok(Some(made.outcome)),
             Ok(None) => {}
             Err(e) => {
@@ -761,16 +752,7 @@ async fn take_passed(
     };
     match note {
         Some((k, version)) if k == taker.max_leases => {
-            let made = create_lease(
-                client,
-                taker,
-                &guard,
-                &[],
-                &[],
-                Some(version),
-                Guard::DeleteOrNothing,
-            );
-            match made.await {
+            match make_passed(client, taker, &guard, version).await {
                 // Made in the transaction that deleted our contender (never alone: not asked).
                 Ok(Some(made)) => return Ok(Some(made.outcome)),
                 Ok(None) => tracing::info!(
@@ -790,6 +772,27 @@ async fn take_passed(
     }
     guard.release(client).await?;
     Ok(None)
+}
+
+/// A lease passed to us made, checking that the semaphore node's data is at `version`, in
+/// the transaction that deletes our contender (never alone: `None` when it cannot be).
+async fn make_passed(
+    client: &Client,
+    taker: &Taker<'_>,
+    guard: &Held,
+    version: i32,
+) -> Result<Option<Made>, ZkError> {
+    let check = Some(version);
+    create_lease(
+        client,
+        taker,
+        guard,
+        &[],
+        &[],
+        check,
+        Guard::DeleteOrNothing,
+    )
+    .await
 }
 
 /// The contenders the guard's holder `guard` passes a lease to: the first `free` of those

@@ -255,20 +255,28 @@ async fn a_lease_passed_under_a_max_leases_since_rewritten_is_not_taken() {
     assert_eq!(leases(&admin, SEM).await.unwrap().len(), 2);
 }
 
-#[tokio::test]
-async fn a_guard_holder_woken_by_leases_given_back_takes_one_and_passes_only_the_free_ones() {
-    let conn = support::chroot("sem-freed").await;
-    let admin = support::connect(&conn).await;
+/// The semaphore made with `max_leases` as its data, and `n` leases held by others (as
+/// kazoo's are: ephemeral children, here of `admin`'s session); their nodes.
+async fn held_by_others(admin: &Client, max_leases: u32, n: usize) -> Vec<String> {
     let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
-    admin.create(SEM, b"3", &open).await.unwrap();
-    // Every lease held by others (as kazoo's are: ephemeral children).
+    let data = max_leases.to_string();
+    admin.create(SEM, data.as_bytes(), &open).await.unwrap();
     let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
     let mut others = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..n {
         let other = format!("{SEM}/{}", uuid::Uuid::new_v4().simple());
         admin.create(&other, b"someone", &ephemeral).await.unwrap();
         others.push(other);
     }
+    others
+}
+
+#[tokio::test]
+async fn a_guard_holder_woken_by_leases_given_back_takes_one_and_passes_only_the_free_ones() {
+    let conn = support::chroot("sem-freed").await;
+    let admin = support::connect(&conn).await;
+    // Every lease held by others.
+    let others = held_by_others(&admin, 3, 3).await;
     // Queued behind a contender first (so the first taker knows, once first, that no lease
     // was passed to it: it may pass leases on).
     let blocker = blocked_guard(&admin).await;
@@ -303,16 +311,8 @@ async fn a_guard_holder_woken_by_leases_given_back_takes_one_and_passes_only_the
 async fn a_guard_holder_whose_max_leases_is_lower_waits_until_fewer_are_held() {
     let conn = support::chroot("sem-lowered").await;
     let admin = support::connect(&conn).await;
-    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
-    admin.create(SEM, b"5", &open).await.unwrap();
     // Five leases held under max_leases 5 (by the hosts of the last version).
-    let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
-    let mut others = Vec::new();
-    for _ in 0..5 {
-        let other = format!("{SEM}/{}", uuid::Uuid::new_v4().simple());
-        admin.create(&other, b"someone", &ephemeral).await.unwrap();
-        others.push(other);
-    }
+    let others = held_by_others(&admin, 5, 5).await;
     let blocker = blocked_guard(&admin).await;
     // A taker of the next version, whose max-parallel is 2: it makes the semaphore hold 2,
     // and waits while 2 or more are held.
