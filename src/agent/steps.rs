@@ -108,7 +108,7 @@ impl Step {
         Ok(())
     }
 
-    /// A deployment's script made ready to run ([`ready_script`]); `None` for other steps.
+    /// A deployment's script made ready to run (`ready_script`); `None` for other steps.
     pub fn ready(&self, pass: &Pass<'_>) -> Option<Result<ReadyScript, StepError>> {
         self.instance().map(|d| ready_script(pass, &d))
     }
@@ -261,7 +261,7 @@ pub struct Instance<'s> {
     pub subtype: Option<&'s str>,
 }
 
-/// A deploy script made ready to run ([`ready_script`]): its properties snapshot written,
+/// A deploy script made ready to run (`ready_script`): its properties snapshot written,
 /// its `.script` marker's temporary file written, its command built. Dropped without running,
 /// the marker's temporary file is removed.
 pub struct ReadyScript {
