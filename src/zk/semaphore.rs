@@ -622,7 +622,11 @@ async fn take_freed(
     };
     let note = passed_note(taker.max_leases, version, taker.identifier);
     give_guard_back(client, taker.path, &guard.node, passed, note);
-    // The guard is given back by the task just started (its answer is not ours to await).
+    // The task runs (and its requests leave) before the caller goes on: whatever the caller
+    // does next (files, starting a process) never holds every other taker behind our
+    // contender.
+    tokio::task::yield_now().await;
+    // The guard is given back by that task (its answer is not ours to await).
     Ok(Some((made.outcome, true)))
 }
 
@@ -630,8 +634,7 @@ async fn take_freed(
 /// passing leases to the contenders `passed` in the same transaction; when that
 /// transaction fails (a contender passed to has left, or the connection was lost), the
 /// contender is deleted alone (a contender already gone is fine). A task of its own makes
-/// the requests (they leave with the caller's next ones, once it yields) and awaits the
-/// answers.
+/// the requests (they leave once the caller yields) and awaits the answers.
 fn give_guard_back(client: &Client, path: &str, node: &str, passed: Vec<String>, note: Vec<u8>) {
     let (client, path, node) = (client.clone(), path.to_string(), node.to_string());
     tokio::spawn(async move {
