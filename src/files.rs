@@ -48,7 +48,7 @@ pub fn write_replacing(path: &Path, data: &[u8], sync: bool) -> std::io::Result<
         }
         // The file replaced, held open through the rename: its blocks are freed when the
         // closing thread lets it go, not in the rename.
-        let replaced = open_replaced(path);
+        let replaced = open_regular(path);
         std::fs::rename(&tmp, path)?;
         if let Some(file) = replaced {
             close_later(file);
@@ -71,8 +71,8 @@ pub fn write_replacing(path: &Path, data: &[u8], sync: bool) -> std::io::Result<
 }
 
 /// `path` opened for reading if it is a regular file (not a symlink, a FIFO or a device):
-/// what a rename over it is about to replace.
-fn open_replaced(path: &Path) -> Option<std::fs::File> {
+/// what [`holds`] reads, and what a rename over it is about to replace.
+fn open_regular(path: &Path) -> Option<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     // Only a regular file is opened: a device or a FIFO planted there is never opened (and,
     // swapped in after this look, opened without blocking and refused by the check below).
@@ -122,26 +122,15 @@ static CLOSED_LATER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicU
 /// checks to skip rewriting a file that would not change.
 pub fn holds(path: &Path, content: &[u8]) -> bool {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    // Only a regular file is opened: a FIFO or a device planted there is never read (and,
-    // swapped in after this look, opened without blocking and refused by the check below).
-    if !std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file()) {
-        return false;
-    }
-    let Ok(mut file) = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)
-    else {
+    let Some(mut file) = open_regular(path) else {
         return false;
     };
-    let regular = file.metadata().is_ok_and(|m| m.is_file());
     let mut found = Vec::with_capacity(content.len() + 1);
     // One byte more than expected tells a longer file apart.
     let read = (&mut file)
         .take(content.len() as u64 + 1)
         .read_to_end(&mut found);
-    regular && read.is_ok() && found == content
+    read.is_ok() && found == content
 }
 
 /// [`write_replacing`] without the sync, and nothing at all when `path` is a regular file that
@@ -208,14 +197,14 @@ mod tests {
         }
         // Only what a rename replaces is held: nothing when the path was missing, and never
         // a FIFO (opening it could block) or a symlink's target.
-        assert!(open_replaced(&dir.path().join("missing")).is_none());
+        assert!(open_regular(&dir.path().join("missing")).is_none());
         let fifo = dir.path().join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-        assert!(open_replaced(&fifo).is_none());
+        assert!(open_regular(&fifo).is_none());
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&path, &link).unwrap();
-        assert!(open_replaced(&link).is_none());
-        assert!(open_replaced(&path).is_some());
+        assert!(open_regular(&link).is_none());
+        assert!(open_regular(&path).is_some());
     }
 
     #[test]
