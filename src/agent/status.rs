@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::plan::Step;
-use crate::files::{now, write_atomic, write_replacing};
+use crate::files::{now, read_shared, write_swapping};
 use crate::tree::literal::py_str;
 
 /// The version as written in the status file: Python's `str()` (`None`, `False`, strings
@@ -183,7 +183,7 @@ impl RunDir {
 
     /// `host_version`: the last deployed version (`None` if missing or unreadable).
     pub fn host_version(&self) -> Option<Value> {
-        let text = std::fs::read_to_string(self.dir.join("host_version")).ok()?;
+        let text = read_shared(&self.dir.join("host_version")).ok()?;
         match serde_json::from_str(text.lines().next().unwrap_or("").trim()) {
             Ok(v) => Some(v),
             Err(e) => {
@@ -195,16 +195,17 @@ impl RunDir {
 
     /// Records the deployed version.
     pub fn set_host_version(&self, version: &Value) -> std::io::Result<()> {
-        write_atomic(
+        write_swapping(
             &self.dir.join("host_version"),
             version.to_string().as_bytes(),
+            true,
         )
     }
 
     /// Rewrites the status file.
     pub fn set_status(&self, version: &Value, status: &str) -> std::io::Result<()> {
         let line = format_status(now(), std::process::id(), version, status);
-        write_replacing(&self.status_path(), line.as_bytes(), false)
+        write_swapping(&self.status_path(), line.as_bytes(), false)
     }
 
     /// True if the status file exists.
@@ -214,7 +215,7 @@ impl RunDir {
 
     /// Writes `last-pass.json`, durably.
     pub fn write_report(&self, report: &Report) -> std::io::Result<()> {
-        write_atomic(&self.report_path(), &report_text(report))
+        write_swapping(&self.report_path(), &report_text(report), true)
     }
 
     /// Writes `last-pass.json` without syncing it: the report so far, written before the
@@ -222,7 +223,7 @@ impl RunDir {
     /// executor writes again, durably, once the pass has ended. A crash in between loses it
     /// with the status file, which is never synced either.
     pub fn write_report_draft(&self, report: &Report) -> std::io::Result<()> {
-        write_replacing(&self.report_path(), &report_text(report), false)
+        write_swapping(&self.report_path(), &report_text(report), false)
     }
 }
 
