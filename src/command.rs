@@ -1,5 +1,6 @@
 //! Running external commands: an argument vector (never a shell), an environment and a working
-//! directory per command; stdout and stderr merged into a file, streamed to the log line by
+//! directory per command; stdout and stderr merged into a file without a name (in memory
+//! where the kernel allows it), streamed to the log line by
 //! line as they come, and the tail kept (bounded) for reports and mail. A command is done
 //! when its process exits, whatever it left running.
 
@@ -110,17 +111,22 @@ impl CommandError {
 const POLL: Duration = Duration::from_millis(100);
 /// Most bytes read per poll while the command runs (so that waiting for its exit resumes).
 const POLL_BYTES: u64 = 16 * 1024 * 1024;
+/// Output read since the last release before its memory is freed ([`release_read`]).
+const RELEASE_BYTES: u64 = 1024 * 1024;
 /// One read of the output file.
 const CHUNK: usize = 64 * 1024;
 
 /// Runs a command to completion; `Ok` whatever its exit code (see [`run_checked`]).
 ///
-/// The command's stdout and stderr go to one unlinked temporary file (opened for appending),
-/// read here as it grows, as the original captured output to a file. The command is finished
+/// The command's stdout and stderr go to one file without a name (opened for appending; a
+/// memory file, [`output_file`]), read here as it grows and freed as it is read, as the
+/// original captured output to a temporary file. The command is finished
 /// when its PROCESS exits, not when its output ends: a script that leaves a daemon behind
 /// (`daemon & exit 0`, an init script that does not close stdout) ends the step at once. What
 /// the file holds when the process has exited is the script's output; what a daemon writes
-/// later goes to the file nobody reads, and never blocks it or the agent.
+/// later goes to the file nobody reads, and never blocks it or the agent (it holds that
+/// file, in memory, until it exits or closes its output, as it held the original's file in
+/// `/tmp`).
 pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     let program = cmd.argv.first().cloned().unwrap_or_default();
     let spawn_err = |e: std::io::Error| CommandError::Spawn {
@@ -160,6 +166,7 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     // `command` holds the parent's copies of the file descriptors: close them now.
     drop(command);
     let mut lines = Lines::default();
+    let mut released = 0;
     let mut tail = Tail::default();
     let mut emit = |line: String| {
         crate::systemd::progress();
@@ -169,7 +176,10 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     let status = loop {
         tokio::select! {
             status = child.wait() => break status.map_err(spawn_err)?,
-            _ = tokio::time::sleep(POLL) => lines.read(&mut read, &mut emit, POLL_BYTES),
+            _ = tokio::time::sleep(POLL) => {
+                lines.read(&mut read, &mut emit, POLL_BYTES);
+                released = release_read(&read, released);
+            }
         }
     };
     // Everything the process wrote before it exited, and no more: what a daemon it left
@@ -195,13 +205,32 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     })
 }
 
-/// A temporary file for a command's output: one handle to append to (the command's stdout
-/// and stderr), one to read from (its own offset). The file has no name: made with
-/// `O_TMPFILE` where the file system allows it (no directory entry to create and remove, a
-/// tenth of a millisecond less before every script on ext4), else created and removed at once.
+/// A file for a command's output, without a name: one handle to append to (the command's
+/// stdout and stderr), one to read from (its own offset). A memory file (`memfd`) where the
+/// kernel allows it: nothing is made and freed on disk for each command (on ext4 a file's
+/// inode costs 0.1 ms and more, and far more while many were freed in the last 30 s, as when a
+/// hundred agents share a machine), and what was read is released as the command runs
+/// ([`release_read`]). Else an `O_TMPFILE` file in the temporary directory, else a file
+/// created there and removed at once.
 fn output_file() -> std::io::Result<(std::fs::File, std::fs::File)> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
+    if let Ok(memory) = nix::sys::memfd::memfd_create(
+        c"zkdeployment-output",
+        nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
+    ) {
+        let write = std::fs::File::from(memory);
+        nix::fcntl::fcntl(
+            &write,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_APPEND),
+        )?;
+        // Writable too, to release what was read.
+        let read = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/self/fd/{}", write.as_raw_fd()))?;
+        return Ok((write, read));
+    }
     let dir = std::env::temp_dir();
     let unnamed = std::fs::OpenOptions::new()
         .append(true)
@@ -229,6 +258,26 @@ fn output_file() -> std::io::Result<(std::fs::File, std::fs::File)> {
     let read = std::fs::File::open(&path);
     let _ = std::fs::remove_file(&path);
     Ok((write, read?))
+}
+
+/// Frees the memory of the output already read, once at least [`RELEASE_BYTES`] more were
+/// read since `released` (the offset freed up to): a command that writes gigabytes holds no
+/// more than a poll's worth. Gives the new offset freed up to (unchanged when the file cannot
+/// punch holes: the `O_TMPFILE` fallback opens its reader read-only).
+fn release_read(read: &std::fs::File, released: u64) -> u64 {
+    use nix::fcntl::{fallocate, FallocateFlags};
+    use std::io::Seek;
+    let Ok(offset) = (&*read).stream_position() else {
+        return released;
+    };
+    if offset < released + RELEASE_BYTES {
+        return released;
+    }
+    let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    match fallocate(read, flags, 0, offset as i64) {
+        Ok(()) => offset,
+        Err(_) => released,
+    }
 }
 
 /// Splits output into lines as it is read, keeping at most [`MAX_LINE`] bytes of each.
@@ -328,7 +377,7 @@ impl Tail {
 
 #[cfg(test)]
 mod tests {
-    use super::output_file;
+    use super::{output_file, release_read};
     use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
 
@@ -341,6 +390,8 @@ mod tests {
             "the output file has a name: {}",
             link.display()
         );
+        // In memory: nothing made on disk.
+        assert!(link.to_string_lossy().starts_with("/memfd:"), "{link:?}");
         write.write_all(b"one\n").unwrap();
         let mut got = String::new();
         read.read_to_string(&mut got).unwrap();
@@ -349,5 +400,44 @@ mod tests {
         got.clear();
         read.read_to_string(&mut got).unwrap();
         assert_eq!(got, "two\n", "the reader keeps its own offset");
+    }
+
+    #[test]
+    fn output_already_read_is_freed_as_the_command_runs() {
+        use std::os::unix::fs::MetadataExt;
+        let (mut write, mut read) = output_file().unwrap();
+        let mib = 1024 * 1024;
+        for i in 0..3u8 {
+            write.write_all(&vec![b'a' + i; mib]).unwrap();
+        }
+        let blocks = |f: &std::fs::File| f.metadata().unwrap().blocks();
+        let full = blocks(&read);
+        assert!(full >= 3 * 2048, "{full} blocks for 3 MiB");
+        // Less than a mebibyte read: nothing freed yet.
+        let mut got = vec![0; mib / 2];
+        read.read_exact(&mut got).unwrap();
+        assert_eq!(release_read(&read, 0), 0);
+        assert_eq!(blocks(&read), full);
+        let mut got = vec![0; 2 * mib];
+        read.read_exact(&mut got).unwrap();
+        let freed = release_read(&read, 0);
+        assert_eq!(freed, (2 * mib + mib / 2) as u64);
+        assert!(
+            blocks(&read) <= full / 3 + 8,
+            "{} of {full} blocks still held",
+            blocks(&read)
+        );
+        // What was not read yet is intact, and the command's writes go on at the end.
+        write.write_all(b"end").unwrap();
+        let mut rest = Vec::new();
+        read.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest.len(), mib / 2 + 3);
+        assert!(rest[..mib / 2].iter().all(|b| *b == b'c'));
+        assert!(rest.ends_with(b"end"));
+        assert_eq!(
+            release_read(&read, freed),
+            freed,
+            "freed again below the threshold"
+        );
     }
 }
