@@ -2,11 +2,11 @@
 //! seconds, and the atomic file writers, so a reader never sees a partial file and a crash
 //! never leaves an empty one:
 //! - [`write_replacing`] (temporary file in the same directory, optionally `fsync`ed, rename,
-//!   `fsync` of the directory): the properties snapshots, the metrics textfile, the mail
-//!   state;
+//!   `fsync` of the directory): `last-pass.json`, the properties snapshots, the metrics
+//!   textfile, the mail state;
 //! - [`write_swapping`], for the files rewritten at every step or pass (the status file,
-//!   `last-pass.json`, `host_version`, the inventory): their content is exchanged with a kept
-//!   sibling's, so that no file is made or freed at each write.
+//!   `host_version`, the inventory): their content is exchanged with a kept sibling's, so
+//!   that no file is made or freed at each write.
 //!
 //! A file replaced (or a command's output file) is closed by a thread of its own
 //! ([`close_later`]), not by the caller: the last close of a file no longer named frees its
@@ -79,18 +79,27 @@ pub fn write_replacing(path: &Path, data: &[u8], sync: bool) -> std::io::Result<
 /// goes into a sibling kept for the purpose, `.NAME.next`, overwritten in place, and the two
 /// names are exchanged in one step (`renameat2` with `RENAME_EXCHANGE`), so that `.NAME.next`
 /// then holds the previous content, to be overwritten at the next write. For the files the
-/// agent rewrites at every step or pass (the status file, `last-pass.json`, the inventory,
-/// `host_version`): on ext4 a file's create costs 0.07–0.2 ms and more while many files were
-/// deleted in the last 30 s (without a journal, ext4 skips the inodes freed in that time,
-/// reading each), and the rename frees the replaced file's blocks (a discard, with `-o
-/// discard`); a hundred agents on one machine spent an eighth of their CPU there at a bump.
+/// agent rewrites at every step or pass (the status file, the inventory, `host_version`): on
+/// ext4 a file's create costs 0.07–0.2 ms and more while many files were deleted in the last
+/// 30 s (without a journal, ext4 skips the inodes freed in that time, reading each), and the
+/// rename frees the replaced file's blocks (a discard, with `-o discard`); a hundred agents on
+/// one machine spent an eighth of their CPU there at a bump.
 ///
-/// A reader that keeps the file open across two writes may see the later one's content, or a
-/// mix, on the inode it holds: read such a file whole at once, as `cat` does, or with
-/// [`read_shared`], whose shared lock the writer respects (it then writes through a rename).
-/// The first write (no file yet), a `path` that is not a regular file, a `.NAME.next` that is
-/// not a regular file of one link (removed), and a file system that cannot exchange names
-/// (remembered) go through [`write_replacing`].
+/// The sibling is overwritten only while nobody else has it open: the writer takes a write
+/// lease on it (`F_SETLEASE`), which the kernel grants only to the one open file, and checks
+/// it is still the sibling; a reader that opened `path` before an exchange and still holds
+/// it two writes later, another writer, or a file system without leases (NFS,
+/// `fs.leases-enable = 0`, remembered) makes the write go through [`write_replacing`]. So are
+/// the first write (no file yet), a `path` that is not a regular file, a `.NAME.next` that is
+/// not a regular file of one link (removed, never written through), and a file system that
+/// cannot exchange names (remembered, the siblings removed).
+///
+/// With `sync`, the sibling's data reaches the disk before the exchange, and the exchange
+/// before the return: a path written always with `sync` is, after a crash, the old or the new
+/// content. Without it (the status file, the inventory: rewritten at the agent's first pass),
+/// a crash of the machine may leave either name holding an older content, or a cut one. A path
+/// must be written always with `sync` or always without: after an unsynced exchange, the
+/// sibling may still be the durable file on disk.
 pub fn write_swapping(path: &Path, data: &[u8], sync: bool) -> std::io::Result<()> {
     match swap_in(path, data, sync) {
         Ok(true) => Ok(()),
@@ -102,15 +111,15 @@ pub fn write_swapping(path: &Path, data: &[u8], sync: bool) -> std::io::Result<(
     }
 }
 
-/// Whether a name exchange was refused (a file system without it): every later
-/// [`write_swapping`] then renames.
+/// Whether [`write_swapping`] was refused what it needs (a name exchange, or a lease) here:
+/// every later one then renames.
 static SWAP_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// [`write_swapping`]'s exchange: `Ok(false)` when it must write through a rename instead.
 fn swap_in(path: &Path, data: &[u8], sync: bool) -> std::io::Result<bool> {
     use nix::errno::Errno;
-    use nix::fcntl::{renameat2, Flock, FlockArg, RenameFlags, AT_FDCWD};
-    use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+    use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     use std::sync::atomic::Ordering::Relaxed;
     if SWAP_REFUSED.load(Relaxed)
         || !std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
@@ -130,7 +139,7 @@ fn swap_in(path: &Path, data: &[u8], sync: bool) -> std::io::Result<bool> {
     let Ok(file) = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
         .open(&next)
     else {
         return give_up(&next);
@@ -140,12 +149,10 @@ fn swap_in(path: &Path, data: &[u8], sync: bool) -> std::io::Result<bool> {
         drop(file);
         return give_up(&next);
     }
-    // A reader of the previous content that holds the shared lock is never overwritten.
-    let Ok(file) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else {
-        return Ok(false);
+    let file = match overwrite_sibling(file, &meta, &next, data)? {
+        Some(file) => file,
+        None => return Ok(false),
     };
-    file.write_all_at(data, 0)?;
-    file.set_len(data.len() as u64)?;
     if sync {
         file.sync_data()?;
     }
@@ -157,53 +164,90 @@ fn swap_in(path: &Path, data: &[u8], sync: bool) -> std::io::Result<bool> {
         RenameFlags::RENAME_EXCHANGE,
     ) {
         Ok(()) => {}
-        Err(Errno::EINVAL | Errno::ENOSYS | Errno::EOPNOTSUPP) => {
-            SWAP_REFUSED.store(true, Relaxed);
-            return Ok(false);
-        }
-        // `path` went away since the look above.
-        Err(Errno::ENOENT) => return Ok(false),
-        Err(e) => return Err(e.into()),
+        Err(Errno::EINVAL | Errno::ENOSYS | Errno::EOPNOTSUPP) => return Ok(refused(&next)),
+        // `path` went away since the look above, or anything else: the rename.
+        Err(_) => return Ok(false),
     }
     if sync {
-        if let Ok(d) = std::fs::File::open(path.parent().unwrap_or(Path::new("."))) {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        if let Ok(d) = std::fs::File::open(dir) {
             let _ = d.sync_all();
         }
     }
     Ok(true)
 }
 
+/// Writes `data` into `file`, the sibling `next` opened (with `meta`, its metadata then), if
+/// nobody else has it open and it is still `next`: else `None` (the write goes through a
+/// rename). The lease that proves it is given back before the return, so that nobody opening
+/// `path` after the exchange waits for it.
+fn overwrite_sibling(
+    file: std::fs::File,
+    meta: &std::fs::Metadata,
+    next: &Path,
+    data: &[u8],
+) -> std::io::Result<Option<std::fs::File>> {
+    use nix::errno::Errno;
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    match lease(&file, nix::libc::F_WRLCK) {
+        Ok(()) => {}
+        // Open elsewhere: a reader of an earlier content, or another writer.
+        Err(Errno::EAGAIN | Errno::EBUSY) => return Ok(None),
+        Err(_) => {
+            refused(next);
+            return Ok(None);
+        }
+    }
+    // Still the sibling: another writer may have exchanged it into `path` since our open.
+    if !std::fs::symlink_metadata(next)
+        .is_ok_and(|m| m.ino() == meta.ino() && m.dev() == meta.dev())
+    {
+        return Ok(None);
+    }
+    file.write_all_at(data, 0)?;
+    // Cut only a longer previous content (a truncation costs ext4 a walk of the extents).
+    if meta.len() > data.len() as u64 {
+        file.set_len(data.len() as u64)?;
+    }
+    lease(&file, nix::libc::F_UNLCK)?;
+    Ok(Some(file))
+}
+
+/// Remembers that this file system refuses what [`write_swapping`] needs, and removes the
+/// sibling `next` (its content is stale from now on). Gives `false`.
+fn refused(next: &Path) -> bool {
+    SWAP_REFUSED.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = std::fs::remove_file(next);
+    false
+}
+
+/// `F_SETSIG`, the same on every Linux architecture (not in the `libc` crate for glibc).
+const F_SETSIG: nix::libc::c_int = 10;
+
+/// Takes (`F_WRLCK`) or gives back (`F_UNLCK`) a lease on `file`. A lease broken by another
+/// process's open is signalled with `SIGURG`, whose default action is to ignore it (`SIGIO`,
+/// the default, would end the agent): the lease is held for one small write, and given back
+/// without being asked.
+fn lease(file: &std::fs::File, kind: nix::libc::c_int) -> Result<(), nix::errno::Errno> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    if kind != nix::libc::F_UNLCK {
+        // SAFETY: fcntl on an open descriptor of ours, with integer arguments.
+        let set = unsafe { nix::libc::fcntl(fd, F_SETSIG, nix::libc::SIGURG) };
+        nix::errno::Errno::result(set)?;
+    }
+    // SAFETY: as above.
+    let taken = unsafe { nix::libc::fcntl(fd, nix::libc::F_SETLEASE, kind) };
+    nix::errno::Errno::result(taken).map(drop)
+}
+
 /// `.NAME.SUFFIX` beside `path`.
 fn sibling(path: &Path, suffix: &str) -> std::path::PathBuf {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     path.with_file_name(format!(".{name}.{suffix}"))
-}
-
-/// Reads a file that [`write_swapping`] writes, holding a shared lock on it while reading, so
-/// that the writer does not overwrite the content being read (it waits for the lock at most
-/// 0.1 s, then reads anyway: a writer holds it for the time of one small write).
-pub fn read_shared(path: &Path) -> std::io::Result<String> {
-    use nix::fcntl::{Flock, FlockArg};
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
-    let mut text = String::new();
-    loop {
-        match Flock::lock(file, FlockArg::LockSharedNonblock) {
-            Ok(locked) => {
-                (&*locked).read_to_string(&mut text)?;
-                return Ok(text);
-            }
-            Err((back, _)) if std::time::Instant::now() >= deadline => {
-                (&back).read_to_string(&mut text)?;
-                return Ok(text);
-            }
-            Err((back, _)) => {
-                file = back;
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        }
-    }
 }
 
 /// `path` opened for reading if it is a regular file (not a symlink, a FIFO or a device):
@@ -382,33 +426,58 @@ mod tests {
     }
 
     #[test]
-    fn a_swapping_write_never_overwrites_what_a_reader_holds_locked() {
-        use nix::fcntl::{Flock, FlockArg};
+    fn a_swapping_write_never_overwrites_a_file_someone_holds_open() {
+        use std::io::Read;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("status");
         write_swapping(&path, b"one", false).unwrap();
         write_swapping(&path, b"two", false).unwrap();
-        // A reader holds "two" (a shared lock, as `read_shared` takes it) across two writes:
-        // the second would overwrite that very file in place, and must not.
-        let held = Flock::lock(
-            std::fs::File::open(&path).unwrap(),
-            FlockArg::LockSharedNonblock,
-        )
-        .unwrap();
+        // A reader opens "two" and reads it only after two more writes: the second would
+        // overwrite that very file in place, and must not (any reader, no lock of its own).
+        let mut held = std::fs::File::open(&path).unwrap();
         write_swapping(&path, b"three", false).unwrap();
         write_swapping(&path, b"four", false).unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"four");
+        write_swapping(&path, b"five", false).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"five");
         let mut text = String::new();
-        std::io::Read::read_to_string(&mut &*held, &mut text).unwrap();
+        held.read_to_string(&mut text).unwrap();
         assert_eq!(text, "two", "the file the reader held was overwritten");
         drop(held);
-        // Once the reader is gone, writes exchange again.
-        write_swapping(&path, b"five", false).unwrap();
-        let five = inode(&path);
+        // Once the reader is gone, writes exchange again: two files, no third.
         write_swapping(&path, b"six", false).unwrap();
+        let six = inode(&path);
         write_swapping(&path, b"seven", false).unwrap();
-        assert_eq!(inode(&path), five);
-        assert_eq!(read_shared(&path).unwrap(), "seven");
+        write_swapping(&path, b"eight", false).unwrap();
+        assert_eq!(inode(&path), six);
+        assert_eq!(std::fs::read(&path).unwrap(), b"eight");
+    }
+
+    #[test]
+    fn a_sibling_exchanged_away_after_it_was_opened_is_not_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("status");
+        let next = dir.path().join(".status.next");
+        write_swapping(&path, b"one", false).unwrap();
+        write_swapping(&path, b"two", false).unwrap();
+        // A second writer opened the sibling ("one"), then the first exchanged it into
+        // `path`, writing "three": the second must not write into what is now `path`.
+        let opened = std::fs::OpenOptions::new().write(true).open(&next).unwrap();
+        let first = inode(&next);
+        std::fs::write(&next, b"three").unwrap();
+        nix::fcntl::renameat2(
+            nix::fcntl::AT_FDCWD,
+            &next,
+            nix::fcntl::AT_FDCWD,
+            &path,
+            nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+        )
+        .unwrap();
+        assert_eq!(inode(&path), first);
+        let meta = opened.metadata().unwrap();
+        assert!(overwrite_sibling(opened, &meta, &next, b"four")
+            .unwrap()
+            .is_none());
+        assert_eq!(std::fs::read(&path).unwrap(), b"three");
     }
 
     #[test]

@@ -190,7 +190,7 @@ pub async fn gather(
     budget: Duration,
 ) -> Result<Observed, Check> {
     let path = run_dir.join("status");
-    let text = crate::files::read_shared(&path).map_err(|e| {
+    let text = std::fs::read_to_string(&path).map_err(|e| {
         unknown(format!(
             "cannot read the status file {}: {e}",
             path.display()

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::plan::Step;
-use crate::files::{now, read_shared, write_swapping};
+use crate::files::{now, write_atomic, write_replacing, write_swapping};
 use crate::tree::literal::py_str;
 
 /// The version as written in the status file: Python's `str()` (`None`, `False`, strings
@@ -183,7 +183,7 @@ impl RunDir {
 
     /// `host_version`: the last deployed version (`None` if missing or unreadable).
     pub fn host_version(&self) -> Option<Value> {
-        let text = read_shared(&self.dir.join("host_version")).ok()?;
+        let text = std::fs::read_to_string(self.dir.join("host_version")).ok()?;
         match serde_json::from_str(text.lines().next().unwrap_or("").trim()) {
             Ok(v) => Some(v),
             Err(e) => {
@@ -215,7 +215,7 @@ impl RunDir {
 
     /// Writes `last-pass.json`, durably.
     pub fn write_report(&self, report: &Report) -> std::io::Result<()> {
-        write_swapping(&self.report_path(), &report_text(report), true)
+        write_atomic(&self.report_path(), &report_text(report))
     }
 
     /// Writes `last-pass.json` without syncing it: the report so far, written before the
@@ -223,7 +223,7 @@ impl RunDir {
     /// executor writes again, durably, once the pass has ended. A crash in between loses it
     /// with the status file, which is never synced either.
     pub fn write_report_draft(&self, report: &Report) -> std::io::Result<()> {
-        write_swapping(&self.report_path(), &report_text(report), false)
+        write_replacing(&self.report_path(), &report_text(report), false)
     }
 }
 
