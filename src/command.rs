@@ -178,7 +178,7 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
             status = child.wait() => break status.map_err(spawn_err)?,
             _ = tokio::time::sleep(POLL) => {
                 lines.read(&mut read, &mut emit, POLL_BYTES);
-                released = release_read(&read, released);
+                released = release_read(&read, released, RELEASE_BYTES);
             }
         }
     };
@@ -191,6 +191,9 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     };
     lines.read(&mut read, &mut emit, written);
     lines.finish(&mut emit);
+    // All of it freed: a process the command left that still holds the file (a daemon
+    // writing to its inherited output) keeps only what it writes from now on.
+    release_read(&read, 0, 1);
     // Our last handle of the output file: its blocks are freed when it is closed, off this
     // path (the next step's start).
     crate::files::close_later(read);
@@ -215,21 +218,8 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
 fn output_file() -> std::io::Result<(std::fs::File, std::fs::File)> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
-    if let Ok(memory) = nix::sys::memfd::memfd_create(
-        c"zkdeployment-output",
-        nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
-    ) {
-        let write = std::fs::File::from(memory);
-        nix::fcntl::fcntl(
-            &write,
-            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_APPEND),
-        )?;
-        // Writable too, to release what was read.
-        let read = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(format!("/proc/self/fd/{}", write.as_raw_fd()))?;
-        return Ok((write, read));
+    if let Some(pair) = memory_file() {
+        return Ok(pair);
     }
     let dir = std::env::temp_dir();
     let unnamed = std::fs::OpenOptions::new()
@@ -238,8 +228,12 @@ fn output_file() -> std::io::Result<(std::fs::File, std::fs::File)> {
         .mode(0o600)
         .open(&dir)
         .and_then(|write| {
-            // A second open file (its own offset) of the same unnamed file.
-            let read = std::fs::File::open(format!("/proc/self/fd/{}", write.as_raw_fd()))?;
+            // A second open file (its own offset) of the same unnamed file, writable too, to
+            // free what was read.
+            let read = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(format!("/proc/self/fd/{}", write.as_raw_fd()))?;
             Ok((write, read))
         });
     if let Ok(pair) = unnamed {
@@ -260,17 +254,41 @@ fn output_file() -> std::io::Result<(std::fs::File, std::fs::File)> {
     Ok((write, read?))
 }
 
-/// Frees the memory of the output already read, once at least [`RELEASE_BYTES`] more were
-/// read since `released` (the offset freed up to): a command that writes gigabytes holds no
-/// more than a poll's worth. Gives the new offset freed up to (unchanged when the file cannot
-/// punch holes: the `O_TMPFILE` fallback opens its reader read-only).
-fn release_read(read: &std::fs::File, released: u64) -> u64 {
+/// [`output_file`]'s memory file, if the kernel gives one (and `/proc` is there to open it a
+/// second time). Sealed against execution where the kernel knows the flag (else it warns of
+/// an executable memory file, or refuses it under `vm.memfd_noexec = 2`).
+fn memory_file() -> Option<(std::fs::File, std::fs::File)> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    use std::os::fd::AsRawFd;
+    let name = c"zkdeployment-output";
+    let sealed = MFdFlags::MFD_CLOEXEC | MFdFlags::from_bits_retain(nix::libc::MFD_NOEXEC_SEAL);
+    let memory = memfd_create(name, sealed)
+        .or_else(|_| memfd_create(name, MFdFlags::MFD_CLOEXEC))
+        .ok()?;
+    let write = std::fs::File::from(memory);
+    let flags = OFlag::from_bits_retain(fcntl(&write, FcntlArg::F_GETFL).ok()?);
+    fcntl(&write, FcntlArg::F_SETFL(flags | OFlag::O_APPEND)).ok()?;
+    // Writable too, to free what was read.
+    let read = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/self/fd/{}", write.as_raw_fd()))
+        .ok()?;
+    Some((write, read))
+}
+
+/// Frees the memory (or disk) of the output already read, once at least `at_least` more bytes
+/// were read since `released` (the offset freed up to): a command that writes gigabytes holds
+/// about what it wrote since the last poll. Gives the new offset freed up to (unchanged when
+/// the file cannot punch holes: the named fallback file's reader is read-only).
+fn release_read(read: &std::fs::File, released: u64, at_least: u64) -> u64 {
     use nix::fcntl::{fallocate, FallocateFlags};
     use std::io::Seek;
     let Ok(offset) = (&*read).stream_position() else {
         return released;
     };
-    if offset < released + RELEASE_BYTES {
+    if offset < released + at_least {
         return released;
     }
     let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
@@ -416,11 +434,11 @@ mod tests {
         // Less than a mebibyte read: nothing freed yet.
         let mut got = vec![0; mib / 2];
         read.read_exact(&mut got).unwrap();
-        assert_eq!(release_read(&read, 0), 0);
+        assert_eq!(release_read(&read, 0, super::RELEASE_BYTES), 0);
         assert_eq!(blocks(&read), full);
         let mut got = vec![0; 2 * mib];
         read.read_exact(&mut got).unwrap();
-        let freed = release_read(&read, 0);
+        let freed = release_read(&read, 0, super::RELEASE_BYTES);
         assert_eq!(freed, (2 * mib + mib / 2) as u64);
         assert!(
             blocks(&read) <= full / 3 + 8,
@@ -435,9 +453,32 @@ mod tests {
         assert!(rest[..mib / 2].iter().all(|b| *b == b'c'));
         assert!(rest.ends_with(b"end"));
         assert_eq!(
-            release_read(&read, freed),
+            release_read(&read, freed, super::RELEASE_BYTES),
             freed,
             "freed again below the threshold"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_daemon_left_holding_the_output_keeps_none_of_what_was_read() {
+        use std::os::unix::fs::MetadataExt;
+        // 3 MB of output, and a process left behind with the output as its stdout.
+        let cmd = super::Cmd::new([
+            "sh",
+            "-c",
+            "sleep 30 & echo $!; head -c 3000000 /dev/zero | tr '\\0' x; echo",
+        ]);
+        let output = super::run(&cmd).await.unwrap();
+        let pid: i32 = output.tail.lines().next().unwrap().trim().parse().unwrap();
+        let held = std::fs::metadata(format!("/proc/{pid}/fd/1")).map(|m| m.blocks());
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let held = held.unwrap();
+        assert!(
+            held <= 64,
+            "the daemon's output holds {held} blocks of 512 bytes"
         );
     }
 }
