@@ -844,7 +844,6 @@ async fn holding<'a>(
     let mut read = read;
     // Whether the session may have reconnected to a server behind the holder's release.
     let mut lost = false;
-    let mut left_error = None;
     // The step's script, made ready in the round trip before it (dropped unrun, it leaves
     // no file behind but the properties snapshot).
     let mut ready = None;
@@ -891,17 +890,18 @@ async fn holding<'a>(
         // node in one round trip; the hand-off between hosts is made of these. A checkpoint
         // that abandons the pass clears the record again. The checkpoint comes with whether
         // the node's semaphore keeps records (of lease holders that may have died before K
-        // became 1), in one multi-read sent first; and the answers to the deletes that left
-        // other queues. The status's write goes last and is not waited for (its answer
-        // comes while the step starts): the server answers a session's writes in order.
-        // The status file is written and the step's script made ready meanwhile, once the
-        // requests have left (the client's connection task sends them when this task
-        // yields).
-        let ((checked, leased), written, answer, left, made) = tokio::join!(
+        // became 1), in one multi-read sent first. The status's write comes after them and
+        // is not waited for (its answer comes while the step starts): the server answers a
+        // session's writes in order. The deletes that leave other queues go last, their
+        // answers awaited while the step runs (sent before the record, their commits would
+        // come before its answer). The status file is written and the step's script made
+        // ready meanwhile, once the requests have left (the client's connection task sends
+        // them when this task yields).
+        let ((checked, leased), written, answer, (), made) = tokio::join!(
             look_before_locked_step(pass, &sem, lock),
             write_record(&agent.client, lock, &lock_props, version, guess, &record),
             pass.status_ahead(&label),
-            std::mem::take(leaving).finish(&agent.client),
+            async { leaving.send() },
             async {
                 tokio::task::yield_now().await;
                 step.ready(pass)
@@ -909,9 +909,6 @@ async fn holding<'a>(
         );
         *said = Some(answer);
         ready = made;
-        if let Err(e) = left {
-            left_error.get_or_insert(e);
-        }
         match written {
             Ok(Written::Yes(known)) => break (known, checked, leased),
             // The guess was wrong: read the data.
@@ -928,12 +925,10 @@ async fn holding<'a>(
         }
     };
     // Unless the step starts now, the status's answer is awaited first: the host node's
-    // next write (by whatever comes next) would wait for it.
-    if left_error.is_some() || checked.is_err() || !matches!(leased, Ok(false)) {
+    // next write (by whatever comes next) would wait for it. (The other queues' deletes are
+    // then awaited by the release.)
+    if checked.is_err() || !matches!(leased, Ok(false)) {
         answered(said.take()).await;
-    }
-    if let Some(e) = left_error {
-        return (Err(e.into()), ours(Some(known)));
     }
     if let Err(interrupt) = checked {
         return (Err(interrupt), ours(Some(known)));
@@ -954,9 +949,10 @@ async fn holding<'a>(
         }
         Err(e) => return (Err(e.into()), ours(Some(known))),
     }
-    let ((), ran) = tokio::join!(
+    let ((), ran, left) = tokio::join!(
         answered(said.take()),
-        execute_ready_halting(pass, step, ready)
+        execute_ready_halting(pass, step, ready),
+        std::mem::take(leaving).finish(&agent.client),
     );
     let result = match ran {
         Ok(result) => result,
@@ -966,7 +962,10 @@ async fn holding<'a>(
     // A canary counts once its step (health check included) went well.
     let canary = canary.filter(|_| result.is_ok());
     (
-        result.map_err(halted),
+        // The step's own outcome first: a queue not left only fails the pass after it.
+        result
+            .map_err(halted)
+            .and_then(|()| left.map_err(Into::into)),
         Leave::Clear {
             known: Some(known),
             canary,

@@ -54,20 +54,25 @@ pub struct Held {
     /// just before ours held the lock (it may have written them since). `read` is then
     /// `None`, and `beside` is that list's.
     pub read_before: Option<Box<(Vec<u8>, Stat)>>,
-    /// Our contenders in the other queues we waited in, their deletes sent and not yet
-    /// answered ([`Leaving::finish`]).
+    /// Our contenders in the other queues we waited in, their deletes not yet sent, or not
+    /// yet answered ([`Leaving`]).
     pub leaving: Leaving,
     /// With [`Extra::watch_next`]: the watch set by the list of `beside` that found us first
     /// (then `beside` is that list's), if it set one.
     pub beside_watch: Option<OneshotWatcher>,
 }
 
-/// Our contenders in queues we leave, their deletes sent (so that the requests made next
-/// share their round trip) and their answers awaited by [`Leaving::finish`]. Dropped
-/// unfinished, the deletes still reach the server unless the connection is lost (then the
-/// contender is found again as a leftover of this session, and removed).
+/// Our contenders in queues we leave: their deletes sent by [`Leaving::send`] (by the
+/// holder, right after the requests its step waits for, so that those are not answered behind
+/// the deletes' commits, and they share their round trip), or else by [`Leaving::finish`],
+/// which awaits their answers. Dropped unfinished, sent deletes still reach the server unless
+/// the connection is lost, and an unsent one is sent (in both cases a contender left is
+/// found again as a leftover of this session, and removed).
 #[derive(Default)]
 pub struct Leaving {
+    /// Not sent yet, with the client to send them through (also when dropped); boxed, to
+    /// keep a `Held` small.
+    unsent: Option<Box<(Client, Vec<String>)>>,
     /// In a mutex only so that a `Held` can be shared (`Sync`); never locked twice.
     sent: Vec<(String, std::sync::Mutex<LeavingAnswer>)>,
 }
@@ -78,27 +83,42 @@ type LeavingAnswer = std::pin::Pin<
 
 impl std::fmt::Debug for Leaving {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let nodes: Vec<&str> = self.sent.iter().map(|(node, _)| node.as_str()).collect();
-        f.debug_struct("Leaving").field("nodes", &nodes).finish()
+        let sent: Vec<&str> = self.sent.iter().map(|(node, _)| node.as_str()).collect();
+        f.debug_struct("Leaving")
+            .field("unsent", &self.unsent.as_ref().map(|unsent| &unsent.1))
+            .field("sent", &sent)
+            .finish()
     }
 }
 
 impl Leaving {
-    /// Sends the deletes of `nodes` now.
-    fn send<'n>(client: &Client, nodes: impl Iterator<Item = &'n String>) -> Self {
-        let sent = nodes
-            .map(|node| {
-                let answer: LeavingAnswer = Box::pin(client.delete(node, None));
-                (node.clone(), std::sync::Mutex::new(answer))
-            })
-            .collect();
-        Leaving { sent }
+    /// The contenders `nodes`, to be deleted ([`Leaving::send`]).
+    fn later<'n>(client: &Client, nodes: impl Iterator<Item = &'n String>) -> Self {
+        let unsent: Vec<String> = nodes.cloned().collect();
+        Leaving {
+            unsent: (!unsent.is_empty()).then(|| Box::new((client.clone(), unsent))),
+            sent: Vec::new(),
+        }
     }
 
-    /// Awaits the answers (a delete the connection lost is sent again; a contender already
-    /// gone is left).
-    pub async fn finish(self, client: &Client) -> Result<(), ZkError> {
-        for (node, answer) in self.sent {
+    /// Sends the deletes not sent yet, now (the client writes them with the requests made
+    /// before the caller yields).
+    pub fn send(&mut self) {
+        let Some(unsent) = self.unsent.take() else {
+            return;
+        };
+        let (client, nodes) = *unsent;
+        for node in nodes {
+            let answer: LeavingAnswer = Box::pin(client.delete(&node, None));
+            self.sent.push((node, std::sync::Mutex::new(answer)));
+        }
+    }
+
+    /// Sends the deletes not sent yet and awaits the answers (a delete the connection lost is
+    /// sent again; a contender already gone is left).
+    pub async fn finish(mut self, client: &Client) -> Result<(), ZkError> {
+        self.send();
+        for (node, answer) in std::mem::take(&mut self.sent) {
             let answer = answer.into_inner().unwrap_or_else(|e| e.into_inner());
             match call("delete", &node, answer).await {
                 Ok(()) => {}
@@ -110,6 +130,13 @@ impl Leaving {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for Leaving {
+    /// Deletes not sent yet are sent (their answers not awaited).
+    fn drop(&mut self) {
+        self.send();
     }
 }
 
@@ -621,7 +648,8 @@ pub async fn acquire_queued(
 
 /// Waits in the queue of every lock of `places` at once (each with what to read with its
 /// lists, as [`acquire_queued`]) and takes the first one whose turn comes (the first in
-/// `places`' order when several come together), leaving the other queues before it returns.
+/// `places`' order when several come together); the deletes that leave the other queues go
+/// with the holder's next requests ([`Held::leaving`]).
 /// `None` after `limit` (every contender of ours removed).
 ///
 /// A host that wants several busy nodes is so served in the order it began to wait, as its
@@ -833,9 +861,10 @@ where
     drop(own);
     match waited {
         Ok(Some((i, passed, quick))) => {
-            // The other queues are left in the round trip of the holder's next requests.
+            // The other queues are left in the round trip of the holder's next requests,
+            // after them.
             let others = nodes.iter().enumerate().filter(|&(j, _)| j != i);
-            let leaving = Leaving::send(client, others.map(|(_, node)| node));
+            let leaving = Leaving::later(client, others.map(|(_, node)| node));
             // Found first by a list, or passed a lease while waiting (then with what the
             // last list read), or next to a holder that went away (`quick`).
             let last = found[i].take();
