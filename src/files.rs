@@ -86,13 +86,15 @@ pub fn write_replacing(path: &Path, data: &[u8], sync: bool) -> std::io::Result<
 /// one machine spent an eighth of their CPU there at a bump.
 ///
 /// The sibling is overwritten only while nobody else has it open: the writer takes a write
-/// lease on it (`F_SETLEASE`), which the kernel grants only to the one open file, and checks
-/// it is still the sibling; a reader that opened `path` before an exchange and still holds
-/// it two writes later, another writer, or a file system without leases (NFS,
-/// `fs.leases-enable = 0`, remembered) makes the write go through [`write_replacing`]. So are
-/// the first write (no file yet), a `path` that is not a regular file, a `.NAME.next` that is
-/// not a regular file of one link (removed, never written through), and a file system that
-/// cannot exchange names (remembered, the siblings removed).
+/// lease on it (`F_SETLEASE`), which the kernel grants only to the one open file (Linux 5.3
+/// and later count readers; 6.1, and the 5.4, 5.10 and 5.15 stable kernels since late 2022,
+/// close a race with an open under way), and checks it is still the sibling; a reader that
+/// opened `path` before an exchange and still holds it two writes later, another writer, or a
+/// file system without leases (NFS, `fs.leases-enable = 0`, remembered) makes the write go
+/// through [`write_replacing`]. So are the first write (no file yet), a `path` that is not a
+/// regular file, a `.NAME.next` that is not a regular file of one link owned by this user
+/// (removed, never written through), and a file system that cannot exchange names
+/// (remembered, the sibling removed).
 ///
 /// With `sync`, the sibling's data reaches the disk before the exchange, and the exchange
 /// before the return: a path written always with `sync` is, after a crash, the old or the new
@@ -136,16 +138,24 @@ fn swap_in(path: &Path, data: &[u8], sync: bool) -> std::io::Result<bool> {
     if std::fs::symlink_metadata(&next).is_ok_and(|m| !m.file_type().is_file()) {
         return give_up(&next);
     }
-    let Ok(file) = std::fs::OpenOptions::new()
+    let file = match std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
         .open(&next)
-    else {
-        return give_up(&next);
+    {
+        Ok(file) => file,
+        // A symlink, or a FIFO nobody reads.
+        Err(e) if matches!(e.raw_os_error(), Some(nix::libc::ELOOP | nix::libc::ENXIO)) => {
+            return give_up(&next)
+        }
+        // Anything else (leased by another writer, out of descriptors): left as it is.
+        Err(_) => return Ok(false),
     };
     let meta = file.metadata()?;
-    if !meta.is_file() || meta.nlink() != 1 {
+    // Not a regular file of ours with one name (made by someone else: overwriting it as
+    // root would write into what they can read, and leasing it needs its owner).
+    if !meta.is_file() || meta.nlink() != 1 || meta.uid() != nix::unistd::geteuid().as_raw() {
         drop(file);
         return give_up(&next);
     }
@@ -194,12 +204,14 @@ fn overwrite_sibling(
     use std::os::unix::fs::{FileExt, MetadataExt};
     match lease(&file, nix::libc::F_WRLCK) {
         Ok(()) => {}
-        // Open elsewhere: a reader of an earlier content, or another writer.
-        Err(Errno::EAGAIN | Errno::EBUSY) => return Ok(None),
-        Err(_) => {
+        // Leases disabled (`fs.leases-enable = 0`) or not had on this file system.
+        Err(Errno::EINVAL | Errno::ENOSYS) => {
             refused(next);
             return Ok(None);
         }
+        // Open elsewhere (a reader of an earlier content, or another writer), or refused
+        // for this file or now.
+        Err(_) => return Ok(None),
     }
     // Still the sibling: another writer may have exchanged it into `path` since our open.
     if !std::fs::symlink_metadata(next)
@@ -207,17 +219,24 @@ fn overwrite_sibling(
     {
         return Ok(None);
     }
+    let before = file.metadata()?.len();
     file.write_all_at(data, 0)?;
     // Cut only a longer previous content (a truncation costs ext4 a walk of the extents).
-    if meta.len() > data.len() as u64 {
+    if before > data.len() as u64 {
         file.set_len(data.len() as u64)?;
     }
-    lease(&file, nix::libc::F_UNLCK)?;
+    // A lease no longer held was broken by an open that waited the kernel's
+    // `lease-break-time` (this process stopped meanwhile): that opener may have read a mix,
+    // so the content goes through a rename instead, and the sibling is not exchanged.
+    if lease(&file, nix::libc::F_UNLCK).is_err() {
+        return Ok(None);
+    }
     Ok(Some(file))
 }
 
-/// Remembers that this file system refuses what [`write_swapping`] needs, and removes the
-/// sibling `next` (its content is stale from now on). Gives `false`.
+/// Remembers that this file system refuses what [`write_swapping`] needs (every later write
+/// renames), and removes the sibling `next` (its content is stale from now on). Gives
+/// `false`.
 fn refused(next: &Path) -> bool {
     SWAP_REFUSED.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = std::fs::remove_file(next);
@@ -498,6 +517,21 @@ mod tests {
         write_swapping(&path, b"four", false).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"four");
         assert_eq!(std::fs::read(&other).unwrap(), b"keep");
+        // A sibling another user owns (as root, the CI's user: one can be made) is removed,
+        // never written into.
+        if nix::unistd::geteuid().is_root() {
+            let _ = std::fs::remove_file(&next);
+            std::fs::write(&next, b"theirs").unwrap();
+            let theirs = std::fs::File::open(&next).unwrap();
+            std::os::unix::fs::chown(&next, Some(65534), Some(65534)).unwrap();
+            write_swapping(&path, b"four and a half", false).unwrap();
+            assert_eq!(std::fs::read(&path).unwrap(), b"four and a half");
+            assert_eq!(std::io::read_to_string(&theirs).unwrap(), "theirs");
+            assert!(!std::fs::symlink_metadata(&next).is_ok_and(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.uid() == 65534
+            }));
+        }
         // `path` itself a symlink: replaced by a file, its target untouched.
         std::fs::remove_file(&path).unwrap();
         std::os::unix::fs::symlink(&other, &path).unwrap();

@@ -692,8 +692,8 @@ async fn deploy_locked<'a>(
         }
         (None, None) => LockData::Unknown,
     };
-    // The answers to the deletes that left other queues are awaited with the step's first
-    // requests, or (after an early return) with the release.
+    // The deletes that leave the other queues are sent after the step's first requests and
+    // awaited while it runs, or (after an early return) with the release.
     let (result, leave) = locked(pass, node, read, canary, &mut held.leaving).await;
     let agent = pass.agent;
     let releasing = leave_lock(&agent.client, node.lock, held, leave, &agent.host.id);
@@ -863,10 +863,18 @@ async fn holding<'a>(
         let got = match (guessed, std::mem::replace(&mut read, LockData::Unknown)) {
             (Some(guess), _) => Ok(guess),
             (None, LockData::Fresh(data, stat)) => Ok((decode(&data), stat.version)),
-            (None, _) if quick => read_after_quick_take(&agent.client, lock, lost).await,
-            (None, _) => call_retrying("get", lock, || agent.client.get_data(lock))
-                .await
-                .map(|(data, stat)| (decode(&data), stat.version)),
+            // A round trip before the step's: the deletes that leave the other queues go
+            // now (one of those nodes may be ours already, for nothing).
+            (None, _) if quick => {
+                leaving.send();
+                read_after_quick_take(&agent.client, lock, lost).await
+            }
+            (None, _) => {
+                leaving.send();
+                call_retrying("get", lock, || agent.client.get_data(lock))
+                    .await
+                    .map(|(data, stat)| (decode(&data), stat.version))
+            }
         };
         let (lock_props, version) = match got {
             Ok(got) => got,
@@ -874,6 +882,7 @@ async fn holding<'a>(
         };
         if let Some(Value::Object(rec)) = lock_props.get("in-flight") {
             if !is_ours(rec) {
+                leaving.send();
                 let message = died_in_flight(rec, lock);
                 let dead = Leave::Clear {
                     known: None,
@@ -952,8 +961,14 @@ async fn holding<'a>(
     let ((), ran, left) = tokio::join!(
         answered(said.take()),
         execute_ready_halting(pass, step, ready),
-        std::mem::take(leaving).finish(&agent.client),
+        std::mem::take(leaving).finish_keeping(&agent.client),
     );
+    // Contenders not known to be gone are left again by the release.
+    let left = left.map_err(|(e, kept)| {
+        tracing::warn!("cannot leave the other node locks' queues: {e}");
+        *leaving = kept;
+        e
+    });
     let result = match ran {
         Ok(result) => result,
         // The halt could not be recorded: the record stays for the next holder to report.

@@ -116,20 +116,41 @@ impl Leaving {
 
     /// Sends the deletes not sent yet and awaits the answers (a delete the connection lost is
     /// sent again; a contender already gone is left).
-    pub async fn finish(mut self, client: &Client) -> Result<(), ZkError> {
+    pub async fn finish(self, client: &Client) -> Result<(), ZkError> {
+        self.finish_keeping(client).await.map_err(|(e, _)| e)
+    }
+
+    /// [`Leaving::finish`], giving back with the error the contenders not known to be gone,
+    /// to be left again (by another `finish`).
+    pub async fn finish_keeping(mut self, client: &Client) -> Result<(), (ZkError, Leaving)> {
         self.send();
+        let mut failed = None;
+        let mut kept = Vec::new();
         for (node, answer) in std::mem::take(&mut self.sent) {
+            if failed.is_some() {
+                kept.push(node);
+                continue;
+            }
             let answer = answer.into_inner().unwrap_or_else(|e| e.into_inner());
-            match call("delete", &node, answer).await {
+            let left = match call("delete", &node, answer).await {
+                Err(e) if e.is_connection_loss() || e.is_timeout() => {
+                    delete_own(client, &node).await
+                }
+                left => left,
+            };
+            match left {
                 Ok(()) => {}
                 Err(e) if e.is_no_node() => {}
-                Err(e) if e.is_connection_loss() || e.is_timeout() => {
-                    delete_own(client, &node).await?
+                Err(e) => {
+                    failed = Some(e);
+                    kept.push(node);
                 }
-                Err(e) => return Err(e),
             }
         }
-        Ok(())
+        match failed {
+            None => Ok(()),
+            Some(e) => Err((e, Leaving::later(client, kept.iter()))),
+        }
     }
 }
 
