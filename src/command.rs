@@ -119,7 +119,7 @@ const CHUNK: usize = 64 * 1024;
 /// Runs a command to completion; `Ok` whatever its exit code (see [`run_checked`]).
 ///
 /// The command's stdout and stderr go to one file without a name (opened for appending; a
-/// memory file, [`output_file`]), read here as it grows and freed as it is read, as the
+/// memory file, `output_file`), read here as it grows and freed as it is read, as the
 /// original captured output to a temporary file. The command is finished
 /// when its PROCESS exits, not when its output ends: a script that leaves a daemon behind
 /// (`daemon & exit 0`, an init script that does not close stdout) ends the step at once. What

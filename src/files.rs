@@ -406,6 +406,14 @@ mod tests {
         assert!(open_regular(&path).is_some());
     }
 
+    /// A directory for a status file: the directory, the file's path and its sibling's.
+    fn status_dir() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("status");
+        let next = dir.path().join(".status.next");
+        (dir, path, next)
+    }
+
     /// The inode `path` names now.
     fn inode(path: &Path) -> u64 {
         use std::os::unix::fs::MetadataExt;
@@ -414,9 +422,7 @@ mod tests {
 
     #[test]
     fn swapping_writes_exchange_two_files_and_make_no_other() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("status");
-        let next = dir.path().join(".status.next");
+        let (dir, path, next) = status_dir();
         write_swapping(&path, b"first", false).unwrap();
         let first = inode(&path);
         write_swapping(&path, b"second, longer", true).unwrap();
@@ -473,9 +479,7 @@ mod tests {
 
     #[test]
     fn a_sibling_exchanged_away_after_it_was_opened_is_not_overwritten() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("status");
-        let next = dir.path().join(".status.next");
+        let (_dir, path, next) = status_dir();
         write_swapping(&path, b"one", false).unwrap();
         write_swapping(&path, b"two", false).unwrap();
         // A second writer opened the sibling ("one"), then the first exchanged it into
@@ -501,9 +505,7 @@ mod tests {
 
     #[test]
     fn a_swapping_write_overwrites_only_its_own_sibling() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("status");
-        let next = dir.path().join(".status.next");
+        let (dir, path, next) = status_dir();
         let other = dir.path().join("other");
         std::fs::write(&other, b"keep").unwrap();
         write_swapping(&path, b"one", false).unwrap();
