@@ -216,7 +216,6 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
 /// ([`release_read`]). Else an `O_TMPFILE` file in the temporary directory, else a file
 /// created there and removed at once.
 fn output_file() -> std::io::Result<(std::fs::File, std::fs::File)> {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     if let Some(pair) = memory_file() {
         return Ok(pair);
@@ -228,12 +227,7 @@ fn output_file() -> std::io::Result<(std::fs::File, std::fs::File)> {
         .mode(0o600)
         .open(&dir)
         .and_then(|write| {
-            // A second open file (its own offset) of the same unnamed file, writable too, to
-            // free what was read.
-            let read = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(format!("/proc/self/fd/{}", write.as_raw_fd()))?;
+            let read = reopen(&write)?;
             Ok((write, read))
         });
     if let Ok(pair) = unnamed {
@@ -260,7 +254,6 @@ fn output_file() -> std::io::Result<(std::fs::File, std::fs::File)> {
 fn memory_file() -> Option<(std::fs::File, std::fs::File)> {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
     use nix::sys::memfd::{memfd_create, MFdFlags};
-    use std::os::fd::AsRawFd;
     let name = c"zkdeployment-output";
     let sealed = MFdFlags::MFD_CLOEXEC | MFdFlags::from_bits_retain(nix::libc::MFD_NOEXEC_SEAL);
     let memory = memfd_create(name, sealed)
@@ -269,13 +262,18 @@ fn memory_file() -> Option<(std::fs::File, std::fs::File)> {
     let write = std::fs::File::from(memory);
     let flags = OFlag::from_bits_retain(fcntl(&write, FcntlArg::F_GETFL).ok()?);
     fcntl(&write, FcntlArg::F_SETFL(flags | OFlag::O_APPEND)).ok()?;
-    // Writable too, to free what was read.
-    let read = std::fs::OpenOptions::new()
+    let read = reopen(&write).ok()?;
+    Some((write, read))
+}
+
+/// A second open file (its own offset) of the unnamed file `write`, through `/proc`: the
+/// reader, writable too, to free what was read ([`release_read`]).
+fn reopen(write: &std::fs::File) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(format!("/proc/self/fd/{}", write.as_raw_fd()))
-        .ok()?;
-    Some((write, read))
 }
 
 /// Frees the memory (or disk) of the output already read, once at least `at_least` more bytes

@@ -38,12 +38,7 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
 /// after a crash they are rewritten anyway, and an fsync costs milliseconds between two
 /// hosts' deploy scripts (see the README's rolling-deploy figures).
 pub fn write_replacing(path: &Path, data: &[u8], sync: bool) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let tmp = sibling(path, &format!("{}.tmp", std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(data)?;
@@ -57,21 +52,32 @@ pub fn write_replacing(path: &Path, data: &[u8], sync: bool) -> std::io::Result<
         if let Some(file) = replaced {
             close_later(file);
         }
-        // The rename itself is durable once the directory is synced (best effort: some file
-        // systems refuse to open a directory for syncing).
         if sync {
-            if let Ok(d) = std::fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
+            sync_dir_of(path);
         }
         Ok(())
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    result.map_err(|e: std::io::Error| {
-        std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
-    })
+    result.map_err(|e| named(path, e))
+}
+
+/// `e`, its message naming `path`.
+fn named(path: &Path, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+/// Syncs the directory holding `path`, so that a rename or an exchange there is durable (best
+/// effort: some file systems refuse to open a directory for syncing).
+fn sync_dir_of(path: &Path) {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
 }
 
 /// Replaces `path`'s content as [`write_replacing`] does (a reader sees the old or the new
@@ -106,10 +112,7 @@ pub fn write_swapping(path: &Path, data: &[u8], sync: bool) -> std::io::Result<(
     match swap_in(path, data, sync) {
         Ok(true) => Ok(()),
         Ok(false) => write_replacing(path, data, sync),
-        Err(e) => Err(std::io::Error::new(
-            e.kind(),
-            format!("{}: {e}", path.display()),
-        )),
+        Err(e) => Err(named(path, e)),
     }
 }
 
@@ -174,18 +177,15 @@ fn swap_in(path: &Path, data: &[u8], sync: bool) -> std::io::Result<bool> {
         RenameFlags::RENAME_EXCHANGE,
     ) {
         Ok(()) => {}
-        Err(Errno::EINVAL | Errno::ENOSYS | Errno::EOPNOTSUPP) => return Ok(refused(&next)),
+        Err(Errno::EINVAL | Errno::ENOSYS | Errno::EOPNOTSUPP) => {
+            refused(&next);
+            return Ok(false);
+        }
         // `path` went away since the look above, or anything else: the rename.
         Err(_) => return Ok(false),
     }
     if sync {
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
+        sync_dir_of(path);
     }
     Ok(true)
 }
@@ -235,12 +235,10 @@ fn overwrite_sibling(
 }
 
 /// Remembers that this file system refuses what [`write_swapping`] needs (every later write
-/// renames), and removes the sibling `next` (its content is stale from now on). Gives
-/// `false`.
-fn refused(next: &Path) -> bool {
+/// renames), and removes the sibling `next` (its content is stale from now on).
+fn refused(next: &Path) {
     SWAP_REFUSED.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = std::fs::remove_file(next);
-    false
 }
 
 /// `F_SETSIG`, the same on every Linux architecture (not in the `libc` crate for glibc).
