@@ -7,7 +7,9 @@
 //!
 //! - `10 × 5`: 10 agents, 5 application nodes deployed to all of them, scripts sleeping
 //!   0.2 s: bump → every host done against the 2.0 s lower bound, and the hand-off between
-//!   hosts (one host's script end → the next host's script start on the same node).
+//!   hosts (one host's script end → the next host's script start on the same node, the next
+//!   host waiting for it; a node let go while every host still needing it was running
+//!   another node's script is counted apart).
 //! - `100 × 1`: 100 agents, one node, scripts sleeping 0.5 s, for `max-parallel` 1, 10 and
 //!   25 %: bump → every host done against hosts / K × 0.5 s.
 //! - one host, 3 nodes, trivial scripts: bump → first script, bump → `done`, and the time
@@ -23,6 +25,9 @@
 //! N times (K unchanged after the first).
 //! `ZKD_BENCH_BIN=PATH` runs that binary as the agents instead of the one cargo built (a
 //! copy: to compare two builds under the same conditions).
+//! `BENCH_LOG=FILTER` sets the agents' `ZKDEPLOYMENT_LOG` (`info` otherwise; with
+//! `info,zookeeper_client=debug` each request sent is logged), and `BENCH_LOGDIR=DIR` keeps
+//! each agent's log in DIR (`<id>.log`, appended to) after the bench: to count a round's requests by kind.
 //! `BENCH_YUM=PATH` copies that program in as every agent's stand-in `yum` instead of the
 //! shell script (it must print the script's two lines): to see what the stand-in's own
 //! process costs the 100-agent rounds.
@@ -49,6 +54,8 @@ fn write_exe(path: &Path, text: &str) {
 /// One agent process and its files.
 struct Agent {
     dir: tempfile::TempDir,
+    /// Where its log goes.
+    log: PathBuf,
     _child: tokio::process::Child,
 }
 
@@ -104,7 +111,17 @@ fn start_agent(conn: &str, id: &str, times: &Path, sleep: f64) -> Agent {
         ),
     )
     .unwrap();
-    let log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
+    // `BENCH_LOGDIR` keeps every agent's log there (`<id>.log`, appended to: the scenarios'
+    // fleets share ids), past the bench's end.
+    let log_path = match std::env::var_os("BENCH_LOGDIR") {
+        Some(kept) => Path::new(&kept).join(format!("{id}.log")),
+        None => dir.path().join("agent.log"),
+    };
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .unwrap();
     let bin = std::env::var_os("ZKD_BENCH_BIN").map_or_else(support::bin, PathBuf::from);
     // The environment a systemd service starts with (the unit in `systemd/` sets none; the
     // system's locale, here the bench's own), not cargo's: cargo adds `LD_LIBRARY_PATH` with
@@ -120,13 +137,20 @@ fn start_agent(conn: &str, id: &str, times: &Path, sleep: f64) -> Agent {
     let child = command
         .args(["agent", cfg.to_str().unwrap()])
         .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin")
-        .env("ZKDEPLOYMENT_LOG", "info")
+        .env(
+            "ZKDEPLOYMENT_LOG",
+            std::env::var("BENCH_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdout(std::process::Stdio::null())
         .stderr(log)
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    Agent { dir, _child: child }
+    Agent {
+        dir,
+        log: log_path,
+        _child: child,
+    }
 }
 
 /// The tree: nodes `/bench/a1..aN` (package benchpkg 1.0) deployed to every host.
@@ -232,8 +256,7 @@ async fn all_done(agents: &[Agent], version: &str, limit: Duration) -> f64 {
         if Instant::now() >= deadline {
             let late = agents.iter().zip(&done).filter(|(_, d)| d.is_none());
             for (a, _) in late {
-                let log =
-                    std::fs::read_to_string(a.dir.path().join("agent.log")).unwrap_or_default();
+                let log = std::fs::read_to_string(&a.log).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(15).collect();
                 eprintln!(
                     "status: {}\nlog tail (newest first):\n{}",
@@ -348,6 +371,7 @@ async fn ten_by_five() {
     all_done(&agents, "v1", Duration::from_secs(120)).await;
     let mut totals = Vec::new();
     let mut handoffs = Vec::new();
+    let mut taken_late = Vec::new();
     for round in 2..=4 {
         let v = format!("v{round}");
         let at = bump(&client, &v).await;
@@ -360,7 +384,9 @@ async fn ten_by_five() {
         }
         let rs = runs(&times, at);
         assert_eq!(rs.len(), 50, "{rs:?}");
-        handoffs.extend(gaps(&rs, |r| r.node.as_str()));
+        let (waited, busy) = handoff_gaps(&rs);
+        handoffs.extend(waited);
+        taken_late.extend(busy);
         // Where the time beyond the bound went: the busiest node's idle time between its
         // first start and last end, the start, the end.
         let first = rs.iter().map(|r| r.start).fold(f64::MAX, f64::min);
@@ -382,6 +408,7 @@ async fn ten_by_five() {
         );
     }
     handoffs.sort_by(f64::total_cmp);
+    taken_late.sort_by(f64::total_cmp);
     totals.sort_by(f64::total_cmp);
     let t = totals[totals.len() / 2];
     println!(
@@ -389,7 +416,45 @@ async fn ten_by_five() {
         totals.len(),
         t / 2.0
     );
-    println!("  lock hand-off between hosts: {}", summary(&handoffs));
+    println!(
+        "  lock hand-off between hosts (the next host waiting): {}",
+        summary(&handoffs)
+    );
+    println!(
+        "  a node let go while every host still needing it ran another node's script: {} times; that host's script end -> its start on the node: {}",
+        taken_late.len(),
+        summary(&taken_late)
+    );
+}
+
+/// Each node's gaps (ms) from one host's script end to the next host's script start, split
+/// by what the next host was doing at the release: waiting (a hand-off: no script of its
+/// own running, so it waited for this node) or running another node's script (no host was
+/// free to take the node; the gap is then measured from that host's own script end, the
+/// time between two scripts on one host).
+fn handoff_gaps(runs: &[Run]) -> (Vec<f64>, Vec<f64>) {
+    let (mut waited, mut busy) = (Vec::new(), Vec::new());
+    let mut by: std::collections::BTreeMap<&str, Vec<&Run>> = Default::default();
+    for r in runs {
+        by.entry(r.node.as_str()).or_default().push(r);
+    }
+    for list in by.values() {
+        for w in list.windows(2) {
+            let (released, next) = (w[0].end, w[1]);
+            // The next host's own script before this one, if it ended after the release.
+            let own_end = runs
+                .iter()
+                .filter(|r| r.host == next.host && r.start < next.start)
+                .map(|r| r.end)
+                .fold(f64::MIN, f64::max);
+            if own_end > released {
+                busy.push((next.start - own_end) * 1000.0);
+            } else {
+                waited.push((next.start - released) * 1000.0);
+            }
+        }
+    }
+    (waited, busy)
 }
 
 /// The server's side: requests it received (`mntr` `zk_packets_received`) and its CPU time
