@@ -374,8 +374,10 @@ async fn ten_by_five() {
     let mut taken_late = Vec::new();
     for round in 2..=4 {
         let v = format!("v{round}");
+        let before = server_load();
         let at = bump(&client, &v).await;
         let done = all_done(&agents, &v, Duration::from_secs(120)).await;
+        let after = server_load();
         totals.push(done - at);
         if let Some(dir) = std::env::var_os("BENCH_KEEP") {
             let text = std::fs::read_to_string(&times).unwrap_or_default();
@@ -406,6 +408,14 @@ async fn ten_by_five() {
             idle.join(" "),
             (done - last) * 1000.0
         );
+        if let ((Some(p0), Some(c0)), (Some(p1), Some(c1))) = (before, after) {
+            eprintln!(
+                "    (the server received {} requests, {:.0} per host, and used {:.0} ms of CPU)",
+                p1 - p0,
+                (p1 - p0) as f64 / 10.0,
+                c1 - c0
+            );
+        }
     }
     handoffs.sort_by(f64::total_cmp);
     taken_late.sort_by(f64::total_cmp);

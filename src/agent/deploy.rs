@@ -416,7 +416,12 @@ async fn enter(
         return Ok(
             match try_lock_beside(client, lock, identifier, Some(&sem)).await? {
                 TryLock::Busy { holder } => Entry::Busy {
-                    nodes: vec![format!("{lock}/{}", holder.name)],
+                    // A holder not known (the queue kept changing) is not watched: the
+                    // wait is then a short pause before the next try.
+                    nodes: match holder.name.is_empty() {
+                        true => Vec::new(),
+                        false => vec![format!("{lock}/{}", holder.name)],
+                    },
                     place: lock.to_string(),
                     who: holder.identifier,
                     cross: false,

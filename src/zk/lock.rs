@@ -15,6 +15,7 @@
 //! [`crate::zk::semaphore`]) names its contender `<uuid4 hex>zkd__lock__<sequence>` (kazoo
 //! orders contenders by the sequence alone) and, while it waits, watches its own node too.
 
+use futures::FutureExt;
 use zookeeper_client::{Acls, CreateMode, EventType, MultiReadResult, OneshotWatcher, Stat};
 
 use super::multiread::{self, Want};
@@ -55,7 +56,8 @@ pub struct Held {
     /// `None`, and `beside` is that list's.
     pub read_before: Option<Box<(Vec<u8>, Stat)>>,
     /// Our contenders in the other queues we waited in, their deletes not yet sent, or not
-    /// yet answered ([`Leaving`]).
+    /// yet answered, and the watches the wait kept, removed when the deletes are sent
+    /// ([`Leaving`]).
     pub leaving: Leaving,
     /// With [`Extra::watch_next`]: the watch set by the list of `beside` that found us first
     /// (then `beside` is that list's), if it set one.
@@ -70,11 +72,22 @@ pub struct Held {
 /// found again as a leftover of this session, and removed).
 #[derive(Default)]
 pub struct Leaving {
-    /// Not sent yet, with the client to send them through (also when dropped); boxed, to
-    /// keep a `Held` small.
-    unsent: Option<Box<(Client, Vec<String>)>>,
+    /// Not sent yet (also when dropped); boxed, to keep a `Held` small.
+    unsent: Option<Box<Unsent>>,
     /// In a mutex only so that a `Held` can be shared (`Sync`); never locked twice.
     sent: Vec<(String, std::sync::Mutex<LeavingAnswer>)>,
+}
+
+/// What [`Leaving::send`] has yet to do.
+struct Unsent {
+    /// The client to send the deletes through.
+    client: Client,
+    /// The contenders to delete.
+    nodes: Vec<String>,
+    /// The watches the wait kept on predecessors, dropped with the deletes' sending (each
+    /// dropped unfired costs a `RemoveWatches` request), so that the requests the step waits
+    /// for go first. In a mutex only for `Sync`, as `sent`.
+    watches: std::sync::Mutex<Vec<PredecessorWatch>>,
 }
 
 type LeavingAnswer = std::pin::Pin<
@@ -85,33 +98,57 @@ impl std::fmt::Debug for Leaving {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let sent: Vec<&str> = self.sent.iter().map(|(node, _)| node.as_str()).collect();
         f.debug_struct("Leaving")
-            .field("unsent", &self.unsent.as_ref().map(|unsent| &unsent.1))
+            .field("unsent", &self.unsent.as_ref().map(|unsent| &unsent.nodes))
+            .field(
+                "watches",
+                &self.unsent.as_ref().map_or(0, |unsent| {
+                    unsent.watches.lock().map_or(0, |watches| watches.len())
+                }),
+            )
             .field("sent", &sent)
             .finish()
     }
 }
 
 impl Leaving {
-    /// The contenders `nodes`, to be deleted ([`Leaving::send`]).
-    fn later<'n>(client: &Client, nodes: impl Iterator<Item = &'n String>) -> Self {
-        let unsent: Vec<String> = nodes.cloned().collect();
+    /// The contenders `nodes`, to be deleted ([`Leaving::send`]), and the `watches` to drop
+    /// then.
+    fn later<'n>(
+        client: &Client,
+        nodes: impl Iterator<Item = &'n String>,
+        watches: Vec<PredecessorWatch>,
+    ) -> Self {
+        let nodes: Vec<String> = nodes.cloned().collect();
+        let unsent = (!nodes.is_empty() || !watches.is_empty()).then(|| {
+            Box::new(Unsent {
+                client: client.clone(),
+                nodes,
+                watches: std::sync::Mutex::new(watches),
+            })
+        });
         Leaving {
-            unsent: (!unsent.is_empty()).then(|| Box::new((client.clone(), unsent))),
+            unsent,
             sent: Vec::new(),
         }
     }
 
     /// Sends the deletes not sent yet, now (the client writes them with the requests made
-    /// before the caller yields).
+    /// before the caller yields), and then drops the watches kept (their removals go after
+    /// the deletes).
     pub fn send(&mut self) {
         let Some(unsent) = self.unsent.take() else {
             return;
         };
-        let (client, nodes) = *unsent;
+        let Unsent {
+            client,
+            nodes,
+            watches,
+        } = *unsent;
         for node in nodes {
             let answer: LeavingAnswer = Box::pin(client.delete(&node, None));
             self.sent.push((node, std::sync::Mutex::new(answer)));
         }
+        drop(watches);
     }
 
     /// Sends the deletes not sent yet and awaits the answers (a delete the connection lost is
@@ -149,7 +186,7 @@ impl Leaving {
         }
         match failed {
             None => Ok(()),
-            Some(e) => Err((e, Leaving::later(client, kept.iter()))),
+            Some(e) => Err((e, Leaving::later(client, kept.iter(), Vec::new()))),
         }
     }
 }
@@ -350,6 +387,12 @@ pub async fn contenders(client: &Client, path: &str) -> Result<Vec<Contender>, Z
 /// leftover would block the lock for everyone while the session lives; a waiter in the queue
 /// removes one just before it, [`acquire_queued_any_checking`]). On any error after the
 /// create, our contender is removed again (best effort).
+///
+/// A lock found busy costs two round trips: the create with the list (and reads), then the
+/// first contender's read with the delete of ours. Ours is so deleted before the first one
+/// is known: when that one turns out to be a leftover of ours, or gone, the try starts
+/// again with a new contender, behind any made meanwhile (a try holds no place in the
+/// queue).
 pub async fn try_lock(client: &Client, path: &str, identifier: &str) -> Result<TryLock, ZkError> {
     try_lock_beside(client, path, identifier, None).await
 }
@@ -370,9 +413,18 @@ pub async fn try_lock_beside(
         beside,
         ..Extra::default()
     };
-    let Created { node, found } = create_listing(client, path, identifier, extra).await?;
-    if let Some(found) = found {
-        if is_first(&found.names, &node) && found.read.is_some() {
+    let session = client.session_id().0;
+    let mut tries = 0;
+    let (node, listed) = loop {
+        tries += 1;
+        let Created { node, found } = create_listing(client, path, identifier, extra).await?;
+        let Some(found) = found else {
+            break (node, None);
+        };
+        if is_first(&found.names, &node) {
+            if found.read.is_none() {
+                break (node, Some(found.names));
+            }
             return Ok(TryLock::Acquired(Held {
                 node,
                 read: found.read,
@@ -384,8 +436,44 @@ pub async fn try_lock_beside(
                 beside_watch: found.beside_watch,
             }));
         }
-    }
-    let decided = decide(client, path, &node).await;
+        // Busy: the first contender read and ours deleted in one round trip (two fewer
+        // than listing again, then reading, then deleting).
+        let Some((sequence, first)) = first_of(&found.names) else {
+            break (node, Some(found.names));
+        };
+        let full = join(path, &first);
+        let (read, left) = futures::join!(
+            call_retrying("get", &full, || client.get_data(&full)),
+            delete_own(client, &node)
+        );
+        left?;
+        match read {
+            // A leftover of an interrupted attempt of this session, which would block the
+            // lock for everyone while the session lives: removed, and the lock tried again.
+            Ok((_, stat)) if stat.ephemeral_owner == session && tries < DECIDE_ROUNDS => {
+                tracing::warn!("removing {full}, left by an interrupted attempt of this session");
+                delete_own(client, &full).await?;
+            }
+            // Gone meanwhile: the lock tried again.
+            Err(e) if e.is_no_node() && tries < DECIDE_ROUNDS => {}
+            Ok((_, stat)) if stat.ephemeral_owner == session => {
+                return Ok(TryLock::Busy { holder: unknown() })
+            }
+            Ok((data, stat)) => {
+                return Ok(TryLock::Busy {
+                    holder: Contender {
+                        name: first,
+                        sequence,
+                        identifier: String::from_utf8_lossy(&data).into_owned(),
+                        owner: stat.ephemeral_owner,
+                    },
+                })
+            }
+            Err(e) if e.is_no_node() => return Ok(TryLock::Busy { holder: unknown() }),
+            Err(e) => return Err(e),
+        }
+    };
+    let decided = decide(client, path, &node, listed).await;
     if !matches!(decided, Ok(TryLock::Acquired(_))) {
         // Busy, or failed: leave the queue (an error here is the session's, reported by
         // the next request anyway).
@@ -689,8 +777,8 @@ pub async fn acquire_queued_any(
 }
 
 /// [`acquire_queued_any`], asking `check` every `every` whether to go on waiting: the host
-/// keeps its places in the queues while it does (a check costs what `check` asks, and the
-/// watches set again), and leaves them all when it says no (`None`, as after `limit`).
+/// keeps its places in the queues while it does (a check costs what `check` asks; the
+/// watches are kept), and leaves them all when it says no (`None`, as after `limit`).
 pub async fn acquire_queued_any_checking<F, Fut>(
     client: &Client,
     places: &[(&str, Extra<'_>)],
@@ -779,6 +867,9 @@ where
     let mut own: Vec<Option<OwnWatch<'_>>> = places.iter().map(|_| None).collect();
     // Per place: whether the contender before ours just went away ([`Extra::watch_next`]).
     let mut holder_gone = vec![false; places.len()];
+    // Per place: the watch on the contender before ours, kept from one wait to the next
+    // while it is still that contender's.
+    let mut watching: Vec<Option<PredecessorWatch>> = places.iter().map(|_| None).collect();
     let waited = async {
         loop {
             // The queues not listed since their last change, listed together.
@@ -830,18 +921,63 @@ where
                     own[i] = Some(OwnWatch::set(client, nodes[i].clone()));
                 }
             }
-            // A lease passed to us ends the wait at once, whatever our place.
-            let woken = tokio::select! {
-                biased;
-                (i, passed) = own_event(&mut own) => {
-                    if passed {
-                        return Ok(Some((i, Passed::Yes, false)));
+            // Only the watches not kept are set (a kept one fires as a new one would: a
+            // session's events and answers come in order).
+            let gone = watch_predecessors(client, &predecessors, &mut watching).await?;
+            // A predecessor already gone counts as its watch fired. What happened before
+            // (a lease passed to us, a kept watch fired) comes first, as it would have in a
+            // wait; then the first gone place that is ours now, else the first gone. The
+            // other gone places are listed again.
+            let already = match gone.is_empty() {
+                true => None,
+                false => {
+                    if let Some((i, passed)) = own_event(&mut own).now_or_never() {
+                        if passed {
+                            return Ok(Some((i, Passed::Yes, false)));
+                        }
+                        found[i] = None;
                     }
-                    // Our own node went away or changed otherwise: look at the queue again.
-                    found[i] = None;
-                    continue;
+                    next_fired(&mut watching).now_or_never()
                 }
-                woken = wait_for_any_event(client, &predecessors, left.min(until_check)) => woken?,
+            };
+            let first_gone = gone
+                .iter()
+                .find(|&&i| places[i].1.quick && holder_next[i])
+                .or(gone.first())
+                .map(|&i| (i, EventType::NodeDeleted));
+            let ours_now = |w: &Option<(usize, EventType)>| {
+                matches!(w, Some((i, EventType::NodeDeleted)) if places[*i].1.quick && holder_next[*i])
+            };
+            let picked = if ours_now(&already) || !ours_now(&first_gone) {
+                already.or(first_gone)
+            } else {
+                first_gone
+            };
+            let woken = match picked {
+                Some((i, event)) => {
+                    for &j in gone.iter().filter(|&&j| j != i) {
+                        holder_gone[j] = true;
+                        found[j] = None;
+                    }
+                    Some((i, event))
+                }
+                // A lease passed to us ends the wait at once, whatever our place.
+                None => tokio::select! {
+                    biased;
+                    (i, passed) = own_event(&mut own) => {
+                        if passed {
+                            return Ok(Some((i, Passed::Yes, false)));
+                        }
+                        // Our own node went away or changed otherwise: look at the queue
+                        // again.
+                        found[i] = None;
+                        continue;
+                    }
+                    fired = tokio::time::timeout(
+                        left.min(until_check),
+                        next_fired(&mut watching),
+                    ) => fired.ok(),
+                },
             };
             match woken {
                 // The contender before ours was passed a lease: it goes soon; watched again
@@ -885,7 +1021,8 @@ where
             // The other queues are left in the round trip of the holder's next requests,
             // after them.
             let others = nodes.iter().enumerate().filter(|&(j, _)| j != i);
-            let leaving = Leaving::later(client, others.map(|(_, node)| node));
+            let kept = watching.into_iter().flatten().collect();
+            let leaving = Leaving::later(client, others.map(|(_, node)| node), kept);
             // Found first by a list, or passed a lease while waiting (then with what the
             // last list read), or next to a holder that went away (`quick`).
             let last = found[i].take();
@@ -922,6 +1059,71 @@ where
             Err(e)
         }
     }
+}
+
+/// A watch on the contender just before ours in a queue, kept across [`queue_and_wait`]'s
+/// waits until it fires or that contender is no longer the one before ours: a watch dropped
+/// unfired costs the server a `RemoveWatches` request, and setting it again one more.
+struct PredecessorWatch {
+    /// The contender watched.
+    node: String,
+    /// Resolves with the event.
+    fired: std::pin::Pin<Box<dyn std::future::Future<Output = EventType> + Send>>,
+}
+
+/// Sets the watches of `predecessors` (one per place) that `watching` does not hold yet
+/// (every request in one round trip), dropping those on other nodes. Gives the places whose
+/// predecessor was already gone.
+async fn watch_predecessors(
+    client: &Client,
+    predecessors: &[String],
+    watching: &mut [Option<PredecessorWatch>],
+) -> Result<Vec<usize>, ZkError> {
+    let to_set: Vec<usize> = (0..predecessors.len())
+        .filter(|&i| {
+            watching[i]
+                .as_ref()
+                .is_none_or(|kept| kept.node != predecessors[i])
+        })
+        .collect();
+    for &i in &to_set {
+        watching[i] = None;
+    }
+    let set = futures::future::join_all(to_set.iter().map(|&i| {
+        let node = &predecessors[i];
+        call_retrying("watch", node, || client.check_and_watch_stat(node))
+    }))
+    .await;
+    let mut gone = Vec::new();
+    for (&i, watched) in to_set.iter().zip(set) {
+        match watched? {
+            (None, _) => gone.push(i),
+            (Some(_), watcher) => {
+                watching[i] = Some(PredecessorWatch {
+                    node: predecessors[i].clone(),
+                    fired: Box::pin(async move { watcher.changed().await.event_type }),
+                });
+            }
+        }
+    }
+    Ok(gone)
+}
+
+/// The first of `watching`'s watches to fire: its place and event (that watch is then
+/// gone from `watching`). Pending for ever when none is held.
+async fn next_fired(watching: &mut [Option<PredecessorWatch>]) -> (usize, EventType) {
+    futures::future::poll_fn(|cx| {
+        for (i, slot) in watching.iter_mut().enumerate() {
+            if let Some(kept) = slot {
+                if let std::task::Poll::Ready(event) = kept.fired.as_mut().poll(cx) {
+                    *slot = None;
+                    return std::task::Poll::Ready((i, event));
+                }
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// The watch of our own contender node, for a lease passed to it ([`Extra::baton`]):
@@ -1046,12 +1248,21 @@ fn is_first(names: &[String], node: &str) -> bool {
 /// first contender of our own session other than ours is a leftover of an interrupted
 /// attempt, which would block the lock for everyone while the session lives: it is removed,
 /// and the queue looked at again (a leftover further back is removed once it is first).
-async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkError> {
+/// `listed`: the contenders as just listed (after our create), for the first look.
+async fn decide(
+    client: &Client,
+    path: &str,
+    node: &str,
+    mut listed: Option<Vec<String>>,
+) -> Result<TryLock, ZkError> {
     let name = node.rsplit('/').next().unwrap_or_default();
     let session = client.session_id().0;
     let mut first = None;
     for _ in 0..DECIDE_ROUNDS {
-        let names = call_retrying("list", path, || client.list_children(path)).await?;
+        let names = match listed.take() {
+            Some(names) => names,
+            None => call_retrying("list", path, || client.list_children(path)).await?,
+        };
         if is_first(&names, node) {
             return Ok(TryLock::Acquired(Held {
                 node: node.to_string(),
@@ -1093,17 +1304,30 @@ async fn decide(client: &Client, path: &str, node: &str) -> Result<TryLock, ZkEr
         break;
     }
     Ok(TryLock::Busy {
-        holder: first.unwrap_or(Contender {
-            name: String::new(),
-            sequence: -1,
-            identifier: String::new(),
-            owner: 0,
-        }),
+        holder: first.unwrap_or_else(unknown),
     })
 }
 
-/// Most looks at a lock's queue in one [`decide`] (each removes a leftover of ours, or finds
-/// the first contender gone).
+/// A holder not known (the queue kept changing under the looks at it).
+fn unknown() -> Contender {
+    Contender {
+        name: String::new(),
+        sequence: -1,
+        identifier: String::new(),
+        owner: 0,
+    }
+}
+
+/// The first contender of `names` (the lowest sequence) and its sequence.
+fn first_of(names: &[String]) -> Option<(i64, String)> {
+    names
+        .iter()
+        .filter_map(|n| sequence_of(n).map(|s| (s, n.clone())))
+        .min()
+}
+
+/// Most looks at a lock's queue in one [`decide`], and most tries in one
+/// [`try_lock_beside`] (each removes a leftover of ours, or finds the first contender gone).
 const DECIDE_ROUNDS: usize = 20;
 
 /// Deletes a node of ours; already gone is fine.
@@ -1133,7 +1357,8 @@ pub async fn ensure_node(client: &Client, path: &str) -> Result<(), ZkError> {
 
 /// Waits until one of the given contender nodes goes away (or changes), or `limit` passes:
 /// how a process that found every lock it wants busy waits, on watches rather than polling.
-/// Gives the index of a node that went away or changed (`None` after `limit`).
+/// Gives the index of a node that went away or changed (`None` after `limit`, or after a
+/// pause of at most 100 ms when `nodes` is empty).
 pub async fn wait_for_any(
     client: &Client,
     nodes: &[String],
@@ -1169,6 +1394,8 @@ async fn wait_for_any_event(
         }
     }
     if watches.is_empty() {
+        // Nothing to watch (no node known): a short pause, not a busy loop.
+        tokio::time::sleep(limit.min(std::time::Duration::from_millis(100))).await;
         return Ok(None);
     }
     let any = futures::future::select_all(watches);
