@@ -408,14 +408,7 @@ async fn ten_by_five() {
             idle.join(" "),
             (done - last) * 1000.0
         );
-        if let ((Some(p0), Some(c0)), (Some(p1), Some(c1))) = (before, after) {
-            eprintln!(
-                "    (the server received {} requests, {:.0} per host, and used {:.0} ms of CPU)",
-                p1 - p0,
-                (p1 - p0) as f64 / 10.0,
-                c1 - c0
-            );
-        }
+        print_server_load("", before, after, 10);
     }
     handoffs.sort_by(f64::total_cmp);
     taken_late.sort_by(f64::total_cmp);
@@ -465,6 +458,24 @@ fn handoff_gaps(runs: &[Run]) -> (Vec<f64>, Vec<f64>) {
         }
     }
     (waited, busy)
+}
+
+/// Prints the server's side of a round, from [`server_load`] before and after it, when both
+/// are known.
+fn print_server_load(
+    label: &str,
+    before: (Option<i64>, Option<f64>),
+    after: (Option<i64>, Option<f64>),
+    hosts: u32,
+) {
+    if let ((Some(p0), Some(c0)), (Some(p1), Some(c1))) = (before, after) {
+        eprintln!(
+            "    ({label}the server received {} requests, {:.0} per host, and used {:.0} ms of CPU)",
+            p1 - p0,
+            (p1 - p0) as f64 / f64::from(hosts),
+            c1 - c0
+        );
+    }
 }
 
 /// The server's side: requests it received (`mntr` `zk_packets_received`) and its CPU time
@@ -558,14 +569,7 @@ async fn hundred_by_one() {
             (done - last) * 1000.0
         );
         // The server's side of the round (the bump's index generation included).
-        if let ((Some(p0), Some(c0)), (Some(p1), Some(c1))) = (before, after) {
-            eprintln!(
-                "    (K = {k}: the server received {} requests, {:.0} per host, and used {:.0} ms of CPU)",
-                p1 - p0,
-                (p1 - p0) as f64 / 100.0,
-                c1 - c0
-            );
-        }
+        print_server_load(&format!("K = {k}: "), before, after, 100);
     }
 }
 

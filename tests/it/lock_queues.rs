@@ -28,6 +28,23 @@ async fn take(client: &Client, path: &str, who: &str) -> Held {
     }
 }
 
+/// What a waiter's task took (bounded wait): its client, the place's index and the lock,
+/// its other queues left (the deletes' answers, the holder's to await, awaited here).
+async fn taken(
+    task: tokio::task::JoinHandle<(Client, Option<(usize, Held)>)>,
+) -> (Client, usize, Held) {
+    let (client, got) = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the waiter took a lock")
+        .unwrap();
+    let (index, mut held) = got.expect("the waiter took a lock before its limit");
+    std::mem::take(&mut held.leaving)
+        .finish(&client)
+        .await
+        .unwrap();
+    (client, index, held)
+}
+
 /// Waits (bounded) until the queue of `path` is `want`.
 async fn wait_queue(client: &Client, path: &str, want: &[&str]) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -71,17 +88,8 @@ async fn a_host_waits_in_every_queue_takes_the_first_freed_and_leaves_the_others
 
     // y is freed: W (first in line) takes it and leaves x's queue; V still waits.
     held_y.release(&holder).await.unwrap();
-    let (w_client, got) = tokio::time::timeout(Duration::from_secs(30), w)
-        .await
-        .expect("W took a lock")
-        .unwrap();
-    let (index, mut w_held) = got.expect("W took a lock before its limit");
+    let (w_client, index, w_held) = taken(w).await;
     assert_eq!(index, 1, "W took x, which was never freed");
-    // Its other contender's delete was sent; its answer is the holder's to await.
-    std::mem::take(&mut w_held.leaving)
-        .finish(&w_client)
-        .await
-        .unwrap();
     assert_eq!(queue(&holder, x).await, ["hx"], "W is still queued for x");
     assert_eq!(queue(&holder, y).await, ["w", "v"]);
     assert!(!v.is_finished(), "V took y while W held it");
@@ -208,12 +216,14 @@ async fn an_agent_with_every_node_busy_waits_in_all_their_queues() {
     assert!(starts[0].contains("/acme/b"), "{starts:?}");
 }
 
-/// Creates a contender of the lock at `path` as a kazoo client would, with `who` as data.
-async fn queue_up(client: &Client, path: &str, who: &str) {
+/// Creates a contender of the lock at `path` as a kazoo client would, with `who` as data;
+/// gives its path.
+async fn queue_up(client: &Client, path: &str, who: &str) -> String {
     let mode = zookeeper_client::CreateMode::EphemeralSequential
         .with_acls(zookeeper_client::Acls::anyone_all());
     let name = format!("{path}/{}__lock__", uuid::Uuid::new_v4().simple());
-    client.create(&name, who.as_bytes(), &mode).await.unwrap();
+    let (_, sequence) = client.create(&name, who.as_bytes(), &mode).await.unwrap();
+    format!("{name}{sequence}")
 }
 
 #[tokio::test]
@@ -402,16 +412,7 @@ async fn a_change_in_one_queue_sets_no_watch_again_in_the_others() {
     let _held_z = take(&holder, z, "hz").await;
     // M waits in x's queue behind the holder (a bare contender), W in all three, behind M
     // in x.
-    let prefix = format!("{x}/0123456789abcdef__lock__");
-    let (_, sequence) = holder
-        .create(
-            &prefix,
-            b"m",
-            &CreateMode::EphemeralSequential.with_acls(Acls::anyone_all()),
-        )
-        .await
-        .unwrap();
-    let m_node = format!("{prefix}{sequence}");
+    let m_node = queue_up(&holder, x, "m").await;
     let w_client = support::connect(&conn).await;
     let w_session = w_client.session_id();
     let w = tokio::spawn(async move {
@@ -447,16 +448,8 @@ async fn a_change_in_one_queue_sets_no_watch_again_in_the_others() {
 
     // The wait goes on as before: x freed, W takes it and leaves the other queues.
     held_x.release(&holder).await.unwrap();
-    let (w_client, got) = tokio::time::timeout(Duration::from_secs(30), w)
-        .await
-        .expect("W took a lock")
-        .unwrap();
-    let (index, mut w_held) = got.expect("W took a lock before its limit");
+    let (_w_client, index, _w_held) = taken(w).await;
     assert_eq!(index, 0, "W took x, the lock freed");
-    std::mem::take(&mut w_held.leaving)
-        .finish(&w_client)
-        .await
-        .unwrap();
     assert_eq!(queue(&holder, y).await, ["hy"]);
     assert_eq!(queue(&holder, z).await, ["hz"]);
 }
