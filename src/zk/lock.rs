@@ -935,7 +935,14 @@ where
                         if passed {
                             return Ok(Some((i, Passed::Yes, false)));
                         }
+                        // Our own node went away or changed otherwise: every queue
+                        // concerned is looked at again, as after a wait.
                         found[i] = None;
+                        for &j in &gone {
+                            holder_gone[j] = true;
+                            found[j] = None;
+                        }
+                        continue;
                     }
                     next_fired(&mut watching).now_or_never()
                 }
