@@ -870,15 +870,15 @@ async fn holding<'a>(
             (None, LockData::Fresh(data, stat)) => Ok((decode(&data), stat.version)),
             // A round trip before the step's: the deletes that leave the other queues go
             // now (one of those nodes may be ours already, for nothing).
-            (None, _) if quick => {
-                leaving.send();
-                read_after_quick_take(&agent.client, lock, lost).await
-            }
             (None, _) => {
                 leaving.send();
-                call_retrying("get", lock, || agent.client.get_data(lock))
-                    .await
-                    .map(|(data, stat)| (decode(&data), stat.version))
+                if quick {
+                    read_after_quick_take(&agent.client, lock, lost).await
+                } else {
+                    call_retrying("get", lock, || agent.client.get_data(lock))
+                        .await
+                        .map(|(data, stat)| (decode(&data), stat.version))
+                }
             }
         };
         let (lock_props, version) = match got {

@@ -1070,7 +1070,8 @@ where
 
 /// A watch on the contender just before ours in a queue, kept across [`queue_and_wait`]'s
 /// waits until it fires or that contender is no longer the one before ours: a watch dropped
-/// unfired costs the server a `RemoveWatches` request, and setting it again one more.
+/// unfired costs the server a `RemoveWatches` request, and setting it again one more. (Also
+/// the watches of [`wait_for_any`], on other nodes.)
 struct PredecessorWatch {
     /// The contender watched.
     node: String,
@@ -1371,45 +1372,23 @@ pub async fn wait_for_any(
     nodes: &[String],
     limit: std::time::Duration,
 ) -> Result<Option<usize>, ZkError> {
-    Ok(wait_for_any_event(client, nodes, limit)
-        .await?
-        .map(|(i, _)| i))
-}
-
-/// [`wait_for_any`], also saying what happened to the node: `NodeDeleted` (also when it was
-/// gone before it was watched), `NodeDataChanged`, or another event of the session.
-async fn wait_for_any_event(
-    client: &Client,
-    nodes: &[String],
-    limit: std::time::Duration,
-) -> Result<Option<(usize, EventType)>, ZkError> {
-    // Every watch is set in the same round trip.
-    let set = futures::future::join_all(
-        nodes
-            .iter()
-            .map(|node| call_retrying("watch", node, || client.check_and_watch_stat(node))),
-    )
-    .await;
-    let mut watches = Vec::new();
-    for (i, watched) in set.into_iter().enumerate() {
-        match watched? {
-            (None, _) => return Ok(Some((i, EventType::NodeDeleted))),
-            (Some(_), watcher) => watches.push(Box::pin(async move {
-                let event = watcher.changed().await;
-                (i, event.event_type)
-            })),
-        }
-    }
-    if watches.is_empty() {
+    if nodes.is_empty() {
         // Nothing to watch (no node known): a short pause, not a busy loop.
         tokio::time::sleep(limit.min(std::time::Duration::from_millis(100))).await;
         return Ok(None);
     }
-    let any = futures::future::select_all(watches);
-    Ok(tokio::time::timeout(limit, any)
+    // Every watch is set in the same round trip; a node already gone ends the wait at once.
+    let mut watching: Vec<Option<PredecessorWatch>> = nodes.iter().map(|_| None).collect();
+    if let Some(&i) = watch_predecessors(client, nodes, &mut watching)
+        .await?
+        .first()
+    {
+        return Ok(Some(i));
+    }
+    Ok(tokio::time::timeout(limit, next_fired(&mut watching))
         .await
         .ok()
-        .map(|(woken, _, _)| woken))
+        .map(|(i, _)| i))
 }
 
 #[cfg(test)]
