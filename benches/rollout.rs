@@ -21,8 +21,10 @@
 //! `BENCH_ROLLOUT=hundred` runs only them). `BENCH_KEEP=DIR` copies each 100-agent round's
 //! script times (`times-K-vN`, after a line `bump <time>`), each 10 × 5 round's
 //! (`times-10x5-vN`) and each one-host bump's (`times-one-vN`) into DIR, for a closer look;
-//! `BENCH_K=25` (a list) runs only those values of K; `BENCH_REPEAT=N` runs the 25 % round
-//! N times (K unchanged after the first).
+//! `BENCH_K=25` (a list) runs only those values of K, the fleet starting at the first of
+//! them (no 50 s first rollout at K = 1 unless K = 1 is asked for); `BENCH_REPEAT=N` runs the
+//! 25 % round N times (K unchanged after the first). Each 100-agent round also prints the
+//! server's requests and CPU and the agents' CPU, read 0.3 s after the round's end.
 //! `ZKD_BENCH_BIN=PATH` runs that binary as the agents instead of the one cargo built (a
 //! copy: to compare two builds under the same conditions).
 //! `BENCH_LOG=FILTER` sets the agents' `ZKDEPLOYMENT_LOG` (`info` otherwise; with
@@ -56,7 +58,7 @@ struct Agent {
     dir: tempfile::TempDir,
     /// Where its log goes.
     log: PathBuf,
-    _child: tokio::process::Child,
+    child: tokio::process::Child,
 }
 
 impl Agent {
@@ -149,7 +151,7 @@ fn start_agent(conn: &str, id: &str, times: &Path, sleep: f64) -> Agent {
     Agent {
         dir,
         log: log_path,
-        _child: child,
+        child,
     }
 }
 
@@ -484,32 +486,49 @@ fn server_load() -> (Option<i64>, Option<f64>) {
     let address = support::zk_address();
     let port: Option<u16> = address.rsplit(':').next().and_then(|p| p.parse().ok());
     let packets = port.map(support::packets_received);
+    let cpu = support::shared_server_pid().and_then(process_cpu);
+    (packets, cpu)
+}
+
+/// A process's own CPU time in ms (`/proc/PID/stat`).
+fn process_cpu(pid: u32) -> Option<f64> {
     let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
         .unwrap_or(100) as f64;
-    let cpu = support::shared_server_pid()
-        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
-        .and_then(|stat| {
-            let after = stat
-                .rsplit(')')
-                .next()?
-                .split_whitespace()
-                .collect::<Vec<_>>();
-            let utime: f64 = after.get(11)?.parse().ok()?;
-            let stime: f64 = after.get(12)?.parse().ok()?;
-            Some((utime + stime) * 1000.0 / ticks)
-        });
-    (packets, cpu)
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat
+        .rsplit(')')
+        .next()?
+        .split_whitespace()
+        .collect::<Vec<_>>();
+    let field = |i: usize| after.get(i).and_then(|v| v.parse::<f64>().ok());
+    Some((field(11)? + field(12)?) * 1000.0 / ticks)
+}
+
+/// How long a round's loads are read after its end (and before the next bump).
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// The agents' CPU time in ms (their own; their commands' are not counted: a child's time
+/// reaches its parent's count only once reaped, which made that figure erratic).
+fn agents_cpu(agents: &[Agent]) -> f64 {
+    agents
+        .iter()
+        .filter_map(|a| a.child.id())
+        .filter_map(process_cpu)
+        .sum()
+}
+
+/// Prints the agents' side of a round, from [`agents_cpu`] before and after it.
+fn print_agents_load(label: &str, before: f64, after: f64) {
+    eprintln!(
+        "    ({label}the agents used {:.0} ms of CPU)",
+        after - before
+    );
 }
 
 /// 100 agents × 1 node, scripts sleeping 0.5 s, for each K.
 async fn hundred_by_one() {
-    let (client, agents, ids, times, _keep) = fleet("bench-rollout-100", 100, 0.5, 1, "").await;
-    all_done(&agents, "v1", Duration::from_secs(300)).await;
-    println!("100 agents x 1 node, 0.5 s scripts:");
-    println!("  | max-parallel | K | rollout | bound | ratio | hand-off median |");
-    println!("  |---|---|---|---|---|---|");
     // `BENCH_REPEAT=N` runs the 25 % round N times (the later ones with K unchanged).
     let repeat: usize = std::env::var("BENCH_REPEAT")
         .ok()
@@ -520,19 +539,39 @@ async fn hundred_by_one() {
         ("max-parallel = '25%'", 25),
         repeat.max(1),
     ));
+    // `BENCH_K=10,25` runs only those rounds.
+    let wanted = |k: usize| {
+        std::env::var("BENCH_K").map_or(true, |only| {
+            only.split(',').any(|s| s.trim() == k.to_string())
+        })
+    };
+    // The fleet starts at the first round's K (its semaphore made, as in the full run's
+    // rounds after the first), so that a run without K = 1 needs no 50 s first rollout.
+    let first = rounds
+        .iter()
+        .find(|(_, k)| wanted(*k))
+        .map_or("", |(prop, _)| *prop);
+    let (client, agents, ids, times, _keep) = fleet("bench-rollout-100", 100, 0.5, 1, first).await;
+    all_done(&agents, "v1", Duration::from_secs(300)).await;
+    println!("100 agents x 1 node, 0.5 s scripts:");
+    println!("  | max-parallel | K | rollout | bound | ratio | hand-off median |");
+    println!("  |---|---|---|---|---|---|");
     for (round, (prop, k)) in rounds.into_iter().enumerate() {
-        // `BENCH_K=10,25` runs only those rounds.
-        if let Ok(only) = std::env::var("BENCH_K") {
-            if !only.split(',').any(|s| s.trim() == k.to_string()) {
-                continue;
-            }
+        if !wanted(k) {
+            continue;
         }
         let v = format!("v{}", round + 2);
         import(&client, &tree(1, &ids, prop)).await;
+        // The loads are read once the agents have settled: a pass goes on a little after
+        // its `done` (the report's durable write, the metrics), and that belongs to its round.
+        tokio::time::sleep(SETTLE).await;
         let before = server_load();
+        let agents_before = agents_cpu(&agents);
         let at = bump(&client, &v).await;
         let done = all_done(&agents, &v, Duration::from_secs(300)).await;
+        tokio::time::sleep(SETTLE).await;
         let after = server_load();
+        let agents_after = agents_cpu(&agents);
         let total = done - at;
         let bound = 100.0 / k as f64 * 0.5;
         let rs = runs(&times, at);
@@ -570,6 +609,7 @@ async fn hundred_by_one() {
         );
         // The server's side of the round (the bump's index generation included).
         print_server_load(&format!("K = {k}: "), before, after, 100);
+        print_agents_load(&format!("K = {k}: "), agents_before, agents_after);
     }
 }
 

@@ -303,11 +303,21 @@ struct Lines {
 }
 
 impl Lines {
-    /// Reads what the file holds now, at most `limit` bytes, and emits complete lines.
+    /// Reads what the file holds now, at most `limit` bytes, and emits complete lines. The
+    /// buffer is sized to what is there (most commands write a few lines, or nothing by a
+    /// poll: a 64 KiB buffer zeroed for each read cost the agent page faults at every pass).
     fn read(&mut self, file: &mut std::fs::File, emit: &mut impl FnMut(String), limit: u64) {
-        use std::io::Read;
-        let mut buf = vec![0u8; CHUNK];
-        let mut left = limit;
+        use std::io::{Read, Seek};
+        let there = file
+            .metadata()
+            .ok()
+            .zip(file.stream_position().ok())
+            .map_or(limit, |(meta, at)| meta.len().saturating_sub(at));
+        let mut left = limit.min(there);
+        if left == 0 {
+            return;
+        }
+        let mut buf = vec![0u8; usize::try_from(left).unwrap_or(CHUNK).min(CHUNK)];
         while left > 0 {
             let want = usize::try_from(left).unwrap_or(CHUNK).min(CHUNK);
             let n = match file.read(&mut buf[..want]) {

@@ -672,7 +672,7 @@ async fn create_listing(
         }),
         // The lock node usually exists: it is made only when missing.
         Err(e) if e.is_no_node() => {
-            ensure_node(client, path).await?;
+            make_missing_node(client, path).await?;
             Ok(Created {
                 node: create_contender(client, path, identifier, extra.baton).await?,
                 found: None,
@@ -1359,6 +1359,29 @@ pub async fn ensure_node(client: &Client, path: &str) -> Result<(), ZkError> {
             source: zookeeper_client::Error::NodeExists,
             ..
         }) => Ok(()),
+        other => other,
+    }
+}
+
+/// Creates a persistent (empty) node, and its ancestors, that a request just found missing:
+/// [`ensure_node`] without its first look (one round trip fewer when only the node is
+/// missing). One made meanwhile by another process is fine; a create refused for want of
+/// permission is looked at again, as [`ensure_node`] would have.
+pub async fn make_missing_node(client: &Client, path: &str) -> Result<(), ZkError> {
+    match call("create", path, client.mkdir(path, &open_persistent())).await {
+        Err(ZkError::Op {
+            source: zookeeper_client::Error::NodeExists,
+            ..
+        }) => Ok(()),
+        Err(
+            e @ ZkError::Op {
+                source: zookeeper_client::Error::NoAuth,
+                ..
+            },
+        ) => match call_retrying("stat", path, || client.check_stat(path)).await? {
+            Some(_) => Ok(()),
+            None => Err(e),
+        },
         other => other,
     }
 }

@@ -64,7 +64,7 @@ use zookeeper_client::{Acls, CreateMode, EventType, OneshotWatcher};
 
 use super::lock::{
     acquire_queued, acquire_queued_checking_after, delete_own, ensure_node, listed_beside,
-    sequence_of, takes_batons, Extra, Held, Passed,
+    make_missing_node, sequence_of, takes_batons, Extra, Held, Passed,
 };
 use super::{
     call, call_retrying, join, list_or_empty, open_persistent, Client, ZkError, LOSS_RETRIES,
@@ -679,18 +679,25 @@ const GIVE_BACK_PAUSE: Duration = Duration::from_millis(100);
 
 /// Creates the semaphore node (and its parent) holding `wanted`; gives its data version.
 async fn create_semaphore(client: &Client, path: &str, wanted: &str) -> Result<i32, ZkError> {
-    if let Some((parent, _)) = path.rsplit_once('/') {
-        if !parent.is_empty() {
-            ensure_node(client, parent).await?;
-        }
-    }
-    match call(
-        "create",
-        path,
-        client.create(path, wanted.as_bytes(), &open_persistent()),
-    )
-    .await
-    {
+    let create = || {
+        call(
+            "create",
+            path,
+            client.create(path, wanted.as_bytes(), &open_persistent()),
+        )
+    };
+    // The parent usually exists: it is made only when missing.
+    let created = match create().await {
+        Err(e) if e.is_no_node() => match path.rsplit_once('/') {
+            Some((parent, _)) if !parent.is_empty() => {
+                make_missing_node(client, parent).await?;
+                create().await
+            }
+            _ => Err(e),
+        },
+        other => other,
+    };
+    match created {
         Ok((stat, _)) => Ok(stat.version),
         Err(e) if e.is_connection_loss() || e.is_node_exists() => {
             call_retrying("set", path, || {
@@ -974,7 +981,7 @@ async fn create_lease(
             }
             // The records' node is missing (the first record of this semaphore).
             Err(e) if e.is_no_node() && record.is_some() && !records_made => {
-                ensure_node(client, &records).await?;
+                make_missing_node(client, &records).await?;
                 records_made = true;
                 continue;
             }

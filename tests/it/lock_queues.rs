@@ -453,3 +453,44 @@ async fn a_change_in_one_queue_sets_no_watch_again_in_the_others() {
     assert_eq!(queue(&holder, y).await, ["hy"]);
     assert_eq!(queue(&holder, z).await, ["hz"]);
 }
+
+/// A lock node found missing is made in one create, its missing ancestors too; one made
+/// meanwhile by another is fine. Under a parent that lets nobody create (least privilege),
+/// the refused create is looked at again: a node there is found, a missing one is the
+/// refusal.
+#[tokio::test]
+async fn a_missing_node_is_made_at_once_and_an_existing_one_under_a_closed_parent_is_found() {
+    use zkdeployment::zk::lock::make_missing_node;
+    let conn = support::chroot("make-missing").await;
+    let client = support::connect(&conn).await;
+    make_missing_node(&client, "/a/b/c").await.unwrap();
+    assert!(client.check_stat("/a/b/c").await.unwrap().is_some());
+    make_missing_node(&client, "/a/b/c").await.unwrap();
+    // Only the node missing: one request (no look before the create).
+    let session = client.session_id();
+    let before = received_settled(session).await;
+    make_missing_node(&client, "/a/b/d").await.unwrap();
+    let after = received_settled(session).await;
+    assert_eq!(after - before, 1, "requests to make /a/b/d");
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    client.create("/closed", b"", &open).await.unwrap();
+    client.create("/closed/there", b"", &open).await.unwrap();
+    client
+        .set_acl("/closed", &Acls::anyone_read(), None)
+        .await
+        .unwrap();
+    make_missing_node(&client, "/closed/there").await.unwrap();
+    let refused = make_missing_node(&client, "/closed/missing")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            zkdeployment::zk::ZkError::Op {
+                source: zookeeper_client::Error::NoAuth,
+                ..
+            }
+        ),
+        "{refused}"
+    );
+}
