@@ -509,14 +509,27 @@ fn process_cpu(pid: u32) -> Option<f64> {
 /// How long a round's loads are read after its end (and before the next bump).
 const SETTLE: Duration = Duration::from_millis(300);
 
-/// The agents' CPU time in ms (their own; their commands' are not counted: a child's time
-/// reaches its parent's count only once reaped, which made that figure erratic).
+/// The agents' CPU time in ms: their own (their commands' are not counted: a child's time
+/// reaches its parent's count only once reaped), summed over their threads' scheduler
+/// statistics (`/proc/PID/task/*/schedstat`, in ns). `/proc/PID/stat` counts whole clock
+/// ticks, charged to whoever runs at each: for 100 agents running 2–3 ms each in a round,
+/// that sum varied by ±100 ms from one round to the next.
 fn agents_cpu(agents: &[Agent]) -> f64 {
+    let threads_ns = |pid: u32| -> u64 {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+            .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    };
     agents
         .iter()
         .filter_map(|a| a.child.id())
-        .filter_map(process_cpu)
-        .sum()
+        .map(threads_ns)
+        .sum::<u64>() as f64
+        / 1e6
 }
 
 /// Prints the agents' side of a round, from [`agents_cpu`] before and after it.
