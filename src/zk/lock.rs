@@ -1354,19 +1354,13 @@ pub async fn ensure_node(client: &Client, path: &str) -> Result<(), ZkError> {
     {
         return Ok(());
     }
-    match call("create", path, client.mkdir(path, &open_persistent())).await {
-        Err(ZkError::Op {
-            source: zookeeper_client::Error::NodeExists,
-            ..
-        }) => Ok(()),
-        other => other,
-    }
+    make_missing_node(client, path).await
 }
 
 /// Creates a persistent (empty) node, and its ancestors, that a request just found missing:
 /// [`ensure_node`] without its first look (one round trip fewer when only the node is
 /// missing). One made meanwhile by another process is fine; a create refused for want of
-/// permission is looked at again, as [`ensure_node`] would have.
+/// permission is looked at again (a node there, made by another, is fine too).
 pub async fn make_missing_node(client: &Client, path: &str) -> Result<(), ZkError> {
     match call("create", path, client.mkdir(path, &open_persistent())).await {
         Err(ZkError::Op {
