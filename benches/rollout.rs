@@ -22,7 +22,9 @@
 //! script times (`times-K-vN`, after a line `bump <time>`), each 10 × 5 round's
 //! (`times-10x5-vN`) and each one-host bump's (`times-one-vN`) into DIR, for a closer look;
 //! `BENCH_K=25` (a list) runs only those values of K, the fleet starting at the first of
-//! them (no 50 s first rollout at K = 1 unless K = 1 is asked for); `BENCH_REPEAT=N` runs the
+//! them (no 50 s first rollout at K = 1 unless K = 1 is asked for; so its first round is a
+//! repeat, `max_leases` unchanged, unlike the full run's 25 % round, which follows K = 10
+//! and rewrites it); `BENCH_REPEAT=N` runs the
 //! 25 % round N times (K unchanged after the first). Each 100-agent round also prints the
 //! server's requests and CPU and the agents' CPU, read 0.3 s after the round's end.
 //! `ZKD_BENCH_BIN=PATH` runs that binary as the agents instead of the one cargo built (a
@@ -514,30 +516,32 @@ const SETTLE: Duration = Duration::from_millis(300);
 /// statistics (`/proc/PID/task/*/schedstat`, in ns). `/proc/PID/stat` counts whole clock
 /// ticks, charged to whoever runs at each: for 100 agents running 2–3 ms each in a round,
 /// that sum varied by ±100 ms from one round to the next.
-fn agents_cpu(agents: &[Agent]) -> f64 {
-    let threads_ns = |pid: u32| -> u64 {
-        std::fs::read_dir(format!("/proc/{pid}/task"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
-            .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
-            .sum()
+/// `None` where the kernel keeps no scheduler statistics. (A thread that ends between two
+/// readings takes its time out of the sum: the agent's threads live as long as it does.)
+fn agents_cpu(agents: &[Agent]) -> Option<f64> {
+    let threads_ns = |pid: u32| -> Option<u64> {
+        let mut sum = 0;
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+            let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+            sum += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+        Some(sum)
     };
-    agents
-        .iter()
-        .filter_map(|a| a.child.id())
-        .map(threads_ns)
-        .sum::<u64>() as f64
-        / 1e6
+    let mut total = 0;
+    for pid in agents.iter().filter_map(|a| a.child.id()) {
+        total += threads_ns(pid)?;
+    }
+    Some(total as f64 / 1e6)
 }
 
-/// Prints the agents' side of a round, from [`agents_cpu`] before and after it.
-fn print_agents_load(label: &str, before: f64, after: f64) {
-    eprintln!(
-        "    ({label}the agents used {:.0} ms of CPU)",
-        after - before
-    );
+/// Prints the agents' side of a round, from [`agents_cpu`] before and after it, when known.
+fn print_agents_load(label: &str, before: Option<f64>, after: Option<f64>) {
+    if let (Some(before), Some(after)) = (before, after) {
+        eprintln!(
+            "    ({label}the agents used {:.0} ms of CPU)",
+            after - before
+        );
+    }
 }
 
 /// 100 agents × 1 node, scripts sleeping 0.5 s, for each K.

@@ -1362,11 +1362,8 @@ pub async fn ensure_node(client: &Client, path: &str) -> Result<(), ZkError> {
 /// missing). One made meanwhile by another process is fine; a create refused for want of
 /// permission is looked at again (a node there, made by another, is fine too).
 pub async fn make_missing_node(client: &Client, path: &str) -> Result<(), ZkError> {
+    // `mkdir` counts a node already there as made.
     match call("create", path, client.mkdir(path, &open_persistent())).await {
-        Err(ZkError::Op {
-            source: zookeeper_client::Error::NodeExists,
-            ..
-        }) => Ok(()),
         Err(
             e @ ZkError::Op {
                 source: zookeeper_client::Error::NoAuth,
