@@ -310,13 +310,10 @@ pub async fn first_contender(
         Err(e) if e.is_no_node() => return Ok(None),
         Err(e) => return Err(e),
     };
-    let Some((sequence, name)) = names
-        .into_iter()
-        .filter_map(|n| sequence_of(&n).map(|s| (s, n)))
-        .min()
-    else {
+    let Some((sequence, name)) = first_of(&names) else {
         return Ok(None);
     };
+    let name = name.clone();
     let full = join(path, &name);
     match call_retrying("get", &full, || client.get_data(&full)).await {
         Ok((data, stat)) => Ok(Some((
@@ -438,7 +435,7 @@ pub async fn try_lock_beside(
         }
         // Busy: the first contender read and ours deleted in one round trip (two fewer
         // than listing again, then reading, then deleting).
-        let Some((sequence, first)) = first_of(&found.names) else {
+        let Some((sequence, first)) = first_of(&found.names).map(|(s, n)| (s, n.clone())) else {
             break (node, Some(found.names));
         };
         let full = join(path, &first);
@@ -1243,11 +1240,7 @@ async fn leave_queues(
 /// Whether the contender `node` (a full path) has the lowest sequence among `names`.
 fn is_first(names: &[String], node: &str) -> bool {
     let name = node.rsplit('/').next().unwrap_or_default();
-    names
-        .iter()
-        .filter_map(|n| sequence_of(n).map(|s| (s, n)))
-        .min()
-        .is_some_and(|(_, n)| n == name)
+    first_of(names).is_some_and(|(_, n)| n == name)
 }
 
 /// Whether our contender `node` holds the lock. Only the first contender is read, whatever
@@ -1283,13 +1276,10 @@ async fn decide(
                 beside_watch: None,
             }));
         }
-        let Some((sequence, lowest)) = names
-            .into_iter()
-            .filter_map(|n| sequence_of(&n).map(|s| (s, n)))
-            .min()
-        else {
+        let Some((sequence, lowest)) = first_of(&names) else {
             break;
         };
+        let lowest = lowest.clone();
         let full = join(path, &lowest);
         let (data, stat) = match call_retrying("get", &full, || client.get_data(&full)).await {
             Ok(read) => read,
@@ -1327,10 +1317,10 @@ fn unknown() -> Contender {
 }
 
 /// The first contender of `names` (the lowest sequence) and its sequence.
-fn first_of(names: &[String]) -> Option<(i64, String)> {
+fn first_of(names: &[String]) -> Option<(i64, &String)> {
     names
         .iter()
-        .filter_map(|n| sequence_of(n).map(|s| (s, n.clone())))
+        .filter_map(|n| sequence_of(n).map(|s| (s, n)))
         .min()
 }
 
