@@ -38,16 +38,8 @@ async fn agent(conn: &str, id: &str, dir: &Path) -> Agent {
 
 /// Requests the server received from the session `sid` so far (`cons`).
 fn received(port: u16, sid: i64) -> i64 {
-    let cons = support::four_letter(port, "cons");
-    let sid = format!("sid=0x{sid:x},");
-    let line = cons
-        .lines()
-        .find(|l| l.contains(&sid))
-        .unwrap_or_else(|| panic!("no {sid} in cons:\n{cons}"));
-    line.split(['(', ','])
-        .find_map(|f| f.strip_prefix("recved="))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no recved in {line}"))
+    support::session_received(port, sid)
+        .unwrap_or_else(|| panic!("no session 0x{sid:x} with a request count in cons"))
 }
 
 /// The host node's properties and data version.

@@ -366,8 +366,8 @@ async fn a_waiter_removes_a_leftover_of_its_own_session_just_before_it() {
     mine.release(&me).await.unwrap();
 }
 
-/// The packets the server has received on the session `session` (its connection's `recved`
-/// in `cons`), or `None` when `cons` does not list it.
+/// The requests the server has received on the session `session` (`cons`), or `None` when
+/// `cons` does not list it.
 fn received_on(session: zookeeper_client::SessionId) -> Option<i64> {
     let address = support::zk_address();
     let port: u16 = address
@@ -377,11 +377,7 @@ fn received_on(session: zookeeper_client::SessionId) -> Option<i64> {
         .next()?
         .parse()
         .ok()?;
-    let cons = support::four_letter(port, "cons");
-    let sid = format!("sid={session}");
-    let line = cons.lines().find(|l| l.contains(&sid))?;
-    let recved = line.split("recved=").nth(1)?;
-    recved.split(',').next()?.parse().ok()
+    support::session_received(port, session.0)
 }
 
 /// The session's received packets once they have not changed for 300 ms (bounded).

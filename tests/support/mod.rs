@@ -291,6 +291,18 @@ pub fn packets_received(port: u16) -> i64 {
         .unwrap_or_else(|| panic!("no zk_packets_received in mntr:\n{mntr}"))
 }
 
+/// The requests the server has received from session `sid` so far (its connection's
+/// `recved` in `cons`), or `None` when `cons` does not list it.
+#[allow(dead_code)] // not every test binary counts requests
+pub fn session_received(port: u16, sid: i64) -> Option<i64> {
+    let cons = four_letter(port, "cons");
+    let sid = format!("sid=0x{sid:x},");
+    let line = cons.lines().find(|l| l.contains(&sid))?;
+    line.split(['(', ','])
+        .find_map(|f| f.strip_prefix("recved="))
+        .and_then(|n| n.parse().ok())
+}
+
 fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
