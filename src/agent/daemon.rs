@@ -113,14 +113,16 @@ const SAVED_TUNABLES: &str = "ZKDEPLOYMENT_SAVED_GLIBC_TUNABLES";
 /// without). glibc reads the setting (`GLIBC_TUNABLES`) only when a program starts, so the
 /// first call sets it and executes the same binary again, with the same arguments and process
 /// id; the second call restores `GLIBC_TUNABLES` as it was, so deploy scripts and yum never
-/// see it. A setting already in `GLIBC_TUNABLES` is kept; if the exec fails the agent goes on
-/// as it is. Call it first thing, before any thread exists.
+/// see it, and gives the process its name back ([`name_after_exec`]). A setting already in
+/// `GLIBC_TUNABLES` is kept; if the exec fails the agent goes on as it is. Call it first
+/// thing, before any thread exists.
 pub fn without_malloc_cache() {
     if !cfg!(all(target_os = "linux", target_env = "gnu")) {
         return;
     }
     // SAFETY (every environment change here): called at start-up, before any other thread.
     if let Some(saved) = std::env::var_os(SAVED_TUNABLES) {
+        name_after_exec();
         let saved = saved.to_string_lossy().into_owned();
         unsafe {
             match saved.strip_prefix('=') {
@@ -161,6 +163,30 @@ pub fn without_malloc_cache() {
             None => std::env::remove_var("GLIBC_TUNABLES"),
         }
         std::env::remove_var(SAVED_TUNABLES);
+    }
+}
+
+/// Gives the process the name of its program file again: executed as `/proc/self/exe`, it
+/// is named `exe` by the kernel, and `ps -C zkdeployment`, `pgrep -x`, `top` and Nagios'
+/// `check_procs -C` would not find the agent. The name is the file name of the program
+/// (` (deleted)` left out, when the binary was replaced since it started), as the kernel
+/// gives it at an exec, cut to its 15 bytes; unchanged if that cannot be read.
+fn name_after_exec() {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(program) = std::fs::read_link("/proc/self/exe") else {
+        return;
+    };
+    let Some(file) = program.file_name() else {
+        return;
+    };
+    let file = file.as_bytes();
+    let file = file.strip_suffix(b" (deleted)").unwrap_or(file);
+    // A file name holds no NUL byte: this is the string the kernel reads.
+    let mut name: Vec<u8> = file.iter().copied().take(15).collect();
+    name.push(0);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes, which `name` is.
+    unsafe {
+        nix::libc::prctl(nix::libc::PR_SET_NAME, name.as_ptr());
     }
 }
 

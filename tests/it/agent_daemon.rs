@@ -272,8 +272,9 @@ async fn after_a_failure_the_agent_waits_for_a_resume() {
 }
 
 /// The agent runs with glibc's per-thread malloc cache off (`GLIBC_TUNABLES`, set by executing
-/// itself again at start-up, same process id), so the memory of a pass goes back to the
-/// system; its deploy scripts get the environment as it was, `GLIBC_TUNABLES` included.
+/// itself again at start-up, same process id, same process name), so the memory of a pass
+/// goes back to the system; its deploy scripts get the environment as it was,
+/// `GLIBC_TUNABLES` included.
 #[tokio::test]
 async fn the_agent_runs_without_the_malloc_cache_and_its_scripts_do_not_see_it() {
     let h = TestHost::fake("daemon-tunables").await;
@@ -298,6 +299,9 @@ async fn the_agent_runs_without_the_malloc_cache_and_its_scripts_do_not_see_it()
         seen.contains("\nZKDEPLOYMENT_SAVED_GLIBC_TUNABLES=\n"),
         "{seen}"
     );
+    // Named after its program again, not `exe` (the file the second start executed).
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", agent.pid())).unwrap();
+    assert_eq!(comm, "zkdeployment\n");
     let script_env = std::fs::read_to_string(&env_file).unwrap();
     assert!(script_env.contains("ZKDEPLOYMENT_VERSION"), "{script_env}");
     assert!(!script_env.contains("TUNABLES"), "{script_env}");
