@@ -750,6 +750,10 @@ fn script_start_and_end(agent: &Agent, times: &Path) -> (Vec<f64>, Vec<f64>) {
 }
 
 fn main() {
+    // Dirty pages left by a build just before (the bench's own, often) are written back now,
+    // not amid the first rounds' measurements.
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { nix::libc::sync() };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
