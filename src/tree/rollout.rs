@@ -98,7 +98,7 @@ pub fn parse(
             property: MAX_PARALLEL,
             path: path.to_string(),
             value: repr(&v),
-            expected: "an integer >= 1, or a string 'P%' with P from 1 to 100",
+            expected: "an integer from 1 to 1000000, or a string 'P%' with P from 1 to 100",
         })?;
     }
     if let Some(v) = lookup(CANARY) {
@@ -106,7 +106,7 @@ pub fn parse(
             property: CANARY,
             path: path.to_string(),
             value: repr(&v),
-            expected: "an integer >= 0",
+            expected: "an integer from 0 to 1000000",
         })?;
     }
     if let Some(v) = lookup(HEALTH_DEADLINE) {
@@ -216,8 +216,15 @@ mod tests {
         }
         assert_eq!(
             with(MAX_PARALLEL, json!("150%")).unwrap_err().to_string(),
-            "Invalid max-parallel for /a: '150%' (an integer >= 1, or a string 'P%' with P from 1 to 100)"
+            "Invalid max-parallel for /a: '150%' (an integer from 1 to 1000000, or a string 'P%' with P from 1 to 100)"
         );
+        // Above the largest count: the message says where the range ends.
+        assert_eq!(
+            with(CANARY, json!(MAX_COUNT + 1)).unwrap_err().to_string(),
+            "Invalid canary for /a: 1000001 (an integer from 0 to 1000000)"
+        );
+        assert!(with(MAX_PARALLEL, json!(MAX_COUNT)).is_ok());
+        assert!(with(MAX_PARALLEL, json!(MAX_COUNT + 1)).is_err());
     }
 
     #[test]
