@@ -350,6 +350,18 @@ fn check_verdicts(
                     .unknown_example
                     .get_or_insert_with(|| format!("a check took {:.1} s", verdict.elapsed));
             }
+            // The run (a health check, which waits 1 s at most for its answer) ended before
+            // the oracle's reads did: what they saw may be its agent's next step.
+            _ if run.end.is_some_and(|end| verdict.at > end) => {
+                counts.unknown += 1;
+                counts.unknown_example.get_or_insert_with(|| {
+                    format!(
+                        "{} was checked {:.2} s after it ended",
+                        run.id,
+                        verdict.at - run.end.unwrap_or(0.0)
+                    )
+                });
+            }
             Check::Ok => {}
             Check::Unknown(why) => {
                 counts.unknown += 1;

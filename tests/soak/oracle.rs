@@ -54,6 +54,10 @@ pub struct Verdict {
     pub check: Check,
     /// How long the check took, in seconds (from the script's connection to the verdict).
     pub elapsed: f64,
+    /// When the verdict was known (Unix time, seconds): after its reads. A health check
+    /// waits 1 s at most for the answer, so it may have ended before that, and its agent may
+    /// hold the lock for its next step by then; such a check proves nothing (`checker.rs`).
+    pub at: f64,
     /// What the run held when the check passed: `lock`, `lease`, `role` (empty otherwise).
     pub held: &'static str,
 }
@@ -80,6 +84,9 @@ pub async fn serve(listener: TcpListener, zk: Arc<Zk>, out: Arc<Mutex<Vec<Verdic
             }
             let mut verdict = check(&zk, line.trim()).await;
             verdict.elapsed = started.elapsed().as_secs_f64();
+            verdict.at = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
             out.lock().unwrap().push(verdict);
             let _ = write.write_all(b"ok\n").await;
         });
@@ -127,6 +134,7 @@ async fn check(zk: &Zk, line: &str) -> Verdict {
         id,
         check,
         elapsed: 0.0,
+        at: 0.0,
         held,
     }
 }
