@@ -113,7 +113,7 @@ const SAVED_TUNABLES: &str = "ZKDEPLOYMENT_SAVED_GLIBC_TUNABLES";
 /// without). glibc reads the setting (`GLIBC_TUNABLES`) only when a program starts, so the
 /// first call sets it and executes the same binary again, with the same arguments and process
 /// id; the second call restores `GLIBC_TUNABLES` as it was, so deploy scripts and yum never
-/// see it, and gives the process its name back ([`name_after_exec`]). A setting already in
+/// see it, and gives the process its name back (`name_after_exec`). A setting already in
 /// `GLIBC_TUNABLES` is kept; if the exec fails the agent goes on as it is. Call it first
 /// thing, before any thread exists.
 pub fn without_malloc_cache() {
