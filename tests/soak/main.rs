@@ -285,22 +285,27 @@ fn halt_lines(world: &World) -> Vec<String> {
 }
 
 /// After the faults: every server up, every agent running; halts are resumed (by the
-/// operator) and the last commit synced until every host is at it. False (and a violation)
+/// operator) and the last commit synced until every host is at it, with its host node
+/// registered by the agent now running (the status file outlives an agent). False (and a violation)
 /// if that takes longer than [`CONVERGE_LIMIT`].
 async fn converge(world: &Arc<World>) -> bool {
     let w = world.clone();
     let _ = tokio::task::spawn_blocking(move || w.ensemble.lock().unwrap().start_stopped()).await;
-    for (i, slot) in world.slots.iter().enumerate() {
+    for slot in &world.slots {
         for p in &slot.proxies {
             p.restore();
-        }
-        if !world.check_alive(i).await {
-            world.start_agent(i).await;
         }
     }
     let deadline = Instant::now() + CONVERGE_LIMIT;
     let mut last_sync = Instant::now() - Duration::from_secs(10);
     loop {
+        // An agent that exits 1 (its start-up met a predecessor's session, say) is started
+        // again, as systemd does (`Restart=on-failure`).
+        for i in 0..world.slots.len() {
+            if !world.check_alive(i).await {
+                world.start_agent(i).await;
+            }
+        }
         let (last, _) = world.last_commit();
         let version = world
             .zk
@@ -323,6 +328,11 @@ async fn converge(world: &Arc<World>) -> bool {
                     let at = fields.len() == 4 && fields[2] == last && fields[3] == "done";
                     if !at {
                         behind.push(format!("{}: {}", slot.host.id, status.trim()));
+                    } else if let Some(why) = not_registered(world, slot).await {
+                        // The status file is the host's, kept across its agents: a new
+                        // agent waiting for its killed predecessor's session to end has
+                        // not written it yet.
+                        behind.push(why);
                     }
                 }
                 if behind.is_empty() {
@@ -348,6 +358,20 @@ async fn converge(world: &Arc<World>) -> bool {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// Why the host node of `slot` is not its running agent's (`None`: it is): the node names
+/// the pid of the agent that registered it.
+async fn not_registered(world: &World, slot: &world::Slot) -> Option<String> {
+    let node = props(world, &format!("/hosts/{}", slot.host.id)).await;
+    let pid = slot.agent.lock().await.as_ref().and_then(|a| a.child.id());
+    let named = node.get("pid").and_then(Value::as_u64);
+    (named != pid.map(u64::from)).then(|| {
+        format!(
+            "{}: /hosts/{} names pid {named:?}, the agent is {pid:?}",
+            slot.host.id, slot.host.id
+        )
+    })
 }
 
 /// What a fleet that does not converge is doing: every host's status and the role lock's
@@ -409,14 +433,8 @@ async fn final_state(world: &World) {
         world.violation(format!("host nodes {hosts:?}, agents {want:?}"));
     }
     for slot in &world.slots {
-        let node = props(world, &format!("/hosts/{}", slot.host.id)).await;
-        let pid = slot.agent.lock().await.as_ref().and_then(|a| a.child.id());
-        if node.get("pid").and_then(Value::as_u64) != pid.map(u64::from) {
-            world.violation(format!(
-                "/hosts/{} names pid {:?}, the agent is {pid:?}",
-                slot.host.id,
-                node.get("pid")
-            ));
+        if let Some(why) = not_registered(world, slot).await {
+            world.violation(why);
         }
     }
     let deployed: BTreeSet<String> = world
