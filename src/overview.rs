@@ -385,20 +385,10 @@ impl Overview {
         out.push('\n');
         let halt = self.halt.as_object();
         if let Some(h) = halt {
-            let field = |k: &str| h.get(k).map(|v| one_line(&py_str(v))).unwrap_or_default();
-            let ago = h
-                .get("time")
-                .and_then(Value::as_f64)
-                .map(|t| format!(" {} ago", duration(crate::files::now() - t)))
-                .unwrap_or_default();
-            out.push_str(&fit(&format!(
-                "halted{ago} by {} ({}) deploying {}:",
-                field("name"),
-                field("host"),
-                field("version")
-            )));
+            let (who, error) = describe_halt(h);
+            out.push_str(&fit(&format!("{who}:")));
             out.push('\n');
-            out.push_str(&fit(&format!("  {}", field("error"))));
+            out.push_str(&fit(&format!("  {error}")));
             out.push('\n');
         } else if self.version.is_null() {
             out.push_str("halted (no halt record)\n");
@@ -495,6 +485,26 @@ impl Overview {
         }
         out
     }
+}
+
+/// A halt record (`{host, name, version, error, time}`) in words: `halted 5m ago by NAME
+/// (HOST) deploying VERSION`, and its error, each on one line.
+pub fn describe_halt(h: &serde_json::Map<String, Value>) -> (String, String) {
+    let field = |k: &str| h.get(k).map(|v| one_line(&py_str(v))).unwrap_or_default();
+    let ago = h
+        .get("time")
+        .and_then(Value::as_f64)
+        .map(|t| format!(" {} ago", duration(crate::files::now() - t)))
+        .unwrap_or_default();
+    (
+        format!(
+            "halted{ago} by {} ({}) deploying {}",
+            field("name"),
+            field("host"),
+            field("version")
+        ),
+        field("error"),
+    )
 }
 
 /// The width the text view fits in.

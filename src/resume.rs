@@ -33,8 +33,20 @@ pub fn parse_version(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
 }
 
-/// Resumes; returns the version set. `Some(null)` is refused ([`ResumeError::NullVersion`]).
-pub async fn resume(client: &Client, version: Option<Value>) -> Result<Value, ResumeError> {
+/// What a resume did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resumed {
+    /// The cluster version set.
+    pub version: Value,
+    /// The halt records it cleared (`{host, name, version, error, time}`): the one on
+    /// `/hosts` first, then those under `/hosts-halt`, oldest first. A halt recorded after
+    /// the operator looked is cleared too; this says so.
+    pub cleared: Vec<Value>,
+}
+
+/// Resumes; returns the version set and the halt records cleared. `Some(null)` is refused
+/// ([`ResumeError::NullVersion`]).
+pub async fn resume(client: &Client, version: Option<Value>) -> Result<Resumed, ResumeError> {
     if version.as_ref().is_some_and(Value::is_null) {
         return Err(ResumeError::NullVersion);
     }
@@ -52,12 +64,14 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Value, Re
     };
     // Halt records of a protected cluster go first (only the syncer's identity may delete
     // them), then `/hosts`, whose change wakes the agents.
-    let cleared = clear_halts(client).await?;
+    let records = clear_halts(client).await?;
     let set = target.clone();
     let mark = crate::zk::paths::version_set(&target);
-    let changed = update_props(client, HOSTS, move |p| {
+    // The halt record the write that went through removed (the last change tried).
+    let on_hosts = std::sync::Mutex::new(None);
+    let changed = update_props(client, HOSTS, |p| {
         p.insert("version".into(), set.clone());
-        p.remove("halt");
+        *on_hosts.lock().expect("halt on /hosts") = p.remove("halt");
         // Resuming the version that was rolling out continues its roll-out.
         let same = p
             .get(crate::zk::paths::VERSION_SET)
@@ -68,7 +82,7 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Value, Re
         }
     })
     .await?;
-    if cleared > 0 && !changed {
+    if !records.is_empty() && !changed {
         // Nothing to change on /hosts, but the agents watch it: write it as it is.
         let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
         call(
@@ -78,5 +92,14 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Value, Re
         )
         .await?;
     }
-    Ok(target)
+    let on_hosts = on_hosts.into_inner().expect("halt on /hosts");
+    let cleared = on_hosts
+        .filter(|halt| !halt.is_null())
+        .into_iter()
+        .chain(records)
+        .collect();
+    Ok(Resumed {
+        version: target,
+        cleared,
+    })
 }

@@ -102,11 +102,24 @@ pub fn resume_cmd(args: ResumeArgs) -> Outcome {
     runtime()?.block_on(async {
         let client = args.zk.connect_as(auth.as_ref()).await?;
         let version = args.version.as_deref().map(parse_version);
-        let set = resume(&client, version).await.map_err(|e| match e {
+        let resumed = resume(&client, version).await.map_err(|e| match e {
             ResumeError::NullVersion => Failure::Usage(e.to_string()),
             e => Failure::Failed(e.to_string()),
         })?;
-        println!("cluster version set to {}; halt cleared", py_str(&set));
+        println!(
+            "cluster version set to {}; halt cleared",
+            py_str(&resumed.version)
+        );
+        // What was cleared, so that a halt recorded after the operator looked is seen.
+        for record in &resumed.cleared {
+            match record.as_object() {
+                Some(halt) => {
+                    let (who, error) = crate::overview::describe_halt(halt);
+                    println!("cleared: {who}: {error}");
+                }
+                None => println!("cleared: {record}"),
+            }
+        }
         Ok(0)
     })
 }

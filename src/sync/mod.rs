@@ -226,7 +226,11 @@ async fn apply_locked(
     }
     if opts.force {
         // A forced sync ends a halt, wherever it was recorded.
-        writes += clear_halts(client).await?;
+        let cleared = clear_halts(client).await?;
+        for record in &cleared {
+            tracing::warn!("--force: cleared the halt record {record}");
+        }
+        writes += cleared.len();
     }
     writes += set_version(
         client,

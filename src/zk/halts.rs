@@ -56,18 +56,28 @@ pub async fn record_halt(client: &Client, record: &Props) -> Result<(), ZkError>
     .map(|_| ())
 }
 
-/// Deletes every halt record; returns how many there were.
-pub async fn clear_halts(client: &Client) -> Result<usize, ZkError> {
-    let names = match call_retrying("list", HALTS, || client.list_children(HALTS)).await {
+/// Deletes every halt record; returns the records deleted, oldest first (each read just
+/// before its delete, so that whoever clears them can say what was cleared).
+pub async fn clear_halts(client: &Client) -> Result<Vec<Value>, ZkError> {
+    let mut names = match call_retrying("list", HALTS, || client.list_children(HALTS)).await {
         Ok(names) => names,
-        Err(e) if e.is_no_node() => return Ok(0),
+        Err(e) if e.is_no_node() => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let mut cleared = 0;
-    for name in names.iter().filter(|n| n.starts_with(HALT_PREFIX)) {
-        let path = join(HALTS, name);
+    names.retain(|n| n.starts_with(HALT_PREFIX));
+    names.sort();
+    let mut cleared = Vec::new();
+    for name in names {
+        let path = join(HALTS, &name);
+        // Records are never changed once made (read-only to all), so this read is the one
+        // deleted.
+        let record = match call_retrying("get", &path, || client.get_data(&path)).await {
+            Ok((data, _)) => Value::Object(decode(&data)),
+            Err(e) if e.is_no_node() => continue,
+            Err(e) => return Err(e),
+        };
         match call_retrying("delete", &path, || client.delete(&path, None)).await {
-            Ok(()) => cleared += 1,
+            Ok(()) => cleared.push(record),
             Err(e) if e.is_no_node() => {}
             Err(e) => return Err(e),
         }

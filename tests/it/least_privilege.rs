@@ -576,6 +576,13 @@ async fn agents_with_identities_register_deploy_lock_and_halt_on_a_protected_tre
     a1.wait(LIMIT).await;
     let run = support::run_async(&["resume", "--auth", &auth, "-z", &env.conn]).await;
     run.assert_ok();
+    // The record h1 made under /hosts-halt is named as cleared.
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("cleared: halted ") && l.contains(" (h1) deploying ")),
+        "{run}"
+    );
     let (halts, _) = env.anon.get_children("/hosts-halt").await.unwrap();
     assert!(halts.is_empty(), "{halts:?}");
     assert_eq!(env.hosts().await["version"], json!(r2));

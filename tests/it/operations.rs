@@ -359,9 +359,26 @@ async fn status_and_resume_on_a_cluster_of_agents() {
         run.stdout.contains(&format!("cluster version set to {r2}")),
         "{run}"
     );
+    // It says which halt it cleared (one recorded after the operator looked would show here).
+    let cleared: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("cleared: "))
+        .collect();
+    assert_eq!(cleared.len(), 1, "{run}");
+    assert!(
+        cleared[0].starts_with("cleared: halted ")
+            && cleared[0].contains(" ago by h2.example.com (h2) deploying ")
+            && cleared[0].ends_with(&format!(": {error}")),
+        "{run}"
+    );
     let hosts = h1.hosts().await;
     assert_eq!(hosts["version"], json!(r2));
     assert_eq!(hosts.get("halt"), None);
+    // Nothing to clear the second time.
+    let run = support::run_async(&["resume", "--version", &r2, "-z", &conn]).await;
+    run.assert_ok();
+    assert!(!run.stdout.contains("cleared: "), "{run}");
     for (h, a) in [(&h1, &a1), (&h2, &a2), (&h3, &a3)] {
         wait_agent(h, a, &r2, "done").await;
     }

@@ -1,8 +1,8 @@
 //! The well-behaved actors of the soak: the syncer (commits random changes to the git
 //! repository and runs the real `zkdeployment sync` every second or so; sometimes it is
 //! killed mid-apply, a nemesis fault), the operator (notices every halt, records it, and
-//! resumes it after a moment with the real `zkdeployment resume`; samples the hosts'
-//! versions) and the supervisor (plays systemd: restarts an agent that exited 1).
+//! resumes it after a moment with the real `zkdeployment resume`, recording any other halt
+//! that resume says it cleared; samples the hosts' versions) and the supervisor (plays systemd: restarts an agent that exited 1).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -91,6 +91,9 @@ pub async fn operator(world: Arc<World>, mut rng: Rng, stop: Arc<std::sync::atom
         }
         let key = props.get("halt").map(Value::to_string).unwrap_or_default();
         let still = props.get("version") == Some(&Value::Null);
+        let looked_at = props
+            .get("halt")
+            .map(|h| (text(h, "host"), text(h, "error")));
         if (still || props.contains_key("halt")) && seen.insert(key) {
             world.journal.lock().unwrap().halts.push((now(), props));
         }
@@ -99,7 +102,18 @@ pub async fn operator(world: Arc<World>, mut rng: Rng, stop: Arc<std::sync::atom
             let run =
                 super::support::run_with_async(&["resume", "-z", &world.conn], None, &[]).await;
             if run.code == 0 {
-                world.journal.lock().unwrap().resumes += 1;
+                let mut journal = world.journal.lock().unwrap();
+                journal.resumes += 1;
+                // A halt recorded after the one looked at is cleared by this resume too,
+                // unseen but for resume's account of what it cleared.
+                for halt in run.stdout.lines().filter_map(cleared_halt) {
+                    if Some((text(&halt, "host"), text(&halt, "error"))) != looked_at {
+                        let mut props = serde_json::Map::new();
+                        props.insert("version".into(), Value::Null);
+                        props.insert("halt".into(), halt);
+                        journal.halts.push((now(), props));
+                    }
+                }
             }
         }
         if now() - last_sample > 1.0 {
@@ -107,6 +121,24 @@ pub async fn operator(world: Arc<World>, mut rng: Rng, stop: Arc<std::sync::atom
             sample_hosts(&world).await;
         }
     }
+}
+
+/// A field of a halt record as text.
+fn text(halt: &Value, key: &str) -> String {
+    version_text(halt.get(key).unwrap_or(&Value::Null))
+}
+
+/// A halt record from a line of `zkdeployment resume`'s output, `cleared: halted 5s ago by
+/// NAME (HOST) deploying VERSION: ERROR` (`time`: now, when it was cleared).
+pub fn cleared_halt(line: &str) -> Option<Value> {
+    let rest = line.strip_prefix("cleared: halted")?;
+    let (_, rest) = rest.split_once(" by ")?;
+    let (name, rest) = rest.split_once(" (")?;
+    let (host, rest) = rest.split_once(") deploying ")?;
+    let (version, error) = rest.split_once(": ")?;
+    Some(serde_json::json!({
+        "host": host, "name": name, "version": version, "error": error, "time": now(),
+    }))
 }
 
 /// Records the version each registered host says it is at.

@@ -826,3 +826,22 @@ fn a_holder_a_resumed_halt_declared_dead_no_longer_counts() {
         "{found:?}"
     );
 }
+
+#[test]
+fn a_halt_resume_cleared_is_read_from_its_output() {
+    let line = "cleared: halted 3s ago by w4.example.com (w4) deploying 8e8cf6a: \
+                Health check failed for /webapp/x 0: soak: never healthy";
+    let halt = super::actors::cleared_halt(line).expect("a cleared halt");
+    assert_eq!(halt["host"], "w4");
+    assert_eq!(halt["name"], "w4.example.com");
+    assert_eq!(halt["version"], "8e8cf6a");
+    assert_eq!(
+        halt["error"],
+        "Health check failed for /webapp/x 0: soak: never healthy"
+    );
+    assert!(halt["time"].is_f64());
+    assert_eq!(
+        super::actors::cleared_halt("cluster version set to 'r1'; halt cleared"),
+        None
+    );
+}
