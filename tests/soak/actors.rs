@@ -2,7 +2,8 @@
 //! repository and runs the real `zkdeployment sync` every second or so; sometimes it is
 //! killed mid-apply, a nemesis fault), the operator (notices every halt, records it, and
 //! resumes it after a moment with the real `zkdeployment resume`, recording any other halt
-//! that resume says it cleared; samples the hosts' versions) and the supervisor (plays systemd: restarts an agent that exited 1).
+//! that resume says it cleared; samples the hosts' versions) and the supervisor (plays
+//! systemd: restarts an agent that exited 1).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

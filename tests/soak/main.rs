@@ -286,8 +286,8 @@ fn halt_lines(world: &World) -> Vec<String> {
 
 /// After the faults: every server up, every agent running; halts are resumed (by the
 /// operator) and the last commit synced until every host is at it, with its host node
-/// registered by the agent now running (the status file outlives an agent). False (and a violation)
-/// if that takes longer than [`CONVERGE_LIMIT`].
+/// registered by the agent now running (the status file outlives an agent). False (and a
+/// violation) if that takes longer than [`CONVERGE_LIMIT`].
 async fn converge(world: &Arc<World>) -> bool {
     let w = world.clone();
     let _ = tokio::task::spawn_blocking(move || w.ensemble.lock().unwrap().start_stopped()).await;
