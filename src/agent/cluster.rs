@@ -83,10 +83,7 @@ pub async fn halt(
     match written {
         // `/hosts` belongs to the syncer's identity (a protected cluster): the halt is
         // recorded where every host may create it.
-        Err(ZkError::Op {
-            source: zookeeper_client::Error::NoAuth,
-            ..
-        }) => {
+        Err(e) if e.is_no_auth() => {
             tracing::info!("{HOSTS} is protected; recording the halt under {HALTS}");
             let Value::Object(record) = record else {
                 unreachable!("a JSON object")

@@ -1354,15 +1354,12 @@ pub async fn ensure_node(client: &Client, path: &str) -> Result<(), ZkError> {
 pub async fn make_missing_node(client: &Client, path: &str) -> Result<(), ZkError> {
     // `mkdir` counts a node already there as made.
     match call("create", path, client.mkdir(path, &open_persistent())).await {
-        Err(
-            e @ ZkError::Op {
-                source: zookeeper_client::Error::NoAuth,
-                ..
-            },
-        ) => match call_retrying("stat", path, || client.check_stat(path)).await? {
-            Some(_) => Ok(()),
-            None => Err(e),
-        },
+        Err(e) if e.is_no_auth() => {
+            match call_retrying("stat", path, || client.check_stat(path)).await? {
+                Some(_) => Ok(()),
+                None => Err(e),
+            }
+        }
         other => other,
     }
 }

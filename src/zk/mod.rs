@@ -103,6 +103,11 @@ impl ZkError {
         )
     }
 
+    /// True if the server refused the request for want of permission (an ACL).
+    pub fn is_no_auth(&self) -> bool {
+        matches!(self.source_error(), Some(zookeeper_client::Error::NoAuth))
+    }
+
     /// True if the request got no answer in time ([`REQUEST_TIMEOUT`]): it may still be
     /// applied.
     pub fn is_timeout(&self) -> bool {
