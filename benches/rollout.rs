@@ -24,9 +24,9 @@
 //! `BENCH_K=25` (a list) runs only those values of K, the fleet starting at the first of
 //! them (no 50 s first rollout at K = 1 unless K = 1 is asked for; so its first round is a
 //! repeat, `max_leases` unchanged, unlike the full run's 25 % round, which follows K = 10
-//! and rewrites it); `BENCH_REPEAT=N` runs the
-//! 25 % round N times (K unchanged after the first). Each 100-agent round also prints the
-//! server's requests and CPU and the agents' CPU, read 0.3 s after the round's end.
+//! and rewrites it); `BENCH_REPEAT=N` runs the 25 % round N times (K unchanged after the
+//! first). Each 100-agent round also prints the server's requests and CPU and the agents'
+//! CPU, read 0.3 s after the round's end.
 //! `ZKD_BENCH_BIN=PATH` runs that binary as the agents instead of the one cargo built (a
 //! copy: to compare two builds under the same conditions).
 //! `BENCH_LOG=FILTER` sets the agents' `ZKDEPLOYMENT_LOG` (`info` otherwise; with
