@@ -15,6 +15,7 @@ use crate::agent::status::{parse_status, version_token, StatusLine};
 use crate::tree::literal::py_str;
 use crate::tree::Props;
 use crate::zk::paths::{host_path, HOSTS};
+use crate::zk::tls::ClientCert;
 use crate::zk::{call, connect, decode, ConnectOptions};
 
 /// A plugin state.
@@ -180,6 +181,30 @@ pub fn evaluate(o: &Observed, warn: u64, error: u64) -> Check {
         age.floor() as u64
     );
     with_age(state, message)
+}
+
+/// How long before the TLS client certificate's expiry the check warns.
+pub const CERT_WARN_SECS: i64 = 14 * 86_400;
+
+/// `check` with the TLS client certificate's expiry: CRITICAL once it has expired (whatever
+/// else was found: the agent cannot connect with it), WARNING (at least) within
+/// [`CERT_WARN_SECS`] of its expiry.
+pub fn with_cert_expiry(check: Check, cert: &ClientCert, now: i64) -> Check {
+    let file = cert.path.display();
+    let when = crate::zk::tls::utc(cert.not_after);
+    if cert.not_after <= now {
+        let message = format!("TLS client certificate {file} expired at {when}");
+        return Check::new(State::Critical, message, check.age);
+    }
+    if cert.not_after - now > CERT_WARN_SECS {
+        return check;
+    }
+    let days = (cert.not_after - now) / 86_400;
+    let note = format!("TLS client certificate {file} expires at {when} (in {days} days)");
+    match check.state {
+        State::Ok => Check::new(State::Warning, note, check.age),
+        _ => Check::new(check.state, format!("{}; {note}", check.message), check.age),
+    }
 }
 
 /// Reads the status file and ZooKeeper, within `budget` overall.
