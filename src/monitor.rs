@@ -199,7 +199,7 @@ pub fn with_cert_expiry(check: Check, cert: &ClientCert, now: i64) -> Check {
     if cert.not_after - now > CERT_WARN_SECS {
         return check;
     }
-    let days = (cert.not_after - now) / 86_400;
+    let days = (cert.not_after - now + 43_200) / 86_400;
     let note = format!("TLS client certificate {file} expires at {when} (in {days} days)");
     match check.state {
         State::Ok => Check::new(State::Warning, note, check.age),
