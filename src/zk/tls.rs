@@ -286,18 +286,21 @@ pub fn utc(secs: i64) -> String {
     )
 }
 
-/// The servers of a connection string (`host:port` each, chroot dropped). With TLS a server
-/// marked `tcp://` (plain text) is refused.
+/// The servers of a connection string (`host:port` each, the chroot and any `tcp+tls://`
+/// prefix dropped). With TLS a server marked `tcp://` (plain text) is refused.
 pub(crate) fn tls_servers(connection: &str) -> Result<Vec<String>, String> {
-    let hosts = connection.split('/').next().unwrap_or("");
     let mut servers = Vec::new();
-    for s in hosts.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        if s.starts_with("tcp://") {
+    for entry in connection.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if entry.starts_with("tcp://") {
             return Err(format!(
-                "{s}: a plain-text server in the connection string, with a TLS CA set"
+                "{entry}: a plain-text (tcp://) server in the connection string, with a TLS CA set"
             ));
         }
-        servers.push(s.strip_prefix("tcp+tls://").unwrap_or(s).to_string());
+        let server = entry.strip_prefix("tcp+tls://").unwrap_or(entry);
+        let server = server.split('/').next().unwrap_or_default();
+        if !server.is_empty() {
+            servers.push(server.to_string());
+        }
     }
     Ok(servers)
 }
@@ -356,16 +359,16 @@ fn reason(e: &std::io::Error, ca: &Path, host: &str) -> String {
         return match tls {
             rustls::Error::InvalidCertificate(c) => match c {
                 CertificateError::UnknownIssuer | CertificateError::BadSignature => format!(
-                    "its certificate is not signed by a CA of {} (refused)",
+                    "its certificate is not signed by a CA of {}",
                     ca.display()
                 ),
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
-                    format!("its certificate is not valid for the name {host} (refused)")
+                    format!("its certificate is not valid for the name {host}")
                 }
                 CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
-                    "its certificate has expired (refused)".to_string()
+                    "its certificate has expired".to_string()
                 }
-                other => format!("its certificate does not verify: {other:?} (refused)"),
+                other => format!("its certificate does not verify: {other:?}"),
             },
             rustls::Error::AlertReceived(alert) => {
                 format!("the server ended the TLS handshake ({alert:?}): does it trust our client certificate?")
@@ -413,7 +416,9 @@ mod tests {
             tls_servers("a:1,tcp+tls://b:2/chroot").unwrap(),
             vec!["a:1".to_string(), "b:2".to_string()]
         );
+        assert_eq!(tls_servers("a:1/x/y").unwrap(), vec!["a:1".to_string()]);
         assert!(tls_servers("a:1,tcp://b:2").unwrap_err().contains("tcp://b:2"));
+        assert!(tls_servers("tcp://b:2/x").unwrap_err().contains("tcp://b:2"));
     }
 
     #[test]

@@ -150,9 +150,19 @@ async fn every_command_works_over_tls_with_certificate_identities() {
     let h1 = env.host("h1").await;
     h1.deploy(&[]).await.assert_ok();
     assert_eq!(h1.deploy_log("foo").len(), 1);
-    let h2 = env.host("h2").await;
+    // h2 has a digest identity (a mixed fleet), over TLS without a client certificate.
+    let mut h2 = env.host("h2").await;
+    let secret = env.work.path().join("h2.auth");
+    std::fs::write(&secret, "h2:H2-s3cr3t\n").unwrap();
+    h2.extra = format!(
+        "zookeeper-auth = file://{}\nzookeeper-tls-ca = {}\n",
+        secret.display(),
+        env.p("ca.pem")
+    );
     let mut agent = h2.spawn("agent", &[], &[]);
     h2.wait_status(&r1, &["done"], LIMIT).await;
+    let (acl, _) = env.anon.get_acl("/hosts/h2").await.unwrap();
+    assert!(acl.iter().any(|a| a.scheme() == "digest" && a.id().starts_with("h2:")), "{acl:?}");
     let cfg = h2.config();
     let mon = support::run_async(&["monitor", cfg.to_str().unwrap()]).await;
     assert!(monitor_line(&mon).starts_with("ZKDEPLOYMENT OK"), "{mon}");
@@ -300,6 +310,13 @@ async fn servers_that_do_not_prove_themselves_are_refused_and_named() {
         assert!(run.stderr.contains(reason), "{what}: {run}");
     }
     drop(zk2);
+    // A plain-text server named in the connection string with a CA set.
+    let mixed = format!("{},tcp://{}", env.zk.tls_conn(), env.zk.plain_conn());
+    let mut args = vec!["status".to_string(), "-z".to_string(), mixed];
+    args.extend(env.tls(None));
+    let run = support::run_async(&as_strs(&args)).await;
+    run.assert_code(1);
+    assert!(run.stderr.contains("plain-text (tcp://) server"), "{run}");
 }
 
 #[tokio::test]
@@ -416,6 +433,8 @@ async fn expired_and_expiring_client_certificates() {
 
 #[tokio::test]
 async fn a_running_agent_follows_a_new_ca_and_a_renewed_certificate() {
+    // Without a restart: the server's new certificate verifies only with the new CA file,
+    // and the expired certificate is refused until the renewed one is on disk.
     let mut env = Env::new().await;
     let r1 = env.repo.commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1"]))]);
     env.sync(Some("syncer"), &["--auth", "x509"]).await.assert_ok();
@@ -440,18 +459,28 @@ async fn a_running_agent_follows_a_new_ca_and_a_renewed_certificate() {
     h1.wait_status(&r1, &["done"], LIMIT).await;
 
     // A new CA: the server restarts with its certificate (and trusts client certificates of
-    // both CAs during the change); the agent gets the new CA file and a new certificate.
+    // both CAs during the change); the agent gets the new CA file, and first a certificate
+    // that has expired: it logs that and keeps trying.
     env.pki.ca("ca2");
     let store2 = env.pki.server("ca2", "server2", "IP:127.0.0.1");
+    env.pki.client("ca2", "h1-old", "/CN=h1", -1);
     env.pki.client("ca2", "h1-new", "/CN=h1", 30);
     let both = env.pki.path("both.pem");
     let bundle = std::fs::read_to_string(env.pki.path("ca.pem")).unwrap()
         + &std::fs::read_to_string(env.pki.path("ca2.pem")).unwrap();
     std::fs::write(&both, bundle).unwrap();
     replace(&env.pki.path("ca2.pem"), &agent_dir.join("ca.pem"));
+    replace(&env.pki.path("h1-old.crt"), &agent_dir.join("h1.crt"));
+    replace(&env.pki.path("h1-old.key"), &agent_dir.join("h1.key"));
+    env.zk.restart_with(&store2, &both);
+    wait_for_async("the agent's log of its expired certificate", LIMIT, || async {
+        agent.output().contains("expired").then_some(())
+    })
+    .await;
+    assert!(agent.running(), "{}", agent.output());
+    // The renewal written to disk takes effect at the next attempt.
     replace(&env.pki.path("h1-new.crt"), &agent_dir.join("h1.crt"));
     replace(&env.pki.path("h1-new.key"), &agent_dir.join("h1.key"));
-    env.zk.restart_with(&store2, &both);
 
     // The syncer (its CA file is the new one too) bumps the version: the agent, never
     // restarted, reconnects with the new files and deploys.
@@ -467,6 +496,12 @@ async fn a_running_agent_follows_a_new_ca_and_a_renewed_certificate() {
     assert!(acl.iter().any(|a| a.scheme() == "x509" && a.id() == "CN=h1"), "{acl:?}");
     agent.terminate();
     assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
+    let key = std::fs::read_to_string(env.pki.path("h1-new.key")).unwrap();
+    let output = agent.output();
+    assert!(
+        !output.contains("PRIVATE KEY") && !output.contains(key.lines().nth(1).unwrap()),
+        "{output}"
+    );
 }
 
 /// Replaces `to` by a copy of `from` atomically (as a certificate manager would).
