@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
+use super::zkarg::protection;
 use super::zkarg::{AuthArg, ZkArg};
 use super::{runtime, Failure, Outcome};
 use crate::tree::parse::parse_bytes;
 use crate::tree::Node;
-use super::zkarg::protection;
 use crate::zk::acl::Kind;
 use crate::zk::export::export_tree;
 use crate::zk::import::{import_tree_with_acl, Trim};

@@ -82,7 +82,6 @@ impl ZkArg {
         Ok(files)
     }
 
-
     /// The connection string for a command with a configuration file.
     pub fn with_config(&self, config: &Config) -> String {
         config.connection(self.zookeeper.as_deref())

@@ -9,11 +9,11 @@ use super::validate::{
     check_plain_name, looks_like_address, parse_seconds, parse_smtp, resolve_path,
 };
 use super::values::{FetchError, Values};
-use crate::zk::tls::TlsFiles;
 use super::{
     fqdn, Config, ConfigError, Secret, DEFAULT_SENDMAIL, DEFAULT_SESSION_TIMEOUT, DEFAULT_YUM,
     SECRET_KEY,
 };
+use crate::zk::tls::TlsFiles;
 
 /// Parses configuration text read from `path` (used for messages and to resolve relative
 /// paths). Pure except for reading `file://` values, `fetch` (called for `http(s)://` values:

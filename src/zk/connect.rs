@@ -100,7 +100,10 @@ pub async fn connect(opts: &ConnectOptions) -> Result<Client, ZkError> {
             super::session::track(&client);
             Ok(client)
         }
-        Ok(Err(e)) => Err(fail(format!("{e}{}", diagnose(&opts.connection, tls.as_ref()).await))),
+        Ok(Err(e)) => Err(fail(format!(
+            "{e}{}",
+            diagnose(&opts.connection, tls.as_ref()).await
+        ))),
         Err(_) => Err(fail(format!(
             "no session within {} s{}",
             opts.connect_timeout.as_secs_f64(),

@@ -26,8 +26,8 @@ pub mod update;
 
 pub use crate::tree::encoding::{decode, encode, MAX_NODE_DATA};
 pub use connect::{connect, ConnectOptions};
-pub use tls::{TlsError, TlsFiles};
 pub use snapshot::{read_subtree, ZNode};
+pub use tls::{TlsError, TlsFiles};
 
 use std::time::Duration;
 

@@ -116,7 +116,11 @@ impl TlsFiles {
                 .clone()
                 .or(file.cert.clone())
                 .or_else(|| env(ENV_CERT)),
-            key: flag.key.clone().or(file.key.clone()).or_else(|| env(ENV_KEY)),
+            key: flag
+                .key
+                .clone()
+                .or(file.key.clone())
+                .or_else(|| env(ENV_KEY)),
         }
     }
 
@@ -124,9 +128,15 @@ impl TlsFiles {
     pub fn check_combination(&self) -> Result<(), TlsError> {
         let incomplete = |m: &str| Err(TlsError::Incomplete(m.to_string()));
         match (&self.ca, &self.cert, &self.key) {
-            (_, Some(_), None) => incomplete("a TLS client certificate needs its key (zookeeper-tls-key, --tls-key)"),
-            (_, None, Some(_)) => incomplete("a TLS client key needs its certificate (zookeeper-tls-cert, --tls-cert)"),
-            (None, Some(_), Some(_)) => incomplete("a TLS client certificate needs the CA of the servers (zookeeper-tls-ca, --tls-ca)"),
+            (_, Some(_), None) => {
+                incomplete("a TLS client certificate needs its key (zookeeper-tls-key, --tls-key)")
+            }
+            (_, None, Some(_)) => incomplete(
+                "a TLS client key needs its certificate (zookeeper-tls-cert, --tls-cert)",
+            ),
+            (None, Some(_), Some(_)) => incomplete(
+                "a TLS client certificate needs the CA of the servers (zookeeper-tls-ca, --tls-ca)",
+            ),
             _ => Ok(()),
         }
     }
@@ -149,8 +159,9 @@ impl TlsFiles {
                 let cert_text = read_text(CERT, cert)?;
                 let chain = read_certs(CERT, cert, &cert_text)?;
                 let key_text = read_text(KEY, key)?;
-                let private = PrivateKeyDer::from_pem_slice(key_text.as_bytes())
-                    .map_err(|_| invalid(KEY, key, "no PEM private key (PKCS#8, PKCS#1 or SEC1)"))?;
+                let private = PrivateKeyDer::from_pem_slice(key_text.as_bytes()).map_err(|_| {
+                    invalid(KEY, key, "no PEM private key (PKCS#8, PKCS#1 or SEC1)")
+                })?;
                 let client = client_cert(cert, &chain[0])?;
                 let provider = builder.crypto_provider().clone();
                 rustls::sign::CertifiedKey::from_der(chain.clone(), private.clone_key(), &provider)
@@ -247,9 +258,13 @@ fn read_certs(
 fn read_roots(path: &Path, text: &str) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
     for cert in read_certs(CA, path, text)? {
-        roots
-            .add(cert)
-            .map_err(|e| invalid(CA, path, &format!("a certificate is not usable as a CA ({e})")))?;
+        roots.add(cert).map_err(|e| {
+            invalid(
+                CA,
+                path,
+                &format!("a certificate is not usable as a CA ({e})"),
+            )
+        })?;
     }
     Ok(roots)
 }
@@ -290,7 +305,11 @@ pub fn utc(secs: i64) -> String {
 /// prefix dropped). With TLS a server marked `tcp://` (plain text) is refused.
 pub(crate) fn tls_servers(connection: &str) -> Result<Vec<String>, String> {
     let mut servers = Vec::new();
-    for entry in connection.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+    for entry in connection
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
         if entry.starts_with("tcp://") {
             return Err(format!(
                 "{entry}: a plain-text (tcp://) server in the connection string, with a TLS CA set"
@@ -321,7 +340,10 @@ pub(crate) fn refusal(
         Some((h, p)) if p.parse::<u16>().is_ok() => (h.to_string(), server.to_string()),
         _ => (server.to_string(), format!("{server}:2181")),
     };
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
     let name = ServerName::try_from(host.clone())
         .map_err(|_| format!("{server}: not a host name or IP address"))?;
     let addr = target
@@ -329,8 +351,8 @@ pub(crate) fn refusal(
         .map_err(|e| format!("{server}: cannot resolve the name ({e})"))?
         .next()
         .ok_or_else(|| format!("{server}: the name resolves to no address"))?;
-    let mut sock = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)
-        .map_err(|e| format!("{server}: {e}"))?;
+    let mut sock =
+        TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).map_err(|e| format!("{server}: {e}"))?;
     let _ = sock.set_read_timeout(Some(PROBE_TIMEOUT));
     let _ = sock.set_write_timeout(Some(PROBE_TIMEOUT));
     let mut conn = rustls::ClientConnection::new(config, name)
@@ -358,11 +380,11 @@ fn reason(e: &std::io::Error, ca: &Path, host: &str) -> String {
     if let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
         return match tls {
             rustls::Error::InvalidCertificate(c) => match c {
-                CertificateError::UnknownIssuer | CertificateError::BadSignature => format!(
-                    "its certificate is not signed by a CA of {}",
-                    ca.display()
-                ),
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+                CertificateError::UnknownIssuer | CertificateError::BadSignature => {
+                    format!("its certificate is not signed by a CA of {}", ca.display())
+                }
+                CertificateError::NotValidForName
+                | CertificateError::NotValidForNameContext { .. } => {
                     format!("its certificate is not valid for the name {host}")
                 }
                 CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
@@ -405,32 +427,63 @@ mod tests {
     #[test]
     fn combinations_and_plain_servers_are_refused() {
         let p = |s: &str| Some(PathBuf::from(s));
-        let ok = TlsFiles { ca: p("/ca"), cert: p("/c"), key: p("/k") };
+        let ok = TlsFiles {
+            ca: p("/ca"),
+            cert: p("/c"),
+            key: p("/k"),
+        };
         assert!(ok.check_combination().is_ok());
-        let no_key = TlsFiles { key: None, ..ok.clone() };
-        assert!(no_key.check_combination().unwrap_err().to_string().contains("needs its key"));
-        let no_ca = TlsFiles { ca: None, ..ok.clone() };
-        assert!(no_ca.check_combination().unwrap_err().to_string().contains("CA"));
+        let no_key = TlsFiles {
+            key: None,
+            ..ok.clone()
+        };
+        assert!(no_key
+            .check_combination()
+            .unwrap_err()
+            .to_string()
+            .contains("needs its key"));
+        let no_ca = TlsFiles {
+            ca: None,
+            ..ok.clone()
+        };
+        assert!(no_ca
+            .check_combination()
+            .unwrap_err()
+            .to_string()
+            .contains("CA"));
         assert!(TlsFiles::default().load().unwrap().is_none());
         assert_eq!(
             tls_servers("a:1,tcp+tls://b:2/chroot").unwrap(),
             vec!["a:1".to_string(), "b:2".to_string()]
         );
         assert_eq!(tls_servers("a:1/x/y").unwrap(), vec!["a:1".to_string()]);
-        assert!(tls_servers("a:1,tcp://b:2").unwrap_err().contains("tcp://b:2"));
-        assert!(tls_servers("tcp://b:2/x").unwrap_err().contains("tcp://b:2"));
+        assert!(tls_servers("a:1,tcp://b:2")
+            .unwrap_err()
+            .contains("tcp://b:2"));
+        assert!(tls_servers("tcp://b:2/x")
+            .unwrap_err()
+            .contains("tcp://b:2"));
     }
 
     #[test]
     fn missing_and_non_pem_files_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing.pem");
-        let files = TlsFiles { ca: Some(missing.clone()), ..Default::default() };
+        let files = TlsFiles {
+            ca: Some(missing.clone()),
+            ..Default::default()
+        };
         let e = files.load().err().unwrap();
-        assert!(e.is_config() && e.to_string().contains("missing.pem"), "{e}");
+        assert!(
+            e.is_config() && e.to_string().contains("missing.pem"),
+            "{e}"
+        );
         let junk = dir.path().join("junk.pem");
         std::fs::write(&junk, "hello secret-content\n").unwrap();
-        let files = TlsFiles { ca: Some(junk), ..Default::default() };
+        let files = TlsFiles {
+            ca: Some(junk),
+            ..Default::default()
+        };
         let e = files.load().err().unwrap().to_string();
         assert!(e.contains("junk.pem") && e.contains("not PEM"), "{e}");
         assert!(!e.contains("secret-content"), "{e}");

@@ -138,11 +138,16 @@ async fn every_command_works_over_tls_with_certificate_identities() {
     let r1 = env
         .repo
         .commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1", "h2"]))]);
-    env.sync(Some("syncer"), &["--auth", "x509"]).await.assert_ok();
+    env.sync(Some("syncer"), &["--auth", "x509"])
+        .await
+        .assert_ok();
     assert_eq!(env.hosts().await["version"], json!(r1));
     // The syncer's certificate owns the tree: its id as the server reports it.
     let (acl, _) = env.anon.get_acl("/acme/a").await.unwrap();
-    let ids: Vec<String> = acl.iter().map(|a| format!("{}:{}", a.scheme(), a.id())).collect();
+    let ids: Vec<String> = acl
+        .iter()
+        .map(|a| format!("{}:{}", a.scheme(), a.id()))
+        .collect();
     assert!(ids.contains(&format!("x509:{SYNCER_ID}")), "{ids:?}");
     assert!(!ids.iter().any(|i| i.starts_with("digest:")), "{ids:?}");
 
@@ -162,7 +167,11 @@ async fn every_command_works_over_tls_with_certificate_identities() {
     let mut agent = h2.spawn("agent", &[], &[]);
     h2.wait_status(&r1, &["done"], LIMIT).await;
     let (acl, _) = env.anon.get_acl("/hosts/h2").await.unwrap();
-    assert!(acl.iter().any(|a| a.scheme() == "digest" && a.id().starts_with("h2:")), "{acl:?}");
+    assert!(
+        acl.iter()
+            .any(|a| a.scheme() == "digest" && a.id().starts_with("h2:")),
+        "{acl:?}"
+    );
     let cfg = h2.config();
     let mon = support::run_async(&["monitor", cfg.to_str().unwrap()]).await;
     assert!(monitor_line(&mon).starts_with("ZKDEPLOYMENT OK"), "{mon}");
@@ -180,13 +189,23 @@ async fn every_command_works_over_tls_with_certificate_identities() {
     let file = env.work.path().join("import.zk");
     std::fs::write(&file, "/imp\n  x = 1\n").unwrap();
     let f = file.to_str().unwrap();
-    env.run(&["tree", "import", f, "/acme", "--auth", "x509"], Some("syncer"))
-        .await
-        .assert_ok();
+    env.run(
+        &["tree", "import", f, "/acme", "--auth", "x509"],
+        Some("syncer"),
+    )
+    .await
+    .assert_ok();
     let (acl, _) = env.anon.get_acl("/acme/imp").await.unwrap();
-    assert!(acl.iter().any(|a| a.scheme() == "x509" && a.id() == SYNCER_ID), "{acl:?}");
+    assert!(
+        acl.iter()
+            .any(|a| a.scheme() == "x509" && a.id() == SYNCER_ID),
+        "{acl:?}"
+    );
     let denied = env
-        .run(&["tree", "import", f, "/acme/a", "--auth", "x509"], Some("h1"))
+        .run(
+            &["tree", "import", f, "/acme/a", "--auth", "x509"],
+            Some("h1"),
+        )
         .await;
     denied.assert_code(1);
     assert!(denied.stderr.to_lowercase().contains("auth"), "{denied}");
@@ -199,7 +218,10 @@ async fn every_command_works_over_tls_with_certificate_identities() {
         Err(Error::NoAuth)
     );
     assert_eq!(
-        h1_client.create("/acme/a/deploy/evil", b"", &open).await.map(|_| ()),
+        h1_client
+            .create("/acme/a/deploy/evil", b"", &open)
+            .await
+            .map(|_| ()),
         Err(Error::NoAuth)
     );
     assert_eq!(
@@ -207,7 +229,10 @@ async fn every_command_works_over_tls_with_certificate_identities() {
         Err(Error::NoAuth)
     );
     assert_eq!(
-        h1_client.set_data("/hosts/h2", b"{}", None).await.map(|_| ()),
+        h1_client
+            .set_data("/hosts/h2", b"{}", None)
+            .await
+            .map(|_| ()),
         Err(Error::NoAuth),
         "another host's node"
     );
@@ -223,14 +248,18 @@ async fn every_command_works_over_tls_with_certificate_identities() {
     let denied = env.run(&["resume", "--auth", "x509"], Some("h1")).await;
     denied.assert_code(1);
     assert_eq!(env.hosts().await["version"], Value::Null, "{denied}");
-    env.run(&["resume", "--auth", "x509"], Some("syncer")).await.assert_ok();
+    env.run(&["resume", "--auth", "x509"], Some("syncer"))
+        .await
+        .assert_ok();
     assert_eq!(env.hosts().await["version"], json!(r1));
 
     // A new revision reaches the daemon over TLS.
     let r2 = env
         .repo
         .commit(&[("acme.zk", &tree(&["a"], "2.0", &["h1", "h2"]))]);
-    env.sync(Some("syncer"), &["--auth", "x509"]).await.assert_ok();
+    env.sync(Some("syncer"), &["--auth", "x509"])
+        .await
+        .assert_ok();
     h2.wait_status(&r2, &["done"], LIMIT).await;
     agent.terminate();
     assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
@@ -264,14 +293,22 @@ async fn servers_that_do_not_prove_themselves_are_refused_and_named() {
     let cases: [(&str, String, &str); 3] = [
         ("plain", plain.clone(), "no TLS on this port"),
         ("other CA", String::new(), "not signed by a CA of"),
-        ("another name", String::new(), "not valid for the name 127.0.0.1"),
+        (
+            "another name",
+            String::new(),
+            "not valid for the name 127.0.0.1",
+        ),
     ];
     let mut zk2 = None;
     for (what, conn, reason) in cases {
         let conn = match what {
             "plain" => conn,
             _ => {
-                let store = if what == "other CA" { &other_store } else { &wrong_name };
+                let store = if what == "other CA" {
+                    &other_store
+                } else {
+                    &wrong_name
+                };
                 let zk = TlsZk::start(store, &env.pki.path("ca.pem"));
                 let conn = zk.tls_conn();
                 zk2 = Some(zk);
@@ -331,21 +368,51 @@ async fn bad_files_are_named_and_keys_never_show() {
     let (p, ca) = (|n: &str| env.p(n), env.p("ca.pem"));
     let conn = env.zk.tls_conn();
     let cases: Vec<(Vec<String>, String, &str)> = vec![
-        (vec![missing.display().to_string(), p("h1.crt"), p("h1.key")], missing.display().to_string(), "cannot read"),
-        (vec![junk.display().to_string(), p("h1.crt"), p("h1.key")], junk.display().to_string(), "not PEM"),
-        (vec![ca.clone(), p("h1.key"), p("h1.key")], p("h1.key"), "no CERTIFICATE"),
-        (vec![ca.clone(), p("h1.crt"), p("h9.key")], p("h9.key"), "does not match"),
-        (vec![ca.clone(), p("h1.crt"), p("h1.crt")], p("h1.crt"), "no PEM private key"),
+        (
+            vec![missing.display().to_string(), p("h1.crt"), p("h1.key")],
+            missing.display().to_string(),
+            "cannot read",
+        ),
+        (
+            vec![junk.display().to_string(), p("h1.crt"), p("h1.key")],
+            junk.display().to_string(),
+            "not PEM",
+        ),
+        (
+            vec![ca.clone(), p("h1.key"), p("h1.key")],
+            p("h1.key"),
+            "no CERTIFICATE",
+        ),
+        (
+            vec![ca.clone(), p("h1.crt"), p("h9.key")],
+            p("h9.key"),
+            "does not match",
+        ),
+        (
+            vec![ca.clone(), p("h1.crt"), p("h1.crt")],
+            p("h1.crt"),
+            "no PEM private key",
+        ),
     ];
     let mut outputs = String::new();
     for (files, named, reason) in cases {
         let run = support::run_async(&[
-            "status", "-z", &conn, "--tls-ca", &files[0], "--tls-cert", &files[1], "--tls-key",
+            "status",
+            "-z",
+            &conn,
+            "--tls-ca",
+            &files[0],
+            "--tls-cert",
+            &files[1],
+            "--tls-key",
             &files[2],
         ])
         .await;
         run.assert_code(2);
-        assert!(run.stderr.contains(&named) && run.stderr.contains(reason), "{run}");
+        assert!(
+            run.stderr.contains(&named) && run.stderr.contains(reason),
+            "{run}"
+        );
         outputs.push_str(&format!("{run}"));
     }
     // The same through the environment variables, and the configuration file.
@@ -370,7 +437,17 @@ async fn bad_files_are_named_and_keys_never_show() {
     outputs.push_str(&format!("{run}"));
     // A working run with debug logs, and --help: no key material either.
     let ok = support::run_with_async(
-        &["status", "-z", &conn, "--tls-ca", &ca, "--tls-cert", &p("h1.crt"), "--tls-key", &p("h1.key")],
+        &[
+            "status",
+            "-z",
+            &conn,
+            "--tls-ca",
+            &ca,
+            "--tls-cert",
+            &p("h1.crt"),
+            "--tls-key",
+            &p("h1.key"),
+        ],
         None,
         &[("ZKDEPLOYMENT_LOG", "trace")],
     )
@@ -378,19 +455,27 @@ async fn bad_files_are_named_and_keys_never_show() {
     outputs.push_str(&format!("{ok}"));
     outputs.push_str(&support::run_async(&["status", "--help"]).await.stdout);
     assert!(!outputs.contains(&key_body), "the key's PEM body shows");
-    assert!(!outputs.contains("PRIVATE KEY"), "key material shows:\n{outputs}");
+    assert!(
+        !outputs.contains("PRIVATE KEY"),
+        "key material shows:\n{outputs}"
+    );
 }
 
 #[tokio::test]
 async fn expired_and_expiring_client_certificates() {
     let env = Env::new().await;
-    let r1 = env.repo.commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1"]))]);
-    env.sync(Some("syncer"), &["--auth", "x509"]).await.assert_ok();
+    let r1 = env
+        .repo
+        .commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1"]))]);
+    env.sync(Some("syncer"), &["--auth", "x509"])
+        .await
+        .assert_ok();
     // h1's certificate expires in 5 days: deploys, monitor WARNING, the metrics file says when.
     env.pki.client("ca", "h1", "/CN=h1", 5);
     let mut h1 = env.host("h1").await;
     let metrics = env.work.path().join("h1.prom");
-    h1.extra.push_str(&format!("metrics-file = {}\n", metrics.display()));
+    h1.extra
+        .push_str(&format!("metrics-file = {}\n", metrics.display()));
     let mut agent = h1.spawn("agent", &[], &[]);
     h1.wait_status(&r1, &["done"], LIMIT).await;
     let cfg = h1.config();
@@ -418,7 +503,10 @@ async fn expired_and_expiring_client_certificates() {
     env.pki.client("ca", "h1", "/CN=h1", -1);
     let run = h1.deploy(&["--force"]).await;
     run.assert_code(1);
-    assert!(run.stderr.contains("h1.crt") && run.stderr.contains("expired"), "{run}");
+    assert!(
+        run.stderr.contains("h1.crt") && run.stderr.contains("expired"),
+        "{run}"
+    );
     let run = env.run(&["status"], Some("h1")).await;
     run.assert_code(1);
     assert!(run.stderr.contains("expired"), "{run}");
@@ -436,8 +524,12 @@ async fn a_running_agent_follows_a_new_ca_and_a_renewed_certificate() {
     // Without a restart: the server's new certificate verifies only with the new CA file,
     // and the expired certificate is refused until the renewed one is on disk.
     let mut env = Env::new().await;
-    let r1 = env.repo.commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1"]))]);
-    env.sync(Some("syncer"), &["--auth", "x509"]).await.assert_ok();
+    let r1 = env
+        .repo
+        .commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1"]))]);
+    env.sync(Some("syncer"), &["--auth", "x509"])
+        .await
+        .assert_ok();
     // The agent's files are copies it reads again at every new connection.
     let agent_dir = env.work.path().join("h1-tls");
     std::fs::create_dir_all(&agent_dir).unwrap();
@@ -473,9 +565,11 @@ async fn a_running_agent_follows_a_new_ca_and_a_renewed_certificate() {
     replace(&env.pki.path("h1-old.crt"), &agent_dir.join("h1.crt"));
     replace(&env.pki.path("h1-old.key"), &agent_dir.join("h1.key"));
     env.zk.restart_with(&store2, &both);
-    wait_for_async("the agent's log of its expired certificate", LIMIT, || async {
-        agent.output().contains("expired").then_some(())
-    })
+    wait_for_async(
+        "the agent's log of its expired certificate",
+        LIMIT,
+        || async { agent.output().contains("expired").then_some(()) },
+    )
     .await;
     assert!(agent.running(), "{}", agent.output());
     // The renewal written to disk takes effect at the next attempt.
@@ -486,14 +580,22 @@ async fn a_running_agent_follows_a_new_ca_and_a_renewed_certificate() {
     // restarted, reconnects with the new files and deploys.
     let anon = support::connect(&env.zk.plain_conn()).await;
     env.anon = anon;
-    let r2 = env.repo.commit(&[("acme.zk", &tree(&["a"], "2.0", &["h1"]))]);
+    let r2 = env
+        .repo
+        .commit(&[("acme.zk", &tree(&["a"], "2.0", &["h1"]))]);
     std::fs::copy(env.pki.path("ca2.pem"), env.pki.path("ca.pem")).unwrap();
-    env.sync(Some("syncer"), &["--auth", "x509"]).await.assert_ok();
+    env.sync(Some("syncer"), &["--auth", "x509"])
+        .await
+        .assert_ok();
     h1.wait_status(&r2, &["done"], LIMIT).await;
     assert!(agent.running(), "{}", agent.output());
     // The host node is registered under the same identity.
     let (acl, _) = env.anon.get_acl("/hosts/h1").await.unwrap();
-    assert!(acl.iter().any(|a| a.scheme() == "x509" && a.id() == "CN=h1"), "{acl:?}");
+    assert!(
+        acl.iter()
+            .any(|a| a.scheme() == "x509" && a.id() == "CN=h1"),
+        "{acl:?}"
+    );
     agent.terminate();
     assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
     let key = std::fs::read_to_string(env.pki.path("h1-new.key")).unwrap();
@@ -533,19 +635,35 @@ print(json.dumps({"locked": got}))
 
 async fn kazoo_lock(env: &Env, timeout: &str) -> Value {
     let out = tokio::process::Command::new("python3")
-        .args(["-c", KAZOO_LOCK, &env.zk.tls_conn(), &env.p("ca.pem"), &env.p("h2.crt"), &env.p("h2.key"), timeout])
+        .args([
+            "-c",
+            KAZOO_LOCK,
+            &env.zk.tls_conn(),
+            &env.p("ca.pem"),
+            &env.p("h2.crt"),
+            &env.p("h2.key"),
+            timeout,
+        ])
         .output()
         .await
         .expect("python3 with kazoo (scripts/lib.sh zkd_ensure_kazoo)");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[tokio::test]
 async fn kazoo_over_tls_is_excluded_by_our_node_lock() {
     let env = Env::new().await;
-    let r1 = env.repo.commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1"]))]);
-    env.sync(Some("syncer"), &["--auth", "x509"]).await.assert_ok();
+    let r1 = env
+        .repo
+        .commit(&[("acme.zk", &tree(&["a"], "1.0", &["h1"]))]);
+    env.sync(Some("syncer"), &["--auth", "x509"])
+        .await
+        .assert_ok();
     let h1 = env.host("h1").await;
     // The deploy script sleeps until the test kills its `sleep`.
     let mut agent = h1.spawn("agent", &[], &[("ZK_TEST_SLEEP", "3600")]);

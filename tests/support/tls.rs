@@ -19,7 +19,10 @@ impl Pki {
     /// An empty directory.
     pub fn new() -> Pki {
         Pki {
-            dir: tempfile::Builder::new().prefix("zkd-pki-").tempdir().unwrap(),
+            dir: tempfile::Builder::new()
+                .prefix("zkd-pki-")
+                .tempdir()
+                .unwrap(),
         }
     }
 
@@ -44,11 +47,25 @@ impl Pki {
     /// A CA: `NAME.pem` (certificate) and `NAME.key`.
     pub fn ca(&self, name: &str) {
         self.openssl(&[
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", &format!("{name}.key"), "-out", &format!("{name}.pem"), "-days", "30",
-            "-subj", &format!("/CN={name}"),
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "30",
+            "-subj",
+            &format!("/CN={name}"),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
         ]);
     }
 
@@ -64,13 +81,36 @@ impl Pki {
         );
         std::fs::write(self.path(&extfile), ext).unwrap();
         self.openssl(&[
-            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", &key, "-out", &csr, "-subj", subject,
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            subject,
         ]);
         self.openssl(&[
-            "x509", "-req", "-in", &csr, "-CA", &format!("{ca}.pem"), "-CAkey",
-            &format!("{ca}.key"), "-CAcreateserial", "-days", &days.to_string(), "-extfile",
-            &extfile, "-out", &crt,
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &format!("{ca}.pem"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-days",
+            &days.to_string(),
+            "-extfile",
+            &extfile,
+            "-out",
+            &crt,
         ]);
     }
 
