@@ -317,9 +317,21 @@ pub(crate) fn tls_servers(connection: &str) -> Result<Vec<String>, String> {
         }
         let server = entry.strip_prefix("tcp+tls://").unwrap_or(entry);
         let server = server.split('/').next().unwrap_or_default();
-        if !server.is_empty() {
-            servers.push(server.to_string());
+        if server.is_empty() {
+            continue;
         }
+        // The client library verifies this name (and panics on one that is not a name).
+        let host = match server.rsplit_once(':') {
+            Some((h, p)) if p.parse::<u16>().is_ok() => h,
+            _ => server,
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if ServerName::try_from(host.to_string()).is_err() {
+            return Err(format!(
+                "{server}: not a host name or IP address a certificate can name"
+            ));
+        }
+        servers.push(server.to_string());
     }
     Ok(servers)
 }
