@@ -112,9 +112,15 @@ pub async fn connect(opts: &ConnectOptions) -> Result<Client, ZkError> {
     }
 }
 
-/// `Some(reasons)` if every server refuses a TLS connection for a TLS reason; `None` if one
-/// accepts it or cannot be reached at all (the connection attempt then tells).
+/// How long a TLS connection may take before [`all_refuse`] looks at why: a connection that
+/// works is made well within it, so the servers see no probe then.
+const PROBE_DELAY: Duration = Duration::from_millis(300);
+
+/// After [`PROBE_DELAY`], `Some(reasons)` if every server refuses a TLS connection for a TLS
+/// reason; `None` if one accepts it or cannot be reached at all (the connection attempt then
+/// tells).
 async fn all_refuse(tls: &Loaded, servers: &[String]) -> Option<String> {
+    tokio::time::sleep(PROBE_DELAY).await;
     let probes = servers.iter().map(|server| {
         let (config, ca, server) = (tls.config.clone(), tls.ca.clone(), server.clone());
         tokio::task::spawn_blocking(move || refusal(config, &ca, &server))
