@@ -141,6 +141,17 @@ mod tests {
         assert!(text.contains("zkdeployment_converged 1\n"));
         assert!(text.contains("zkdeployment_passes_total{result=\"done\"} 2\n"));
         assert!(text.contains("zkdeployment_lock_wait_seconds_total 1.5\n"));
+        assert!(
+            !text.contains("tls_client_cert"),
+            "only with a client certificate"
+        );
         assert_eq!(text.matches("# TYPE").count(), 8);
+        let with_cert = Metrics {
+            tls_client_cert_expiry: Some(1_700_000_000.0),
+            ..m
+        };
+        assert!(with_cert
+            .render()
+            .contains("zkdeployment_tls_client_cert_expiry_timestamp_seconds 1700000000\n"));
     }
 }

@@ -261,3 +261,44 @@ pub async fn gather(
         now: crate::files::now(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cert(not_after: i64) -> ClientCert {
+        ClientCert {
+            path: "/tls/h1.crt".into(),
+            subject: "CN=h1".into(),
+            not_after,
+        }
+    }
+
+    #[test]
+    fn certificate_expiry_warns_within_14_days_and_is_critical_once_expired() {
+        let now = 1_700_000_000;
+        let ok = Check::new(State::Ok, "v1", Some(3.0));
+        assert_eq!(
+            with_cert_expiry(ok.clone(), &cert(now + 15 * 86_400), now),
+            ok
+        );
+        let warned = with_cert_expiry(ok.clone(), &cert(now + 5 * 86_400 - 10), now);
+        assert_eq!(warned.state, State::Warning);
+        assert!(warned.message.contains("/tls/h1.crt") && warned.message.contains("(in 5 days)"));
+        assert_eq!(warned.age, Some(3.0));
+        let critical = Check::new(State::Critical, "Version mismatch", Some(3.0));
+        let both = with_cert_expiry(critical, &cert(now + 86_400), now);
+        assert_eq!(both.state, State::Critical);
+        assert!(both
+            .message
+            .starts_with("Version mismatch; TLS client certificate"));
+        let expired = with_cert_expiry(ok, &cert(now - 1), now);
+        assert_eq!(expired.state, State::Critical);
+        assert!(
+            expired
+                .message
+                .contains("expired at 2023-11-14 22:13:19 UTC"),
+            "{expired:?}"
+        );
+    }
+}
