@@ -71,12 +71,7 @@ impl Protection {
                 scheme: "x509",
                 owner: u.user().to_string(),
             })
-            .ok_or_else(|| ZkError::Connect {
-                conn: "the session".into(),
-                reason: "the server reports no x509 identity for it: is the client certificate \
-                         set, and the server's authProvider.x509 configured?"
-                    .into(),
-            })
+            .ok_or(ZkError::Tls(super::tls::TlsError::NoIdentity))
     }
 
     /// The owner's user name (never the password or its hash), or the certificate's subject.

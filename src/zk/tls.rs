@@ -56,9 +56,19 @@ pub enum TlsError {
     /// A combination of files that cannot work.
     #[error("{0}")]
     Incomplete(String),
+    /// The server gives the session no `x509` identity.
+    #[error(
+        "the server reports no x509 identity for the session: is a client certificate set \
+         (--tls-cert, --tls-key), and the server's authProvider.x509 configured?"
+    )]
+    NoIdentity,
     /// The client certificate has expired: not a configuration error (a renewal written to
     /// disk takes effect at the next connection).
-    #[error("TLS client certificate {} expired at {} (Unix time {not_after}); renew it", path.display(), utc(*not_after))]
+    #[error(
+        "TLS client certificate {} expired at {} (Unix time {not_after}); renew it",
+        path.display(),
+        utc(*not_after)
+    )]
     Expired { path: PathBuf, not_after: i64 },
 }
 

@@ -185,6 +185,18 @@ async fn every_command_works_over_tls_with_certificate_identities() {
     export.assert_ok();
     assert!(export.stdout.contains("version = '1.0'"), "{export}");
 
+    // plan: a candidate tree against the registered hosts (h2's daemon).
+    let candidate = env.work.path().join("candidate.zk");
+    std::fs::write(&candidate, tree(&["a"], "3.0", &["h1", "h2"])).unwrap();
+    let plan = env
+        .run(&["plan", "--files", candidate.to_str().unwrap()], None)
+        .await;
+    assert!(plan.code == 0 || plan.code == 10, "{plan}");
+    assert!(
+        plan.stdout.contains("h2") && plan.stdout.contains("3.0"),
+        "{plan}"
+    );
+
     // tree import: the syncer's certificate may, a host's may not.
     let file = env.work.path().join("import.zk");
     std::fs::write(&file, "/imp\n  x = 1\n").unwrap();
