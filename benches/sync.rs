@@ -36,6 +36,7 @@ fn main() {
             force: false,
             connection: conn,
             auth: None,
+            tls: Default::default(),
             open_hosts: false,
         };
         let t = Instant::now();
@@ -62,7 +63,9 @@ fn main() {
 
         // Least privilege: the first `sync --auth` on the open tree sets every ACL; after it,
         // a forced re-sync and the cron's up-to-date run check them all and change nothing.
-        opts.auth = Some(zkdeployment::config::Secret::new("bench:pw"));
+        opts.auth = Some(zkdeployment::config::Identity::Digest(
+            zkdeployment::config::Secret::new("bench:pw"),
+        ));
         let t = Instant::now();
         let protected = run(&opts).await.expect("sync --auth");
         let Outcome::Applied { writes, .. } = protected else {

@@ -48,6 +48,10 @@ zkd_ensure_system_packages() {
   [[ ${ZKD_SKIP_INSTALL:-0} == 1 ]] && return 0
   local missing=()
   [[ -f /usr/share/java/zookeeper.jar ]] || missing+=(zookeeper)
+  # ZooKeeper's TLS port (the TLS tests) needs Netty's jars; the tests make certificates with
+  # the openssl command.
+  [[ -f /usr/share/java/netty-handler.jar ]] || missing+=(libnetty-java)
+  command -v openssl >/dev/null 2>&1 || missing+=(openssl)
   command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
   command -v rpm >/dev/null 2>&1 || missing+=(rpm)
   command -v dnf >/dev/null 2>&1 || missing+=(dnf)

@@ -22,7 +22,8 @@
 #       the tests do (tests/support/mod.rs), so scripts and tests start the same server.
 #   scripts/zk-server.sh --exec --quorum --dir D
 #       The same for one member of an ensemble whose DIR/zoo.cfg (with its server.N lines)
-#       and DIR/data/myid the caller wrote (tests/support/ensemble.rs).
+#       and DIR/data/myid the caller wrote (tests/support/ensemble.rs), or for a standalone
+#       server whose zoo.cfg the caller wrote (a TLS server: tests/support/tls.rs).
 #
 # Environment:
 #   ZK_JAR        default /usr/share/java/zookeeper.jar (its manifest Class-Path has the deps)
@@ -99,6 +100,12 @@ java_command() {
   local cp=$ZK_JAR
   # Debian's zookeeper has no slf4j binding (NOP logger: not even a BindException would show).
   if [[ -f $SLF4J_SIMPLE ]]; then cp+=":$SLF4J_SIMPLE"; fi
+  # TLS (secureClientPort, NettyServerCnxnFactory): the jar's manifest does not name Netty's
+  # jars (Debian package libnetty-java); without them every TLS handshake fails on the server.
+  local m
+  for m in codec handler buffer transport common resolver; do
+    if [[ -f /usr/share/java/netty-$m.jar ]]; then cp+=":/usr/share/java/netty-$m.jar"; fi
+  done
   JAVA_CMD=("$ZK_JAVA" "-Xmx$ZK_HEAP" -XX:+UseSerialGC -XX:TieredStopAtLevel=1
     -Djava.net.preferIPv4Stack=true
     "-Dorg.slf4j.simpleLogger.defaultLogLevel=$ZK_LOG_LEVEL"

@@ -24,8 +24,8 @@
 //! - [`metrics`]: the agent's Prometheus textfile.
 //! - [`systemd`]: the systemd notify protocol and watchdog.
 //! - [`config`]: the agent's configuration file.
-//! - [`zk`]: ZooKeeper: connection, where things live (`/hosts`, host nodes, lock paths,
-//!   reserved roots), the guarded property update, pipelined reads, links, import/export,
+//! - [`zk`]: ZooKeeper: connection (TLS included), where things live (`/hosts`, host nodes,
+//!   lock paths, reserved roots), the guarded property update, pipelined reads, links, import/export,
 //!   the kazoo lock and semaphore recipes, the persistent role lock, the ACLs of a protected
 //!   tree and the halt records under `/hosts-halt`.
 //! - [`tree`]: the zc.zk text format (literals, parse, export, merge), node size limit and

@@ -1,6 +1,7 @@
 //! The agent's Prometheus textfile (`metrics-file`, for node_exporter's textfile collector):
 //! converged and halted gauges, last pass and last success timestamps, the last pass's
-//! duration, passes by result, and the time spent waiting for node locks. Rewritten
+//! duration, passes by result, the time spent waiting for node locks, and the expiry of the
+//! TLS client certificate (when one is configured). Rewritten
 //! atomically (temporary file + rename) so a reader never sees a partial file.
 
 use std::fmt::Write as _;
@@ -29,6 +30,8 @@ pub struct Metrics {
     pub lock_wait: f64,
     /// Steps run, in total.
     pub steps: u64,
+    /// The TLS client certificate's notAfter (Unix time), if one is configured.
+    pub tls_client_cert_expiry: Option<f64>,
 }
 
 fn metric(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(&str, f64)]) {
@@ -104,6 +107,15 @@ impl Metrics {
             "Deployment steps run.",
             &[("", self.steps as f64)],
         );
+        if let Some(expiry) = self.tls_client_cert_expiry {
+            metric(
+                &mut out,
+                "zkdeployment_tls_client_cert_expiry_timestamp_seconds",
+                "gauge",
+                "Unix time the TLS client certificate for ZooKeeper expires (notAfter).",
+                &[("", expiry)],
+            );
+        }
         out
     }
 
@@ -129,6 +141,17 @@ mod tests {
         assert!(text.contains("zkdeployment_converged 1\n"));
         assert!(text.contains("zkdeployment_passes_total{result=\"done\"} 2\n"));
         assert!(text.contains("zkdeployment_lock_wait_seconds_total 1.5\n"));
+        assert!(
+            !text.contains("tls_client_cert"),
+            "only with a client certificate"
+        );
         assert_eq!(text.matches("# TYPE").count(), 8);
+        let with_cert = Metrics {
+            tls_client_cert_expiry: Some(1_700_000_000.0),
+            ..m
+        };
+        assert!(with_cert
+            .render()
+            .contains("zkdeployment_tls_client_cert_expiry_timestamp_seconds 1700000000\n"));
     }
 }

@@ -15,6 +15,7 @@ use crate::agent::status::{parse_status, version_token, StatusLine};
 use crate::tree::literal::py_str;
 use crate::tree::Props;
 use crate::zk::paths::{host_path, HOSTS};
+use crate::zk::tls::ClientCert;
 use crate::zk::{call, connect, decode, ConnectOptions};
 
 /// A plugin state.
@@ -182,6 +183,30 @@ pub fn evaluate(o: &Observed, warn: u64, error: u64) -> Check {
     with_age(state, message)
 }
 
+/// How long before the TLS client certificate's expiry the check warns.
+pub const CERT_WARN_SECS: i64 = 14 * 86_400;
+
+/// `check` with the TLS client certificate's expiry: CRITICAL once it has expired (whatever
+/// else was found: the agent cannot connect with it), WARNING (at least) within
+/// [`CERT_WARN_SECS`] of its expiry.
+pub fn with_cert_expiry(check: Check, cert: &ClientCert, now: i64) -> Check {
+    let file = cert.path.display();
+    let when = crate::zk::tls::utc(cert.not_after);
+    if cert.not_after <= now {
+        let message = format!("TLS client certificate {file} expired at {when}");
+        return Check::new(State::Critical, message, check.age);
+    }
+    if cert.not_after - now > CERT_WARN_SECS {
+        return check;
+    }
+    let days = (cert.not_after - now + 43_200) / 86_400;
+    let note = format!("TLS client certificate {file} expires at {when} (in {days} days)");
+    match check.state {
+        State::Ok => Check::new(State::Warning, note, check.age),
+        _ => Check::new(check.state, format!("{}; {note}", check.message), check.age),
+    }
+}
+
 /// Reads the status file and ZooKeeper, within `budget` overall.
 pub async fn gather(
     host_id: &str,
@@ -235,4 +260,45 @@ pub async fn gather(
         cluster,
         now: crate::files::now(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cert(not_after: i64) -> ClientCert {
+        ClientCert {
+            path: "/tls/h1.crt".into(),
+            subject: "CN=h1".into(),
+            not_after,
+        }
+    }
+
+    #[test]
+    fn certificate_expiry_warns_within_14_days_and_is_critical_once_expired() {
+        let now = 1_700_000_000;
+        let ok = Check::new(State::Ok, "v1", Some(3.0));
+        assert_eq!(
+            with_cert_expiry(ok.clone(), &cert(now + 15 * 86_400), now),
+            ok
+        );
+        let warned = with_cert_expiry(ok.clone(), &cert(now + 5 * 86_400 - 10), now);
+        assert_eq!(warned.state, State::Warning);
+        assert!(warned.message.contains("/tls/h1.crt") && warned.message.contains("(in 5 days)"));
+        assert_eq!(warned.age, Some(3.0));
+        let critical = Check::new(State::Critical, "Version mismatch", Some(3.0));
+        let both = with_cert_expiry(critical, &cert(now + 86_400), now);
+        assert_eq!(both.state, State::Critical);
+        assert!(both
+            .message
+            .starts_with("Version mismatch; TLS client certificate"));
+        let expired = with_cert_expiry(ok, &cert(now - 1), now);
+        assert_eq!(expired.state, State::Critical);
+        assert!(
+            expired
+                .message
+                .contains("expired at 2023-11-14 22:13:19 UTC"),
+            "{expired:?}"
+        );
+    }
 }

@@ -63,6 +63,7 @@ pub async fn start(
         .zookeeper_auth
         .as_ref()
         .map(|s| s.expose().to_string());
+    opts.tls = config.tls.clone();
     let client = connect(&opts).await?;
     let host = host_of(&config);
     if !read_only {
@@ -71,7 +72,7 @@ pub async fn start(
             &host,
             host_version,
             config.session_timeout + Duration::from_secs(2),
-            config.zookeeper_auth.is_some(),
+            config.has_identity(),
         )
         .await?;
     }
@@ -258,11 +259,13 @@ async fn reconnect(ctx: &mut Agent) -> Result<(), StartError> {
             .zookeeper_auth
             .as_ref()
             .map(|s| s.expose().to_string());
+        // The TLS files are read again: a rotated CA, certificate or key takes effect here.
+        opts.tls = ctx.config.tls.clone();
         ctx.client = connect(&opts).await?;
         *ctx.host_node.get_mut() = None;
     }
     let wait = ctx.config.session_timeout + Duration::from_secs(2);
-    let secured = ctx.config.zookeeper_auth.is_some();
+    let secured = ctx.config.has_identity();
     ctx.host_version = register(
         &ctx.client,
         &ctx.host,

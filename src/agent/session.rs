@@ -91,9 +91,18 @@ impl Agent {
     }
 }
 
-/// Rewrites the metrics file `config` names, if any (a failure is logged, not fatal).
+/// Rewrites the metrics file `config` names, if any (a failure is logged, not fatal). The TLS
+/// client certificate's expiry is read from its file now (a renewed file shows at once).
 pub fn write_metrics(config: &Config, metrics: &Metrics) {
     if let Some(path) = &config.metrics_file {
+        let mut metrics = metrics.clone();
+        metrics.tls_client_cert_expiry = match config.tls.client_cert() {
+            Ok(cert) => cert.map(|c| c.not_after as f64),
+            Err(e) => {
+                tracing::warn!("{e}");
+                None
+            }
+        };
         if let Err(e) = metrics.write(path) {
             tracing::warn!("cannot write the metrics file: {e}");
         }

@@ -150,6 +150,10 @@ pub fn agent(args: AgentArgs) -> Outcome {
         }
         other => other?,
     };
+    let config = Config {
+        tls: args.zk.tls_files(&config.tls)?,
+        ..config
+    };
     let connection = args.zk.with_config(&config);
     if let Some(addr) = &args.assert_address {
         assert_address(&connection, addr)?;
@@ -227,6 +231,10 @@ fn spawn_signal_handler(mut signals: Signals, stop: Arc<AtomicBool>, wake: Arc<N
 
 pub fn deploy(args: DeployArgs) -> Outcome {
     let config = load_config(&args.config)?;
+    let config = Config {
+        tls: args.zk.tls_files(&config.tls)?,
+        ..config
+    };
     let connection = args.zk.with_config(&config);
     let stop = Arc::new(AtomicBool::new(false));
     // A dry run stops at once on SIGTERM; a real pass finishes the step in progress.

@@ -10,8 +10,8 @@ use clap::Args;
 use super::zkarg::ZkArg;
 use super::{runtime, Outcome};
 use crate::config::load;
-use crate::monitor::{evaluate, gather, unknown, Check};
-use crate::zk::ConnectOptions;
+use crate::monitor::{evaluate, gather, unknown, with_cert_expiry, Check};
+use crate::zk::{ConnectOptions, TlsFiles};
 
 #[derive(Debug, Args)]
 pub struct MonitorArgs {
@@ -55,11 +55,21 @@ fn check(args: &MonitorArgs) -> Check {
         .zookeeper_auth
         .as_ref()
         .map(|s| s.expose().to_string());
+    opts.tls = TlsFiles::resolve(&args.zk.tls.files(), &config.tls);
+    let cert = match opts.tls.client_cert() {
+        Ok(cert) => cert,
+        Err(e) => return unknown(e.to_string()),
+    };
+    let now = crate::files::now() as i64;
+    if let Some(c) = cert.as_ref().filter(|c| c.not_after <= now) {
+        // No connection can work with it: say why, not that ZooKeeper is unreachable.
+        return with_cert_expiry(unknown(""), c, now);
+    }
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(_) => return unknown("cannot start the runtime"),
     };
-    match rt.block_on(gather(
+    let check = match rt.block_on(gather(
         &config.host_id,
         &config.run_directory,
         &opts,
@@ -67,5 +77,9 @@ fn check(args: &MonitorArgs) -> Check {
     )) {
         Ok(observed) => evaluate(&observed, args.warn, args.error),
         Err(check) => check,
+    };
+    match &cert {
+        Some(c) => with_cert_expiry(check, c, now),
+        None => check,
     }
 }

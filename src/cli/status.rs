@@ -98,7 +98,7 @@ async fn require_hosts(client: &Client, zk: &ZkArg) -> Result<(), Failure> {
 }
 
 pub fn resume_cmd(args: ResumeArgs) -> Outcome {
-    let auth = args.auth.secret()?;
+    let auth = args.auth.identity()?;
     runtime()?.block_on(async {
         let client = args.zk.connect_as(auth.as_ref()).await?;
         let version = args.version.as_deref().map(parse_version);

@@ -61,7 +61,13 @@ const STALE_LOCK_SECS: u64 = 3600;
 pub fn run(args: SyncArgs) -> Outcome {
     // Before the runtime starts any thread (a libgit2 global).
     crate::gitauth::bound_network(Duration::from_secs(args.git_timeout.max(1)));
-    let auth = args.auth.secret()?;
+    let auth = args.auth.identity()?;
+    let tls = args.zk.tls_files(&crate::zk::TlsFiles::default())?;
+    if matches!(auth, Some(crate::config::Identity::X509)) && tls.cert.is_none() {
+        return Err(Failure::Usage(
+            "--auth x509 needs a client certificate: --tls-ca, --tls-cert and --tls-key".into(),
+        ));
+    }
     let Some(_lock) =
         lock_file(&args.lock_file).map_err(|e| Failure::Failed(format!("lock file {e}")))?
     else {
@@ -92,6 +98,7 @@ pub fn run(args: SyncArgs) -> Outcome {
         force: args.force,
         connection: args.zk.resolve(),
         auth,
+        tls,
         open_hosts: args.open_hosts,
     };
     let result = runtime()?.block_on(sync::run(&opts));

@@ -5,11 +5,12 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
+use super::zkarg::protection;
 use super::zkarg::{AuthArg, ZkArg};
 use super::{runtime, Failure, Outcome};
 use crate::tree::parse::parse_bytes;
 use crate::tree::Node;
-use crate::zk::acl::{Kind, Protection};
+use crate::zk::acl::Kind;
 use crate::zk::export::export_tree;
 use crate::zk::import::{import_tree_with_acl, Trim};
 
@@ -87,10 +88,7 @@ pub fn run(cmd: TreeCommand) -> Outcome {
             zk,
         } => {
             check_node_path(&node)?;
-            let secret = auth.secret()?;
-            let acl = secret
-                .as_ref()
-                .map(|s| Protection::new(s.expose()).acl(Kind::Owned));
+            let identity = auth.identity()?;
             let tree = read_tree(&file)?;
             let trim = match (trim, no_trim) {
                 (true, _) => Trim::Yes,
@@ -98,7 +96,11 @@ pub fn run(cmd: TreeCommand) -> Outcome {
                 _ => Trim::Report,
             };
             runtime()?.block_on(async {
-                let client = zk.connect_as(secret.as_ref()).await?;
+                let client = zk.connect_as(identity.as_ref()).await?;
+                let acl = match &identity {
+                    Some(id) => Some(protection(&client, id).await?.acl(Kind::Owned)),
+                    None => None,
+                };
                 let node = node.trim_end_matches('/');
                 let node = if node.is_empty() { "/" } else { node };
                 if !dry_run {

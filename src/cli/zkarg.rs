@@ -2,19 +2,26 @@
 //! the `--auth AUTH` argument of the commands that write what the syncer owns (`sync`,
 //! `tree import`, `resume`).
 //!
+//! `--tls-ca FILE`, `--tls-cert FILE`, `--tls-key FILE` (every command; see
+//! [`crate::zk::tls`]): precedence the flag, then the config file's `zookeeper-tls-*`
+//! (commands with a config file), then `$ZKDEPLOYMENT_TLS_CA`, `_CERT`, `_KEY`.
+//!
 //! `-z/--zookeeper CONN`
 //! (`agent` has the long form only: its `-z` is the original's
 //! `--assert-zookeeper-address`). Precedence: the flag, then the config file's `zookeeper`
 //! (commands with a config file), then `$ZC_ZK_CONNECTION_STRING`, then `zookeeper:2181`.
 
+use std::path::PathBuf;
+
 use clap::Args;
 
 use super::Failure;
-use crate::config::{auth_flag, Config, Secret};
+use crate::config::{auth_flag, Config, Identity};
+use crate::zk::acl::Protection;
 use crate::zk::connect::connection_string;
-use crate::zk::{connect, Client, ConnectOptions};
+use crate::zk::{connect, Client, ConnectOptions, TlsFiles};
 
-/// The `-z/--zookeeper` flag.
+/// The `-z/--zookeeper` flag and the `--tls-*` flags.
 #[derive(Debug, Args)]
 pub struct ZkArg {
     /// ZooKeeper connection string, `host:port[,host:port][/chroot]` (default: the config
@@ -22,9 +29,59 @@ pub struct ZkArg {
     /// zookeeper:2181).
     #[arg(short = 'z', long = "zookeeper", value_name = "CONN")]
     pub zookeeper: Option<String>,
+    #[command(flatten)]
+    pub tls: TlsArg,
+}
+
+/// `--tls-ca`, `--tls-cert`, `--tls-key`.
+#[derive(Debug, Args, Default)]
+pub struct TlsArg {
+    /// PEM CA bundle the ZooKeeper servers' certificates must chain to; every connection is
+    /// then TLS, the server's certificate verified for the host name or IP address of the
+    /// connection string (default: the config file's zookeeper-tls-ca, else
+    /// $ZKDEPLOYMENT_TLS_CA).
+    #[arg(long = "tls-ca", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// PEM client certificate presented to ZooKeeper (default: zookeeper-tls-cert, else
+    /// $ZKDEPLOYMENT_TLS_CERT).
+    #[arg(long = "tls-cert", value_name = "FILE")]
+    pub cert: Option<PathBuf>,
+    /// PEM private key of the client certificate (default: zookeeper-tls-key, else
+    /// $ZKDEPLOYMENT_TLS_KEY).
+    #[arg(long = "tls-key", value_name = "FILE")]
+    pub key: Option<PathBuf>,
+}
+
+impl TlsArg {
+    /// The flags as given.
+    pub fn files(&self) -> TlsFiles {
+        TlsFiles {
+            ca: self.ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+        }
+    }
 }
 
 impl ZkArg {
+    /// The TLS files: each flag, else the configuration's (`file`), else the environment's.
+    /// Read and checked now: a file that is missing, unreadable, not PEM, or a key that does
+    /// not match its certificate is a usage error (exit 2). The connection reads them again.
+    pub fn tls_files(&self, file: &TlsFiles) -> Result<TlsFiles, Failure> {
+        let files = TlsFiles::resolve(&self.tls.files(), file);
+        files
+            .check_combination()
+            .map_err(|e| Failure::Usage(e.to_string()))?;
+        if let Err(e) = crate::zk::tls::check_files(&files) {
+            return Err(if e.is_config() {
+                Failure::Usage(e.to_string())
+            } else {
+                Failure::Failed(e.to_string())
+            });
+        }
+        Ok(files)
+    }
+
     /// The connection string for a command with a configuration file.
     pub fn with_config(&self, config: &Config) -> String {
         config.connection(self.zookeeper.as_deref())
@@ -41,13 +98,32 @@ impl ZkArg {
     }
 
     /// Connects (no configuration file), adding the digest credentials to the session if
-    /// given.
-    pub async fn connect_as(&self, auth: Option<&Secret>) -> Result<Client, Failure> {
+    /// given (`x509`: the session's identity is its client certificate, which it needs).
+    pub async fn connect_as(&self, auth: Option<&Identity>) -> Result<Client, Failure> {
         let mut opts = ConnectOptions::new(self.resolve());
-        opts.digest = auth.map(|s| s.expose().to_string());
+        opts.tls = self.tls_files(&TlsFiles::default())?;
+        if matches!(auth, Some(Identity::X509)) && opts.tls.cert.is_none() {
+            return Err(Failure::Usage(
+                "--auth x509 needs a client certificate: --tls-ca, --tls-cert and --tls-key".into(),
+            ));
+        }
+        opts.digest = auth
+            .and_then(Identity::digest)
+            .map(|s| s.expose().to_string());
         connect(&opts)
             .await
             .map_err(|e| Failure::Failed(e.to_string()))
+    }
+}
+
+/// The protection owned by `identity` on `client`'s session (x509: the id the server
+/// reports for its certificate).
+pub async fn protection(client: &Client, identity: &Identity) -> Result<Protection, Failure> {
+    match identity {
+        Identity::Digest(s) => Ok(Protection::new(s.expose())),
+        Identity::X509 => Protection::x509(client)
+            .await
+            .map_err(|e| Failure::Failed(e.to_string())),
     }
 }
 
@@ -55,19 +131,22 @@ impl ZkArg {
 #[derive(Debug, Args)]
 pub struct AuthArg {
     /// Digest credentials `user:password` of the syncer's identity, or file:///PATH (or an
-    /// http(s):// URL) giving them, as for the config's zookeeper-auth. Nodes written are
-    /// readable by all and writable by this identity only.
+    /// http(s):// URL) giving them, as for the config's zookeeper-auth; or `x509`: the TLS
+    /// client certificate (--tls-cert) is the identity. Nodes written are readable by all and
+    /// writable by this identity only.
     #[arg(long, value_name = "AUTH")]
     pub auth: Option<String>,
 }
 
 impl AuthArg {
-    /// The credentials, resolved and checked (a bad value is a usage error).
-    pub fn secret(&self) -> Result<Option<Secret>, Failure> {
-        self.auth
-            .as_deref()
-            .map(auth_flag)
-            .transpose()
-            .map_err(|e| Failure::Usage(e.to_string()))
+    /// The identity, resolved and checked (a bad value is a usage error).
+    pub fn identity(&self) -> Result<Option<Identity>, Failure> {
+        match self.auth.as_deref().map(str::trim) {
+            None => Ok(None),
+            Some("x509") => Ok(Some(Identity::X509)),
+            Some(value) => auth_flag(value)
+                .map(|s| Some(Identity::Digest(s)))
+                .map_err(|e| Failure::Usage(e.to_string())),
+        }
     }
 }

@@ -106,6 +106,9 @@ pub const KEYS: &[&str] = &[
     "smtp",
     "sendmail",
     "metrics-file",
+    "zookeeper-tls-ca",
+    "zookeeper-tls-cert",
+    "zookeeper-tls-key",
 ];
 
 const SECRET_KEY: &str = "zookeeper-auth";
@@ -137,6 +140,25 @@ impl fmt::Display for Secret {
     }
 }
 
+/// Who a command that writes what the syncer owns acts as (`--auth`).
+#[derive(Clone, Debug)]
+pub enum Identity {
+    /// Digest credentials `user:password`.
+    Digest(Secret),
+    /// `x509`: the TLS client certificate (`--tls-cert`, `--tls-key`).
+    X509,
+}
+
+impl Identity {
+    /// The digest credentials to add to the session, if any.
+    pub fn digest(&self) -> Option<&Secret> {
+        match self {
+            Identity::Digest(s) => Some(s),
+            Identity::X509 => None,
+        }
+    }
+}
+
 /// Where failure mail goes when `smtp` is set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Smtp {
@@ -164,6 +186,10 @@ pub struct Config {
     pub zookeeper: Option<String>,
     /// Digest credentials `user:password`.
     pub zookeeper_auth: Option<Secret>,
+    /// `zookeeper-auth = x509`: the client certificate is the host's identity.
+    pub zookeeper_x509: bool,
+    /// `zookeeper-tls-ca`, `zookeeper-tls-cert`, `zookeeper-tls-key`.
+    pub tls: crate::zk::TlsFiles,
     pub session_timeout: Duration,
     /// Absolute; default `/`.
     pub root: PathBuf,
@@ -184,6 +210,11 @@ impl Config {
     /// `ZC_ZK_CONNECTION_STRING` (if non-empty), else `zookeeper:2181`.
     pub fn connection(&self, flag: Option<&str>) -> String {
         connection_string(flag, self.zookeeper.as_deref())
+    }
+
+    /// True if the host has an identity of its own (digest credentials or its certificate).
+    pub fn has_identity(&self) -> bool {
+        self.zookeeper_auth.is_some() || self.zookeeper_x509
     }
 }
 

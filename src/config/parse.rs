@@ -13,6 +13,7 @@ use super::{
     fqdn, Config, ConfigError, Secret, DEFAULT_SENDMAIL, DEFAULT_SESSION_TIMEOUT, DEFAULT_YUM,
     SECRET_KEY,
 };
+use crate::zk::tls::TlsFiles;
 
 /// Parses configuration text read from `path` (used for messages and to resolve relative
 /// paths). Pure except for reading `file://` values, `fetch` (called for `http(s)://` values:
@@ -68,8 +69,13 @@ pub fn parse(
         }
     }
 
+    let mut zookeeper_x509 = false;
     let zookeeper_auth = match values.optional_strict(SECRET_KEY)? {
         None => None,
+        Some(v) if v == "x509" => {
+            zookeeper_x509 = true;
+            None
+        }
         Some(v) => {
             if !super::auth::is_digest(&v) {
                 return Err(values.invalid(
@@ -177,6 +183,8 @@ pub fn parse(
         .optional("metrics-file")?
         .map(|v| resolve_path(path, &v));
 
+    let tls = tls_files(&values, path, zookeeper_x509)?;
+
     Ok(Config {
         path: path.to_path_buf(),
         host_id,
@@ -185,6 +193,8 @@ pub fn parse(
         after,
         zookeeper,
         zookeeper_auth,
+        zookeeper_x509,
+        tls,
         session_timeout,
         root,
         host_name,
@@ -195,4 +205,27 @@ pub fn parse(
         sendmail,
         metrics_file,
     })
+}
+
+/// `zookeeper-tls-ca`, `zookeeper-tls-cert`, `zookeeper-tls-key`: paths (relative ones against
+/// the configuration file's directory), checked for their combination only (the files are read
+/// at every connection). `zookeeper-auth = x509` needs a certificate.
+fn tls_files(values: &Values, path: &Path, x509: bool) -> Result<TlsFiles, ConfigError> {
+    let file = |key: &str| -> Result<Option<PathBuf>, ConfigError> {
+        Ok(values.optional(key)?.map(|v| resolve_path(path, &v)))
+    };
+    let tls = TlsFiles {
+        ca: file("zookeeper-tls-ca")?,
+        cert: file("zookeeper-tls-cert")?,
+        key: file("zookeeper-tls-key")?,
+    };
+    tls.check_combination()
+        .map_err(|e| values.invalid("zookeeper-tls-cert", e.to_string()))?;
+    if x509 && tls.cert.is_none() {
+        return Err(values.invalid(
+            SECRET_KEY,
+            "x509 needs a client certificate: zookeeper-tls-ca, zookeeper-tls-cert and zookeeper-tls-key".into(),
+        ));
+    }
+    Ok(tls)
 }

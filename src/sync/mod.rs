@@ -53,9 +53,11 @@ pub struct Options {
     pub force: bool,
     /// ZooKeeper connection string.
     pub connection: String,
-    /// `--auth`: the syncer's digest credentials; with them, what the syncer owns is
-    /// protected (see [`protect`]).
-    pub auth: Option<crate::config::Secret>,
+    /// `--auth`: the syncer's identity (digest credentials or its TLS client certificate);
+    /// with it, what the syncer owns is protected (see [`protect`]).
+    pub auth: Option<crate::config::Identity>,
+    /// TLS to ZooKeeper.
+    pub tls: crate::zk::TlsFiles,
     /// `--open-hosts`: leave `/hosts` writable by everyone (a mixed fleet).
     pub open_hosts: bool,
 }
@@ -154,9 +156,18 @@ pub async fn run(opts: &Options) -> Result<Outcome, SyncError> {
     tracing::info!("VCS Version: {revision}");
     let desired = desired::build(&checkout.files).map_err(SyncError::Tree)?;
     let mut connect_opts = ConnectOptions::new(opts.connection.clone());
-    connect_opts.digest = opts.auth.as_ref().map(|s| s.expose().to_string());
+    connect_opts.digest = opts
+        .auth
+        .as_ref()
+        .and_then(crate::config::Identity::digest)
+        .map(|s| s.expose().to_string());
+    connect_opts.tls = opts.tls.clone();
     let client = connect(&connect_opts).await?;
-    let protection = opts.auth.as_ref().map(|s| Protection::new(s.expose()));
+    let protection = match &opts.auth {
+        Some(crate::config::Identity::Digest(s)) => Some(Protection::new(s.expose())),
+        Some(crate::config::Identity::X509) => Some(Protection::x509(&client).await?),
+        None => None,
+    };
     let mut hosts = read_hosts(&client, opts.dry_run).await?;
     effective(&mut hosts, &read_halts(&client).await?);
     let version = hosts.get("version").cloned().unwrap_or(Value::Null);

@@ -7,6 +7,11 @@
 //! to the `auth` scheme (which the server expands to the ids of the *setting* session), so a
 //! node's ACL can be compared with the one it should have and repaired when it differs.
 //!
+//! With `--auth x509` the owner is the syncer's TLS client certificate instead: the id is the
+//! one the server reports for the session (`whoami`), which is the certificate's subject as
+//! ZooKeeper's `X509AuthenticationProvider` prints it (`x509:CN=syncer,O=Example`), so no
+//! rendering of distinguished names here can disagree with the server's.
+//!
 //! Three nodes let everyone CREATE children as well: `/hosts` (agents register their ephemeral
 //! host nodes there), the agent registry ([`super::paths::AGENT_REGISTRY`], their registry
 //! nodes beside them) and the halt node ([`super::halts::HALTS`], where agents that cannot
@@ -33,7 +38,9 @@ pub enum Kind {
 /// The syncer's identity and the ACLs it writes.
 #[derive(Clone)]
 pub struct Protection {
-    /// `user:base64(sha1(user:password))`.
+    /// `digest` or `x509`.
+    scheme: &'static str,
+    /// `user:base64(sha1(user:password))`, or the certificate's subject.
     owner: String,
 }
 
@@ -47,18 +54,37 @@ impl Protection {
     /// The protection owned by the identity with these digest credentials (`user:password`).
     pub fn new(credentials: &str) -> Protection {
         Protection {
+            scheme: "digest",
             owner: digest_id(credentials),
         }
     }
 
-    /// The owner's user name (never the password or its hash).
+    /// The protection owned by the TLS client certificate of `client`'s session: its `x509`
+    /// id as the server reports it. An error if the session has none (no certificate, or a
+    /// server without the x509 authentication provider).
+    pub async fn x509(client: &Client) -> Result<Protection, ZkError> {
+        let users = call("whoami", "/", client.list_auth_users()).await?;
+        users
+            .iter()
+            .find(|u| u.scheme() == "x509")
+            .map(|u| Protection {
+                scheme: "x509",
+                owner: u.user().to_string(),
+            })
+            .ok_or(ZkError::Tls(super::tls::TlsError::NoIdentity))
+    }
+
+    /// The owner's user name (never the password or its hash), or the certificate's subject.
     pub fn user(&self) -> &str {
-        self.owner.split(':').next().unwrap_or_default()
+        match self.scheme {
+            "digest" => self.owner.split(':').next().unwrap_or_default(),
+            _ => &self.owner,
+        }
     }
 
     /// The ACL for a kind of node.
     pub fn acl(&self, kind: Kind) -> Vec<Acl> {
-        let owner = Acl::new(Permission::ALL, AuthId::new("digest", &self.owner));
+        let owner = Acl::new(Permission::ALL, AuthId::new(self.scheme, &self.owner));
         let world = |p| Acl::new(p, AuthId::anyone());
         match kind {
             Kind::Owned => vec![world(Permission::READ), owner],

@@ -1,8 +1,10 @@
 //! Connecting to ZooKeeper: connection strings (with an optional chroot), session timeout,
-//! digest authentication, and a bounded wait for the first connection.
+//! digest authentication, TLS (the files read again for every connection, see [`super::tls`]),
+//! and a bounded wait for the first connection.
 
 use std::time::Duration;
 
+use super::tls::{refusal, tls_servers, Loaded, TlsFiles};
 use super::{Client, ZkError};
 
 /// The default connection string when neither a flag, the config nor the environment sets one.
@@ -19,6 +21,8 @@ pub struct ConnectOptions {
     pub digest: Option<String>,
     /// How long to try before giving up on the first connection.
     pub connect_timeout: Duration,
+    /// TLS: with a CA, every connection is TLS.
+    pub tls: TlsFiles,
 }
 
 impl ConnectOptions {
@@ -29,6 +33,7 @@ impl ConnectOptions {
             session_timeout: Duration::from_secs(10),
             digest: None,
             connect_timeout: Duration::from_secs(10),
+            tls: TlsFiles::default(),
         }
     }
 }
@@ -51,7 +56,10 @@ pub fn connection_string(flag: Option<&str>, file: Option<&str>) -> String {
     resolve_connection(flag, file, env.as_deref())
 }
 
-/// Connects, failing with a clear error after `connect_timeout`.
+/// Connects, failing with a clear error after `connect_timeout`. With TLS, the files are read
+/// (again) now, an expired client certificate is refused before any connection, and a
+/// connection refused by every server for a TLS reason (no TLS, a certificate that does not
+/// verify) fails at once with the servers' reasons.
 pub async fn connect(opts: &ConnectOptions) -> Result<Client, ZkError> {
     let fail = |reason: String| ZkError::Connect {
         conn: opts.connection.clone(),
@@ -62,24 +70,69 @@ pub async fn connect(opts: &ConnectOptions) -> Result<Client, ZkError> {
             return Err(fail("the chroot must not end with '/'".into()));
         }
     }
+    let tls = opts.tls.load()?;
     let mut connector = Client::connector()
         .with_session_timeout(opts.session_timeout)
         .with_connection_timeout(opts.connect_timeout.min(opts.session_timeout));
     if let Some(digest) = &opts.digest {
         connector = connector.with_auth("digest", digest.as_bytes());
     }
-    match tokio::time::timeout(opts.connect_timeout, connector.connect(&opts.connection)).await {
+    let result = match &tls {
+        None => {
+            tokio::time::timeout(opts.connect_timeout, connector.connect(&opts.connection)).await
+        }
+        Some(tls) => {
+            tls.check_expiry(crate::files::now() as i64)?;
+            let servers = tls_servers(&opts.connection).map_err(fail)?;
+            connector = connector.with_tls(tls.options.clone());
+            let attempt = tokio::time::timeout(
+                opts.connect_timeout,
+                connector.secure_connect(&opts.connection),
+            );
+            tokio::select! {
+                r = attempt => r,
+                Some(why) = all_refuse(tls, &servers) => return Err(fail(why)),
+            }
+        }
+    };
+    match result {
         Ok(Ok(client)) => {
             super::session::track(&client);
             Ok(client)
         }
-        Ok(Err(e)) => Err(fail(format!("{e}{}", diagnose(&opts.connection).await))),
+        Ok(Err(e)) => Err(fail(format!(
+            "{e}{}",
+            diagnose(&opts.connection, tls.as_ref()).await
+        ))),
         Err(_) => Err(fail(format!(
             "no session within {} s{}",
             opts.connect_timeout.as_secs_f64(),
-            diagnose(&opts.connection).await
+            diagnose(&opts.connection, tls.as_ref()).await
         ))),
     }
+}
+
+/// How long a TLS connection may take before [`all_refuse`] looks at why: a connection that
+/// works is made well within it, so the servers see no probe then.
+const PROBE_DELAY: Duration = Duration::from_millis(300);
+
+/// After [`PROBE_DELAY`], `Some(reasons)` if every server refuses a TLS connection for a TLS
+/// reason; `None` if one accepts it or cannot be reached at all (the connection attempt then
+/// tells).
+async fn all_refuse(tls: &Loaded, servers: &[String]) -> Option<String> {
+    tokio::time::sleep(PROBE_DELAY).await;
+    let probes = servers.iter().map(|server| {
+        let (config, ca, server) = (tls.config.clone(), tls.ca.clone(), server.clone());
+        tokio::task::spawn_blocking(move || refusal(config, &ca, &server))
+    });
+    let mut reasons = Vec::new();
+    for probe in futures::future::join_all(probes).await {
+        match probe {
+            Ok(Ok(Some(why))) => reasons.push(why),
+            _ => return None,
+        }
+    }
+    (!reasons.is_empty()).then(|| format!("TLS refused: {}", reasons.join("; ")))
 }
 
 /// Why each server of a connection string cannot be reached, for the error message: a name
@@ -87,7 +140,10 @@ pub async fn connect(opts: &ConnectOptions) -> Result<Client, ZkError> {
 /// connection (the failure is then the ZooKeeper handshake's). The servers are probed at
 /// once, each TCP connect bounded by [`PROBE_TIMEOUT`] (name resolution by the resolver's own
 /// timeout).
-async fn diagnose(connection: &str) -> String {
+async fn diagnose(connection: &str, tls: Option<&Loaded>) -> String {
+    if let Some(tls) = tls {
+        return diagnose_tls(connection, tls).await;
+    }
     let hosts = connection.split('/').next().unwrap_or("");
     let probes = hosts
         .split(',')
@@ -98,6 +154,29 @@ async fn diagnose(connection: &str) -> String {
         .await
         .into_iter()
         .flatten()
+        .collect();
+    if problems.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", problems.join("; "))
+    }
+}
+
+/// [`diagnose`] with TLS: each server's TLS handshake, or why it cannot be reached.
+async fn diagnose_tls(connection: &str, tls: &Loaded) -> String {
+    let servers = tls_servers(connection).unwrap_or_default();
+    let probes = servers.iter().map(|server| {
+        let (config, ca, server) = (tls.config.clone(), tls.ca.clone(), server.clone());
+        tokio::task::spawn_blocking(move || refusal(config, &ca, &server))
+    });
+    let problems: Vec<String> = futures::future::join_all(probes)
+        .await
+        .into_iter()
+        .filter_map(|r| match r {
+            Ok(Ok(None)) => None,
+            Ok(Ok(Some(why))) | Ok(Err(why)) => Some(why),
+            Err(e) => Some(format!("the TLS probe failed: {e}")),
+        })
         .collect();
     if problems.is_empty() {
         String::new()

@@ -21,11 +21,13 @@ pub mod role_lock;
 pub mod semaphore;
 pub mod session;
 pub mod snapshot;
+pub mod tls;
 pub mod update;
 
 pub use crate::tree::encoding::{decode, encode, MAX_NODE_DATA};
 pub use connect::{connect, ConnectOptions};
 pub use snapshot::{read_subtree, ZNode};
+pub use tls::{TlsError, TlsFiles};
 
 use std::time::Duration;
 
@@ -71,6 +73,9 @@ pub enum ZkError {
         /// The size of its data.
         bytes: usize,
     },
+    /// The TLS files cannot be used (or the client certificate has expired).
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     /// Could not connect at all.
     #[error("cannot connect to ZooKeeper at {conn}: {reason}")]
     Connect {

@@ -1076,3 +1076,26 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn tls_keys_are_paths_and_x509_needs_a_certificate() {
+    let c = with("zookeeper-tls-ca = tls/ca.pem\nzookeeper-tls-cert = /tls/h1.crt\nzookeeper-tls-key = /tls/h1.key\nzookeeper-auth = x509");
+    assert_eq!(
+        c.tls.ca,
+        Some(PathBuf::from("/etc/tls/ca.pem")),
+        "relative to the file's directory"
+    );
+    assert_eq!(c.tls.cert, Some(PathBuf::from("/tls/h1.crt")));
+    assert_eq!(c.tls.key, Some(PathBuf::from("/tls/h1.key")));
+    assert!(c.zookeeper_x509 && c.zookeeper_auth.is_none() && c.has_identity());
+    let c = with("zookeeper-tls-ca = /tls/ca.pem");
+    assert!(c.tls.is_set() && c.tls.cert.is_none() && !c.zookeeper_x509 && !c.has_identity());
+    assert!(!with("").tls.is_set());
+    let e = with_err("zookeeper-auth = x509");
+    assert_names(&e, "zookeeper-auth");
+    assert!(e.contains("x509 needs a client certificate"), "{e}");
+    let e = with_err("zookeeper-tls-ca = /ca.pem\nzookeeper-tls-cert = /h1.crt");
+    assert!(e.contains("needs its key"), "{e}");
+    let e = with_err("zookeeper-tls-cert = /h1.crt\nzookeeper-tls-key = /h1.key");
+    assert!(e.contains("needs the CA"), "{e}");
+}

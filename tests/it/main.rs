@@ -45,6 +45,7 @@ mod rollout_cross;
 mod rollout_switch;
 mod semaphore_pass;
 mod sync;
+mod tls;
 mod tree_parse;
 mod yum;
 mod zc_zk_compat;

@@ -599,3 +599,4 @@ pub fn missing_tool(why: &str) {
     }
     eprintln!("SKIPPED: {why}");
 }
+pub mod tls;
