@@ -43,7 +43,7 @@ pub struct DeployArgs {
     /// The agent's configuration file.
     config: PathBuf,
     /// Print the plan; change nothing.
-    #[arg(long)]
+    #[arg(short = 'n', long)]
     dry_run: bool,
     /// With --dry-run: print the plan as JSON.
     #[arg(long, requires = "dry_run")]
@@ -73,13 +73,18 @@ impl DeployArgs {
 }
 
 fn load_config(path: &std::path::Path) -> Result<Config, Failure> {
-    load(path).map_err(|e| {
+    let config = load(path).map_err(|e| {
         if e.is_transient() {
             Failure::TempFail(e.to_string())
         } else {
             Failure::Usage(e.to_string())
         }
-    })
+    })?;
+    config
+        .tls
+        .refuse_unsupported(&config.path)
+        .map_err(Failure::Usage)?;
+    Ok(config)
 }
 
 fn start_error(e: StartError) -> Failure {

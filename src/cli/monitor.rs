@@ -48,6 +48,9 @@ fn check(args: &MonitorArgs) -> Check {
         Ok(c) => c,
         Err(e) => return unknown(format!("cannot read the configuration: {e}")),
     };
+    if let Err(e) = config.tls.refuse_unsupported(&config.path) {
+        return unknown(e);
+    }
     let mut opts = ConnectOptions::new(args.zk.with_config(&config));
     opts.connect_timeout = Duration::from_secs(5);
     opts.session_timeout = config.session_timeout;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::zkarg::{AuthArg, ZkArg};
+use super::zkarg::{AuthArg, ConfigArg, Settings, ZkArg};
 use super::{runtime, Failure, Outcome};
 use crate::sync::local::{lock_file, lock_holder, Tombstone, DEFAULT_LOCK_FILE, DEFAULT_TOMBSTONE};
 use crate::sync::{self, Options};
@@ -23,8 +23,8 @@ pub struct SyncArgs {
     /// Branch to deploy.
     #[arg(short = 'b', long = "branch", default_value = "master")]
     branch: String,
-    /// Print the diff that would be applied; change nothing.
-    #[arg(short = 'd', long = "dry-run")]
+    /// Print the diff that would be applied; change nothing (`-d` is the original's spelling).
+    #[arg(short = 'n', long = "dry-run", short_alias = 'd')]
     dry_run: bool,
     /// Sync even if the cluster is halted or hosts have not converged, and re-import an
     /// unchanged revision.
@@ -44,12 +44,14 @@ pub struct SyncArgs {
     /// (on stderr, exit 1) instead of skipped quietly.
     #[arg(long, value_name = "SECONDS", default_value_t = STALE_LOCK_SECS)]
     stale_lock: u64,
-    /// Leave /hosts writable by everyone when protecting with --auth (a mixed fleet whose
-    /// original agents must record halts on /hosts).
-    #[arg(long, requires = "auth")]
+    /// Leave /hosts writable by everyone when protecting with --auth (or the --config file's
+    /// zookeeper-auth): a mixed fleet whose original agents must record halts on /hosts.
+    #[arg(long)]
     open_hosts: bool,
     #[command(flatten)]
     auth: AuthArg,
+    #[command(flatten)]
+    config: ConfigArg,
     #[command(flatten)]
     zk: ZkArg,
 }
@@ -61,7 +63,18 @@ const STALE_LOCK_SECS: u64 = 3600;
 pub fn run(args: SyncArgs) -> Outcome {
     // Before the runtime starts any thread (a libgit2 global).
     crate::gitauth::bound_network(Duration::from_secs(args.git_timeout.max(1)));
-    let auth = args.auth.secret()?;
+    let settings = Settings::resolve(&args.zk, Some(&args.auth), &args.config)?;
+    if let Some(file) = &settings.file {
+        file.tls
+            .refuse_unsupported(&file.path)
+            .map_err(Failure::Usage)?;
+    }
+    if args.open_hosts && settings.auth.is_none() {
+        return Err(Failure::Usage(
+            "--open-hosts needs credentials: --auth, or zookeeper-auth in the --config file"
+                .into(),
+        ));
+    }
     let Some(_lock) =
         lock_file(&args.lock_file).map_err(|e| Failure::Failed(format!("lock file {e}")))?
     else {
@@ -90,8 +103,8 @@ pub fn run(args: SyncArgs) -> Outcome {
         branch: args.branch,
         dry_run: args.dry_run,
         force: args.force,
-        connection: args.zk.resolve(),
-        auth,
+        connection: settings.connection,
+        auth: settings.auth,
         open_hosts: args.open_hosts,
     };
     let result = runtime()?.block_on(sync::run(&opts));

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
-use super::zkarg::{AuthArg, ZkArg};
+use super::zkarg::{AuthArg, ConfigArg, Settings, ZkArg};
 use super::{runtime, Failure, Outcome};
 use crate::tree::parse::parse_bytes;
 use crate::tree::Node;
@@ -33,6 +33,8 @@ pub enum TreeCommand {
         #[arg(long)]
         name: Option<String>,
         #[command(flatten)]
+        config: ConfigArg,
+        #[command(flatten)]
         zk: ZkArg,
     },
     /// Import a tree file (`-` for stdin) under NODE.
@@ -54,6 +56,8 @@ pub enum TreeCommand {
         #[command(flatten)]
         auth: AuthArg,
         #[command(flatten)]
+        config: ConfigArg,
+        #[command(flatten)]
         zk: ZkArg,
     },
 }
@@ -65,11 +69,13 @@ pub fn run(cmd: TreeCommand) -> Outcome {
             node,
             ephemeral,
             name,
+            config,
             zk,
         } => {
             check_node_path(&node)?;
+            let settings = Settings::resolve(&zk, None, &config)?;
             runtime()?.block_on(async {
-                let client = zk.connect().await?;
+                let client = settings.connect().await?;
                 let text = export_tree(&client, &node, ephemeral, name.as_deref())
                     .await
                     .map_err(|e| Failure::Failed(e.to_string()))?;
@@ -84,11 +90,13 @@ pub fn run(cmd: TreeCommand) -> Outcome {
             no_trim,
             dry_run,
             auth,
+            config,
             zk,
         } => {
             check_node_path(&node)?;
-            let secret = auth.secret()?;
-            let acl = secret
+            let settings = Settings::resolve(&zk, Some(&auth), &config)?;
+            let acl = settings
+                .auth
                 .as_ref()
                 .map(|s| Protection::new(s.expose()).acl(Kind::Owned));
             let tree = read_tree(&file)?;
@@ -98,7 +106,7 @@ pub fn run(cmd: TreeCommand) -> Outcome {
                 _ => Trim::Report,
             };
             runtime()?.block_on(async {
-                let client = zk.connect_as(secret.as_ref()).await?;
+                let client = settings.connect().await?;
                 let node = node.trim_end_matches('/');
                 let node = if node.is_empty() { "/" } else { node };
                 if !dry_run {

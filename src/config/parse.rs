@@ -10,7 +10,7 @@ use super::validate::{
 };
 use super::values::{FetchError, Values};
 use super::{
-    fqdn, Config, ConfigError, Secret, DEFAULT_SENDMAIL, DEFAULT_SESSION_TIMEOUT, DEFAULT_YUM,
+    fqdn, Config, ConfigError, Secret, TlsFiles, ZkSettings, DEFAULT_SENDMAIL, DEFAULT_SESSION_TIMEOUT, DEFAULT_YUM,
     SECRET_KEY,
 };
 
@@ -30,9 +30,6 @@ pub fn parse(
         fetch,
     };
     values.check_keys()?;
-
-    let host_id = values.required("host-id")?;
-    check_plain_name(&host_id).map_err(|m| values.invalid("host-id", m))?;
 
     let run_directory = values.required("run-directory")?;
     let run_directory = resolve_path(path, &run_directory);
@@ -55,31 +52,12 @@ pub fn parse(
         }
     };
 
-    let zookeeper = values.optional("zookeeper")?;
-    if let Some(z) = &zookeeper {
-        if z.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(values.invalid(
-                "zookeeper",
-                format!(
-                    "expected a connection string HOST:PORT[,...][/CHROOT], got {}",
-                    quote(z)
-                ),
-            ));
-        }
-    }
-
-    let zookeeper_auth = match values.optional_strict(SECRET_KEY)? {
-        None => None,
-        Some(v) => {
-            if !super::auth::is_digest(&v) {
-                return Err(values.invalid(
-                    SECRET_KEY,
-                    "expected digest credentials user:password (value not shown)".into(),
-                ));
-            }
-            Some(Secret(v))
-        }
-    };
+    let ZkSettings {
+        zookeeper,
+        zookeeper_auth,
+        tls,
+        ..
+    } = connection(&values)?;
 
     let session_timeout = match values.optional("session-timeout")? {
         None => DEFAULT_SESSION_TIMEOUT,
@@ -107,6 +85,12 @@ pub fn parse(
             v
         }
     };
+
+    // Not set (nor the file a `file://` value names): the host name.
+    let host_id = values
+        .optional("host-id")?
+        .unwrap_or_else(|| host_name.clone());
+    check_plain_name(&host_id).map_err(|m| values.invalid("host-id", m))?;
 
     let yum = match values.optional("yum")? {
         None => DEFAULT_YUM.to_string(),
@@ -185,6 +169,7 @@ pub fn parse(
         after,
         zookeeper,
         zookeeper_auth,
+        tls,
         session_timeout,
         root,
         host_name,
@@ -194,5 +179,64 @@ pub fn parse(
         smtp,
         sendmail,
         metrics_file,
+    })
+}
+
+/// [`super::load_connection`]'s parser: the connection keys only.
+pub(super) fn parse_connection(
+    path: &Path,
+    text: &str,
+    fetch: &dyn Fn(&str) -> Result<Option<String>, FetchError>,
+) -> Result<ZkSettings, ConfigError> {
+    let values = Values {
+        path,
+        entries: read_ini(path, text)?,
+        fetch,
+    };
+    values.check_keys()?;
+    connection(&values)
+}
+
+/// `zookeeper`, `zookeeper-auth` and `zookeeper-tls-*`, checked.
+fn connection(values: &Values<'_>) -> Result<ZkSettings, ConfigError> {
+    let zookeeper = values.optional("zookeeper")?;
+    if let Some(z) = &zookeeper {
+        if z.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(values.invalid(
+                "zookeeper",
+                format!(
+                    "expected a connection string HOST:PORT[,...][/CHROOT], got {}",
+                    quote(z)
+                ),
+            ));
+        }
+    }
+    let zookeeper_auth = match values.optional_strict(SECRET_KEY)? {
+        None => None,
+        Some(v) => {
+            if !super::auth::is_digest(&v) {
+                return Err(values.invalid(
+                    SECRET_KEY,
+                    "expected digest credentials user:password (value not shown)".into(),
+                ));
+            }
+            Some(Secret(v))
+        }
+    };
+    let file = |key: &str| -> Result<Option<PathBuf>, ConfigError> {
+        Ok(values
+            .optional(key)?
+            .map(|v| resolve_path(values.path, &v)))
+    };
+    let tls = TlsFiles {
+        ca: file("zookeeper-tls-ca")?,
+        cert: file("zookeeper-tls-cert")?,
+        key: file("zookeeper-tls-key")?,
+    };
+    Ok(ZkSettings {
+        path: values.path.to_path_buf(),
+        zookeeper,
+        zookeeper_auth,
+        tls,
     })
 }
