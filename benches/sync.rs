@@ -37,6 +37,7 @@ fn main() {
             connection: conn,
             auth: None,
             open_hosts: false,
+            git_bound: zkdeployment::sync::git::DEFAULT_BOUND,
         };
         let t = Instant::now();
         let first = run(&opts).await.expect("first sync");

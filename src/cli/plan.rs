@@ -103,7 +103,7 @@ pub fn run(args: PlanArgs) -> Outcome {
     runtime()?.block_on(async {
         let (revision, files, names) = match (&args.url, &args.dir) {
             (Some(url), Some(dir)) => {
-                let checkout = git::update(url, dir, &args.branch)
+                let checkout = git::update(url, dir, &args.branch, git::DEFAULT_BOUND)
                     .await
                     .map_err(|e| Failure::Failed(e.to_string()))?;
                 (checkout.revision, checkout.files, BTreeMap::new())

@@ -9,7 +9,9 @@ use clap::Args;
 
 use super::zkarg::{AuthArg, ConfigArg, Settings, ZkArg};
 use super::{runtime, Failure, Outcome};
-use crate::sync::local::{lock_file, lock_holder, Tombstone, DEFAULT_LOCK_FILE, DEFAULT_TOMBSTONE};
+use crate::sync::local::{
+    lock_file, lock_holder, Tombstone, DEFAULT_LOCK_FILE, DEFAULT_TOMBSTONE, RUNNING_MARK,
+};
 use crate::sync::{self, Options};
 
 #[derive(Debug, Args)]
@@ -33,12 +35,14 @@ pub struct SyncArgs {
     /// Local lock file (an exclusive flock; if busy, exit 0 quietly).
     #[arg(long, value_name = "P", default_value = DEFAULT_LOCK_FILE)]
     lock_file: PathBuf,
-    /// Tombstone: present while a sync runs, left with the reason if it did not succeed.
+    /// Tombstone: present while a sync runs, left with the reason if it did not succeed; a
+    /// run that ends well writes `P.last-success` (`monitor --syncer` reads both).
     #[arg(long, value_name = "P", default_value = DEFAULT_TOMBSTONE)]
     tombstone: PathBuf,
-    /// Seconds a git server may take to accept a connection, or stay silent while a request
-    /// waits, before the operation fails (and is retried, then reported).
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    /// Seconds the fetch from git may take in all, its three attempts included; a server
+    /// that accepts the connection and never answers fails the sync after this long.
+    #[arg(long, value_name = "SECONDS", default_value_t = 90,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
     git_timeout: u64,
     /// A busy lock file held for longer than this many seconds is reported as a stuck sync
     /// (on stderr, exit 1) instead of skipped quietly.
@@ -56,13 +60,13 @@ pub struct SyncArgs {
     zk: ZkArg,
 }
 
-/// The default `--stale-lock`: well above the longest sync (three git attempts bounded by
-/// `--git-timeout`, ZooKeeper requests bounded by 30 s each), well below a day of silence.
+/// The default `--stale-lock`: well above the longest sync (git bounded by `--git-timeout`,
+/// ZooKeeper requests bounded by 30 s each), well below a day of silence.
 const STALE_LOCK_SECS: u64 = 3600;
 
 pub fn run(args: SyncArgs) -> Outcome {
     // Before the runtime starts any thread (a libgit2 global).
-    crate::gitauth::bound_network(Duration::from_secs(args.git_timeout.max(1)));
+    crate::gitauth::bound_network(Duration::from_secs(args.git_timeout));
     let settings = Settings::resolve(&args.zk, Some(&args.auth), &args.config)?;
     if let Some(file) = &settings.file {
         file.tls
@@ -96,7 +100,7 @@ pub fn run(args: SyncArgs) -> Outcome {
         return Ok(0);
     };
     let tombstone = Tombstone::new(&args.tombstone);
-    tombstone.write(&format!("{} acquired lock", std::process::id()));
+    tombstone.write(&format!("{} {RUNNING_MARK}", std::process::id()));
     let opts = Options {
         url: args.url,
         dir: args.dir,
@@ -106,17 +110,18 @@ pub fn run(args: SyncArgs) -> Outcome {
         connection: settings.connection,
         auth: settings.auth,
         open_hosts: args.open_hosts,
+        git_bound: Duration::from_secs(args.git_timeout),
     };
     let result = runtime()?.block_on(sync::run(&opts));
     match result {
         Ok(sync::Outcome::Applied { revision, writes }) => {
             tracing::info!("synced revision {revision} ({writes} writes)");
-            tombstone.remove();
+            tombstone.succeeded(&revision);
             Ok(0)
         }
         Ok(sync::Outcome::UpToDate { revision }) => {
             tracing::info!("cluster already at revision {revision}");
-            tombstone.remove();
+            tombstone.succeeded(&revision);
             Ok(0)
         }
         Ok(sync::Outcome::DryRun {
