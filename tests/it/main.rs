@@ -15,6 +15,7 @@ mod agent_dnf;
 mod agent_git;
 mod agent_observe;
 mod agent_startup_signal;
+mod agent_startup_wait;
 mod config;
 mod defects;
 mod ensemble;
