@@ -273,15 +273,25 @@ pub fn evaluate_syncer(o: &SyncerObserved, warn: u64, error: u64) -> Check {
     let (state, message) = match (failed, age) {
         (None, None) => (
             State::Unknown,
-            format!("no sync has succeeded yet (no {}{})", o.tombstone_path, SUCCESS_SUFFIX),
+            format!(
+                "no sync has succeeded yet (no {}{})",
+                o.tombstone_path, SUCCESS_SUFFIX
+            ),
         ),
         (None, Some(_)) if by_age == State::Ok => (State::Ok, since),
         (None, Some(a)) => (
             by_age,
-            format!("{since} (> {})", if a > error as f64 { error } else { warn }),
+            format!(
+                "{since} (> {})",
+                if a > error as f64 { error } else { warn }
+            ),
         ),
         (Some(reason), _) => (
-            if by_age == State::Ok { State::Warning } else { by_age },
+            if by_age == State::Ok {
+                State::Warning
+            } else {
+                by_age
+            },
             format!("last sync did not succeed: {reason}; {since}"),
         ),
     };

@@ -75,8 +75,7 @@ pub fn run(args: SyncArgs) -> Outcome {
     }
     if args.open_hosts && settings.auth.is_none() {
         return Err(Failure::Usage(
-            "--open-hosts needs credentials: --auth, or zookeeper-auth in the --config file"
-                .into(),
+            "--open-hosts needs credentials: --auth, or zookeeper-auth in the --config file".into(),
         ));
     }
     let Some(_lock) =

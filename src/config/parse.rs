@@ -10,8 +10,8 @@ use super::validate::{
 };
 use super::values::{FetchError, Values};
 use super::{
-    fqdn, Config, ConfigError, Secret, TlsFiles, ZkSettings, DEFAULT_SENDMAIL, DEFAULT_SESSION_TIMEOUT, DEFAULT_YUM,
-    SECRET_KEY,
+    fqdn, Config, ConfigError, Secret, TlsFiles, ZkSettings, DEFAULT_SENDMAIL,
+    DEFAULT_SESSION_TIMEOUT, DEFAULT_YUM, SECRET_KEY,
 };
 
 /// Parses configuration text read from `path` (used for messages and to resolve relative
@@ -224,9 +224,7 @@ fn connection(values: &Values<'_>) -> Result<ZkSettings, ConfigError> {
         }
     };
     let file = |key: &str| -> Result<Option<PathBuf>, ConfigError> {
-        Ok(values
-            .optional(key)?
-            .map(|v| resolve_path(values.path, &v)))
+        Ok(values.optional(key)?.map(|v| resolve_path(values.path, &v)))
     };
     let tls = TlsFiles {
         ca: file("zookeeper-tls-ca")?,

@@ -88,7 +88,9 @@ pub async fn update(
                 message,
             });
         }
-        tracing::warn!("git {what} failed (attempt {attempt} of {ATTEMPTS}), retrying in {delay:?}: {message}");
+        tracing::warn!(
+            "git {what} failed (attempt {attempt} of {ATTEMPTS}), retrying in {delay:?}: {message}"
+        );
         tokio::time::sleep(delay).await;
         delay *= 2;
         attempt += 1;

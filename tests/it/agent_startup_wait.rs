@@ -41,15 +41,22 @@ async fn the_agent_waits_for_zookeeper_at_start_up_and_converges_without_a_resta
     );
     let pid = agent.pid();
     // Down for over a minute of attempts: until the back-off has reached its 30 s cap.
-    wait_for("the back-off to reach 30 s", Duration::from_secs(600), || {
-        agent
-            .output()
-            .contains("trying again in 30 s")
-            .then_some(())
-    })
+    wait_for(
+        "the back-off to reach 30 s",
+        Duration::from_secs(600),
+        || {
+            agent
+                .output()
+                .contains("trying again in 30 s")
+                .then_some(())
+        },
+    )
     .await;
     assert!(agent.running(), "{}", agent.output());
-    let waiting = format!("STATUS=waiting for ZooKeeper at {}", server.connect_string());
+    let waiting = format!(
+        "STATUS=waiting for ZooKeeper at {}",
+        server.connect_string()
+    );
     let messages = notify.messages();
     assert!(
         messages.iter().any(|m| m.starts_with(&waiting)),
@@ -58,7 +65,10 @@ async fn the_agent_waits_for_zookeeper_at_start_up_and_converges_without_a_resta
     assert!(messages.iter().any(|m| m == "READY=1"), "{messages:#?}");
     // Keep-alives every second through the wait (over 31 s of back-off alone).
     let keep_alives = messages.iter().filter(|m| *m == "WATCHDOG=1").count();
-    assert!(keep_alives >= 10, "{keep_alives} keep-alives: {messages:#?}");
+    assert!(
+        keep_alives >= 10,
+        "{keep_alives} keep-alives: {messages:#?}"
+    );
     assert_eq!(h.deploy_log("foo"), Vec::<String>::new());
 
     server.restart();
@@ -98,7 +108,9 @@ async fn sigterm_while_waiting_for_zookeeper_exits_0_and_run_once_does_not_wait(
         agent.output()
     );
     assert!(
-        agent.output().contains("stopped before the agent had started"),
+        agent
+            .output()
+            .contains("stopped before the agent had started"),
         "{}",
         agent.output()
     );
