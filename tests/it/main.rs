@@ -47,6 +47,7 @@ mod rollout_cross;
 mod rollout_switch;
 mod semaphore_pass;
 mod sync;
+mod syncer_checks;
 mod tree_parse;
 mod yum;
 mod zc_zk_compat;
