@@ -34,6 +34,7 @@ mod index;
 mod index_differential;
 mod least_privilege;
 mod lock_queues;
+mod man_pages;
 mod mixed_registry;
 mod monitor;
 mod notify;
