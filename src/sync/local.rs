@@ -14,8 +14,8 @@ use nix::fcntl::{Flock, FlockArg};
 
 /// Default lock file (the original's).
 pub const DEFAULT_LOCK_FILE: &str = "/var/tmp/zkdeployment_vcs_lock_";
-/// Default tombstone (the original's).
-pub const DEFAULT_TOMBSTONE: &str = "/usr/share/zkdeployment/tombstone";
+/// Default tombstone: the package's state directory (the original's was under /usr/share).
+pub const DEFAULT_TOMBSTONE: &str = "/var/lib/zkdeployment/sync-tombstone";
 
 /// What the success stamp's name adds to the tombstone's.
 pub const SUCCESS_SUFFIX: &str = ".last-success";
