@@ -182,7 +182,8 @@ async fn the_rpm_installs_with_dnf_and_works_as_installed() {
         .try_get_matches_from(&argv)
         .unwrap_or_else(|e| panic!("the cron line does not parse: {e}"));
     assert!(
-        command.contains("--tombstone /var/lib/zkdeployment/sync-tombstone"),
+        command.contains("--tombstone /var/lib/zkdeployment/sync-tombstone")
+            && command.contains("--config /etc/zkdeployment/agent.cfg"),
         "{line}"
     );
     let log = line.split("2>>").nth(1).expect("stderr to a log").trim();
