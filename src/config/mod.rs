@@ -219,15 +219,6 @@ const fn key_names() -> [&'static str; KEY_TABLE.len()] {
     names
 }
 
-/// The keys every command's `--config FILE` reads: how to reach ZooKeeper.
-pub const CONNECTION_KEYS: &[&str] = &[
-    "zookeeper",
-    "zookeeper-auth",
-    "zookeeper-tls-ca",
-    "zookeeper-tls-cert",
-    "zookeeper-tls-key",
-];
-
 const SECRET_KEY: &str = "zookeeper-auth";
 
 /// A credential that never shows up in `Debug` or `Display` output.
@@ -345,8 +336,8 @@ impl TlsFiles {
     }
 }
 
-/// How to reach ZooKeeper, as a configuration file says ([`CONNECTION_KEYS`]): what
-/// `--config FILE` gives the commands other than the agent's.
+/// How to reach ZooKeeper, as a configuration file says (`zookeeper`, `zookeeper-auth`,
+/// `zookeeper-tls-*`): what `--config FILE` gives the commands other than the agent's.
 #[derive(Clone, Debug, Default)]
 pub struct ZkSettings {
     /// The file it came from.
