@@ -1,8 +1,9 @@
 //! The agent as a service waits for ZooKeeper at start-up as long as it takes (issue 39): on
 //! a test-owned server that is down when the agent starts, the agent tells systemd it is
 //! ready and `waiting for ZooKeeper at CONN`, keeps the watchdog fed, backs off up to 30 s,
-//! and converges once the server is back, as the same process. SIGTERM during the wait exits
-//! 0; `--run-once` does not wait.
+//! and converges once the server is back, as the same process. A cluster without `/hosts`
+//! yet is waited for the same way. SIGTERM during the wait exits 0; `--run-once` does not
+//! wait.
 
 use crate::operations::NotifySocket;
 use crate::support;
@@ -120,4 +121,23 @@ async fn sigterm_while_waiting_for_zookeeper_exits_0_and_run_once_does_not_wait(
     run.assert_code(1);
     assert!(run.stderr.contains("ZooKeeper"), "{run}");
     assert!(!run.stderr.contains("waiting for"), "{run}");
+}
+
+#[tokio::test]
+async fn a_cluster_without_hosts_is_waited_for_too() {
+    let h = TestHost::fake("agent-wait-hosts").await;
+    let mut agent = h.spawn("agent", &[], &[]);
+    wait_for("the agent to wait for /hosts", LIMIT, || {
+        agent
+            .output()
+            .contains("/hosts does not exist")
+            .then_some(())
+    })
+    .await;
+    assert!(agent.running(), "{}", agent.output());
+    h.tree(TREE, v("r1")).await;
+    h.wait_status("r1", &["done"], LIMIT).await;
+    assert!(!h.deploy_log("foo").is_empty());
+    agent.terminate();
+    assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
 }
