@@ -38,6 +38,7 @@ fn main() {
             auth: None,
             tls: Default::default(),
             open_hosts: false,
+            git_bound: zkdeployment::sync::git::DEFAULT_BOUND,
         };
         let t = Instant::now();
         let first = run(&opts).await.expect("first sync");

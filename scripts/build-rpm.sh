@@ -6,7 +6,8 @@
 # Builds target/release/zkdeployment (cargo build --release --locked), generates the man pages
 # and shell completions from the clap definitions (examples/docs.rs: cargo run --example docs
 # target/docs), then runs
-# rpmbuild on packaging/zkdeployment.spec. Prints the path of the RPM on stdout.
+# rpmbuild on packaging/zkdeployment.spec. Prints the path of the RPM on stdout (the
+# zkdeployment-syncer RPM, the cron line, is built beside it).
 # --sandbox builds a package without dependencies or scriptlets (for an empty dnf installroot).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -46,6 +46,17 @@ pub fn bound_network(timeout: Duration) {
     }
 }
 
+/// Changes the bound of [`bound_network`] for the git operations to come; call it only while
+/// no git operation runs (the syncer's attempts, one after the other).
+pub fn set_network_timeout(timeout: Duration) {
+    let ms = i32::try_from(timeout.as_millis())
+        .unwrap_or(i32::MAX)
+        .max(1);
+    NETWORK_TIMEOUT_MS.store(ms, Ordering::SeqCst);
+    init();
+    set_timeouts(ms);
+}
+
 /// Initialises libgit2 with the bound of [`bound_network`] (once per process). Every git
 /// operation calls it first.
 pub fn init() {

@@ -6,7 +6,8 @@
 //! circles: `cli` → `fleet` → `agent` / `sync` / `monitor` / `overview` / `resume` → `packages` /
 //! `notify` / `metrics` / `systemd` / `config` → `zk` → `tree`; `command`, `files` and
 //! `gitauth` are leaves any of them may use (`monitor` reads the agent's status file with
-//! `agent::status`, the one definition of its format).
+//! `agent::status`, and the syncer's tombstone with `sync::local`, the one definitions of
+//! their formats).
 //!
 //! - [`cli`]: the command line (clap definitions, one ZooKeeper argument for every command,
 //!   exit codes, dispatch). The imperative shell.

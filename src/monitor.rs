@@ -3,6 +3,8 @@
 //! the age is unknown) and the plugin exit codes (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
 //! [`evaluate`] is pure: the checks of README "Operations", in order, over what [`gather`]
 //! read (the status file, the host node, `/hosts`).
+//! [`evaluate_syncer`] is the check of the syncer (`monitor --syncer`): its tombstone and the
+//! age of its last successful run ([`crate::sync::local::Tombstone`]).
 //! The original's one-word messages (`Host not registered`, `Cluster version is None`,
 //! `Version mismatch (...)`, `Too long deploying ...`) appear verbatim inside the line.
 
@@ -12,6 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::agent::status::{parse_status, version_token, StatusLine};
+use crate::sync::local::{Tombstone, RUNNING_MARK, SUCCESS_SUFFIX};
 use crate::tree::literal::py_str;
 use crate::tree::Props;
 use crate::zk::paths::{host_path, HOSTS};
@@ -258,6 +261,98 @@ pub async fn gather(
         status,
         host,
         cluster,
+        now: crate::files::now(),
+    })
+}
+
+/// What the syncer check read.
+#[derive(Debug, Clone)]
+pub struct SyncerObserved {
+    /// The tombstone's path (for messages).
+    pub tombstone_path: String,
+    /// The tombstone's content, if there is one.
+    pub tombstone: Option<String>,
+    /// Whether the tombstone is a run in progress (its pid alive).
+    pub running: bool,
+    /// When the last run ended well (Unix seconds), per the success stamp.
+    pub last_success: Option<f64>,
+    /// Now (Unix seconds).
+    pub now: f64,
+}
+
+/// The syncer check: the age of the last successful sync against `warn` / `error` seconds;
+/// a tombstone left by a failed or refused run is at least WARNING, and names the reason.
+pub fn evaluate_syncer(o: &SyncerObserved, warn: u64, error: u64) -> Check {
+    let age = o.last_success.map(|t| (o.now - t).max(0.0));
+    let failed = o.tombstone.as_ref().filter(|_| !o.running);
+    let by_age = match age {
+        Some(a) if a > error as f64 => State::Critical,
+        Some(a) if a > warn as f64 => State::Warning,
+        Some(_) => State::Ok,
+        None => State::Critical,
+    };
+    let since = match age {
+        Some(a) => format!("last successful sync {} s ago", a.floor() as u64),
+        None => "no successful sync recorded".to_string(),
+    };
+    let (state, message) = match (failed, age) {
+        (None, None) => (
+            State::Unknown,
+            format!(
+                "no sync has succeeded yet (no {}{})",
+                o.tombstone_path, SUCCESS_SUFFIX
+            ),
+        ),
+        (None, Some(_)) if by_age == State::Ok => (State::Ok, since),
+        (None, Some(a)) => (
+            by_age,
+            format!(
+                "{since} (> {})",
+                if a > error as f64 { error } else { warn }
+            ),
+        ),
+        (Some(reason), _) => (
+            if by_age == State::Ok {
+                State::Warning
+            } else {
+                by_age
+            },
+            format!("last sync did not succeed: {reason}; {since}"),
+        ),
+    };
+    Check::new(state, message, age)
+}
+
+/// Reads the syncer's tombstone and success stamp (local files only).
+pub fn gather_syncer(tombstone: &Path) -> Result<SyncerObserved, Check> {
+    let stone = Tombstone::new(tombstone);
+    let shown = tombstone.display().to_string();
+    let content = stone
+        .read()
+        .map_err(|e| unknown(format!("cannot read the tombstone {shown}: {e}")))?;
+    let last_success = stone.last_success().map_err(|e| {
+        unknown(format!(
+            "cannot read {}: {e}",
+            stone.success_path().display()
+        ))
+    })?;
+    // `<pid> acquired lock`: a run in progress, if that process lives.
+    let running = content.as_deref().is_some_and(|text| {
+        text.strip_suffix(RUNNING_MARK)
+            .and_then(|pid| pid.trim().parse::<i32>().ok())
+            .is_some_and(|pid| {
+                pid > 0
+                    && !matches!(
+                        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+                        Err(nix::errno::Errno::ESRCH)
+                    )
+            })
+    });
+    Ok(SyncerObserved {
+        tombstone_path: shown,
+        tombstone: content,
+        running,
+        last_success,
         now: crate::files::now(),
     })
 }

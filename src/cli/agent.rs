@@ -2,7 +2,8 @@
 //! `zkdeployment deploy` (one pass now; `--dry-run [--json]` prints the plan and changes
 //! nothing). Exit codes: 0 done or already converged, 1 the pass failed, 2 configuration,
 //! 3 halted, paused or abandoned, 75 a configuration value cannot be fetched now (the agent
-//! waits a minute first); dry-run: 0 nothing to do, 10 changes pending, 1 no plan.
+//! waits a minute first); dry-run: 0 nothing to do, 10 changes pending, 1 no plan. The
+//! service (not `--run-once`) waits for ZooKeeper at start-up as long as it takes.
 
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
@@ -16,6 +17,7 @@ use tokio::sync::Notify;
 
 use super::zkarg::ZkArg;
 use super::{runtime, runtime_own_signals, Failure, Outcome};
+use crate::agent::cluster::RegisterError;
 use crate::agent::daemon::{close, run_forever, start, StartError};
 use crate::agent::execute::PassOutcome;
 use crate::agent::session::Agent;
@@ -43,7 +45,7 @@ pub struct DeployArgs {
     /// The agent's configuration file.
     config: PathBuf,
     /// Print the plan; change nothing.
-    #[arg(long)]
+    #[arg(short = 'n', long)]
     dry_run: bool,
     /// With --dry-run: print the plan as JSON.
     #[arg(long, requires = "dry_run")]
@@ -132,9 +134,8 @@ fn assert_address(connection: &str, addr: &str) -> Result<(), Failure> {
 }
 
 /// How long the agent waits before it exits 75 for a configuration value it cannot fetch
-/// now: with the unit's `RestartSec=5s`, a restart cycle then lasts over a minute, so an
-/// outage of the value's server never reaches the unit's start limit (10 starts in 10
-/// minutes), which would stop the agent for good.
+/// now: a restart cycle then lasts over a minute, so an outage of the value's server does
+/// not restart the agent every few seconds (the unit sets no start limit).
 const TEMPFAIL_DELAY: std::time::Duration = std::time::Duration::from_secs(60);
 
 pub fn agent(args: AgentArgs) -> Outcome {
@@ -161,10 +162,17 @@ pub fn agent(args: AgentArgs) -> Outcome {
     let stop = Arc::new(AtomicBool::new(false));
     runtime_own_signals()?.block_on(async move {
         // Until the agent is started, SIGTERM ends it at once (its session closed on the way
-        // out): registration may wait out a dead agent's session.
+        // out): registration may wait out a dead agent's session, and the service waits for
+        // ZooKeeper as long as it takes.
         let mut signals = Signals::listen();
-        let mut ctx = tokio::select! {
-            started = start(config, connection, stop.clone(), false) => started.map_err(start_error)?,
+        let wait = !args.run_once;
+        if wait {
+            if let Some(interval) = crate::systemd::watchdog_interval() {
+                tokio::spawn(crate::systemd::watchdog(interval));
+            }
+        }
+        let (mut ctx, ready) = tokio::select! {
+            started = start_waiting(&config, &connection, &stop, wait) => started?,
             () = signals.recv() => {
                 tracing::info!("stopped before the agent had started");
                 return Ok(0);
@@ -177,16 +185,69 @@ pub fn agent(args: AgentArgs) -> Outcome {
             close(ctx).await;
             return pass_exit(outcome.map_err(|e| Failure::Failed(e.to_string()))?);
         }
-        if let Some(interval) = crate::systemd::watchdog_interval() {
-            tokio::spawn(crate::systemd::watchdog(interval));
+        if !ready {
+            crate::systemd::notify("READY=1");
         }
-        crate::systemd::notify("READY=1");
         let result = run_forever(&mut ctx, wake).await;
         close(ctx).await;
         result.map_err(|e| Failure::Failed(e.to_string()))?;
         tracing::info!("stopped");
         Ok(0)
     })
+}
+
+/// The longest pause between two attempts to reach ZooKeeper at start-up.
+const START_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Starts the agent. With `wait` (the service), a ZooKeeper that cannot be reached, or a
+/// cluster without `/hosts` yet, is waited for as long as it takes (back-off from 1 s up to
+/// [`START_BACKOFF_MAX`]): the service is then ready (`READY=1`), its status says
+/// `waiting for ZooKeeper at CONN`, and the watchdog is fed, so systemd never gives up on a
+/// host that booted during an outage. Other errors end it. Also returns whether `READY=1` was
+/// sent.
+async fn start_waiting(
+    config: &Config,
+    connection: &str,
+    stop: &Arc<AtomicBool>,
+    wait: bool,
+) -> Result<(Agent, bool), Failure> {
+    let mut backoff = std::time::Duration::from_secs(1);
+    let mut waiting = false;
+    loop {
+        let error = match start(config.clone(), connection.to_string(), stop.clone(), false).await {
+            Ok(agent) => {
+                if waiting {
+                    tracing::info!("ZooKeeper at {connection} answered; starting");
+                }
+                return Ok((agent, waiting));
+            }
+            Err(e) if wait && worth_waiting(&e) => e,
+            Err(e) => return Err(start_error(e)),
+        };
+        if !waiting {
+            // Up and doing its job (waiting): a unit still "activating" would hold the boot's
+            // multi-user.target, and time out.
+            crate::systemd::notify("READY=1");
+            waiting = true;
+        }
+        tracing::warn!(
+            "waiting for ZooKeeper at {connection}: {error}; trying again in {} s",
+            backoff.as_secs()
+        );
+        crate::systemd::status(&format!("waiting for ZooKeeper at {connection} ({error})"));
+        crate::systemd::progress();
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(START_BACKOFF_MAX);
+    }
+}
+
+/// Start-up errors that the ensemble's return cures: ZooKeeper cannot be reached or fails,
+/// or `/hosts` is not there yet.
+fn worth_waiting(e: &StartError) -> bool {
+    matches!(
+        e,
+        StartError::Zk(_) | StartError::Register(RegisterError::Zk(_) | RegisterError::NoHosts)
+    )
 }
 
 /// The SIGTERM and SIGINT listeners of a command, made once before its start-up and handed

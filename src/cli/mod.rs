@@ -2,6 +2,7 @@
 //! commands (one module each). This is the imperative shell; the work lives in the library.
 
 mod agent;
+pub mod help;
 mod monitor;
 mod plan;
 mod runtime;
@@ -82,15 +83,19 @@ enum Command {
     Tree(tree::TreeCommand),
 }
 
-/// The clap definition of the command line (the man pages and completions are generated from
-/// it by `examples/docs.rs`).
+/// The clap definition of the command line, each `--help` ending with the exit codes and the
+/// man page ([`help`]); the man pages and completions are generated from it by
+/// `examples/docs.rs`.
 pub fn command() -> clap::Command {
-    <Cli as clap::CommandFactory>::command()
+    help::with_after_help(<Cli as clap::CommandFactory>::command(), &[])
 }
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let parsed = command()
+        .try_get_matches()
+        .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::zkarg::ZkArg;
+use super::zkarg::{ConfigArg, Settings, ZkArg};
 use super::{runtime, Failure, Outcome};
 use crate::fleet::{plan_candidate, render::render};
 use crate::sync::desired::{build, is_tree_file, SourceFile, TreeError};
@@ -49,6 +49,8 @@ pub struct PlanArgs {
     /// Print the plan as JSON (every host).
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    config: ConfigArg,
     #[command(flatten)]
     zk: ZkArg,
 }
@@ -97,10 +99,11 @@ fn tree_errors(errors: Vec<TreeError>, names: &BTreeMap<String, String>) -> Fail
 }
 
 pub fn run(args: PlanArgs) -> Outcome {
+    let settings = Settings::resolve(&args.zk, None, &args.config)?;
     runtime()?.block_on(async {
         let (revision, files, names) = match (&args.url, &args.dir) {
             (Some(url), Some(dir)) => {
-                let checkout = git::update(url, dir, &args.branch)
+                let checkout = git::update(url, dir, &args.branch, git::DEFAULT_BOUND)
                     .await
                     .map_err(|e| Failure::Failed(e.to_string()))?;
                 (checkout.revision, checkout.files, BTreeMap::new())
@@ -114,7 +117,7 @@ pub fn run(args: PlanArgs) -> Outcome {
         // Only the merged tree is kept (not the files, nor where each node came from).
         let tree = build(&files).map_err(|e| tree_errors(e, &names))?.tree;
         drop(files);
-        let client = args.zk.connect().await?;
+        let client = settings.connect().await?;
         let doc = plan_candidate(&client, &revision, &tree)
             .await
             .map_err(|e| Failure::Failed(e.to_string()))?;

@@ -3,14 +3,13 @@
 
 use clap::Args;
 
-use super::zkarg::{AuthArg, ZkArg};
+use super::zkarg::{AuthArg, ConfigArg, Settings, ZkArg};
 use super::{runtime, Failure, Outcome};
 use crate::overview::Overview;
 use crate::resume::{parse_version, resume, ResumeError};
 use crate::summary::Filter;
 use crate::sync::HOSTS;
 use crate::tree::literal::py_str;
-use crate::zk::connect::connection_string;
 use crate::zk::{call, Client};
 
 #[derive(Debug, Args)]
@@ -32,6 +31,8 @@ pub struct StatusArgs {
     #[arg(long, value_name = "FILE")]
     metrics: Option<std::path::PathBuf>,
     #[command(flatten)]
+    config: ConfigArg,
+    #[command(flatten)]
     zk: ZkArg,
 }
 
@@ -47,13 +48,16 @@ pub struct ResumeArgs {
     #[command(flatten)]
     auth: AuthArg,
     #[command(flatten)]
+    config: ConfigArg,
+    #[command(flatten)]
     zk: ZkArg,
 }
 
 pub fn status(args: StatusArgs) -> Outcome {
+    let settings = Settings::resolve(&args.zk, None, &args.config)?;
     runtime()?.block_on(async {
-        let client = args.zk.connect().await?;
-        require_hosts(&client, &args.zk).await?;
+        let client = settings.connect().await?;
+        require_hosts(&client, &settings.connection).await?;
         let mut overview = Overview::read(&client)
             .await
             .map_err(|e| Failure::Failed(e.to_string()))?;
@@ -85,22 +89,22 @@ pub fn status(args: StatusArgs) -> Outcome {
 
 /// Refuses a cluster without `/hosts`: nothing was ever synced there, or the connection
 /// string names the wrong chroot (a missing `/hosts` is not a halted cluster).
-async fn require_hosts(client: &Client, zk: &ZkArg) -> Result<(), Failure> {
+async fn require_hosts(client: &Client, connection: &str) -> Result<(), Failure> {
     match call("stat", HOSTS, client.check_stat(HOSTS)).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(Failure::Failed(format!(
             "{HOSTS} does not exist at {}: the cluster is not initialised (no sync has run \
              there) or the connection string names the wrong chroot",
-            connection_string(zk.zookeeper.as_deref(), None)
+            connection
         ))),
         Err(e) => Err(Failure::Failed(e.to_string())),
     }
 }
 
 pub fn resume_cmd(args: ResumeArgs) -> Outcome {
-    let auth = args.auth.identity()?;
+    let settings = Settings::resolve(&args.zk, Some(&args.auth), &args.config)?;
     runtime()?.block_on(async {
-        let client = args.zk.connect_as(auth.as_ref()).await?;
+        let client = settings.connect().await?;
         let version = args.version.as_deref().map(parse_version);
         let resumed = resume(&client, version).await.map_err(|e| match e {
             ResumeError::NullVersion => Failure::Usage(e.to_string()),

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::zkarg::{AuthArg, ZkArg};
+use super::zkarg::{AuthArg, ConfigArg, Settings, ZkArg};
 use super::{runtime, Failure, Outcome};
-use crate::sync::local::{lock_file, lock_holder, Tombstone, DEFAULT_LOCK_FILE, DEFAULT_TOMBSTONE};
+use crate::sync::local::{
+    lock_file, lock_holder, Tombstone, DEFAULT_LOCK_FILE, DEFAULT_TOMBSTONE, RUNNING_MARK,
+};
 use crate::sync::{self, Options};
 
 #[derive(Debug, Args)]
@@ -23,8 +25,8 @@ pub struct SyncArgs {
     /// Branch to deploy.
     #[arg(short = 'b', long = "branch", default_value = "master")]
     branch: String,
-    /// Print the diff that would be applied; change nothing.
-    #[arg(short = 'd', long = "dry-run")]
+    /// Print the diff that would be applied; change nothing (`-d` is the original's spelling).
+    #[arg(short = 'n', long = "dry-run", short_alias = 'd')]
     dry_run: bool,
     /// Sync even if the cluster is halted or hosts have not converged, and re-import an
     /// unchanged revision.
@@ -33,39 +35,42 @@ pub struct SyncArgs {
     /// Local lock file (an exclusive flock; if busy, exit 0 quietly).
     #[arg(long, value_name = "P", default_value = DEFAULT_LOCK_FILE)]
     lock_file: PathBuf,
-    /// Tombstone: present while a sync runs, left with the reason if it did not succeed.
+    /// Tombstone: present while a sync runs, left with the reason if it did not succeed; a
+    /// run that ends well writes `P.last-success` (`monitor --syncer` reads both).
     #[arg(long, value_name = "P", default_value = DEFAULT_TOMBSTONE)]
     tombstone: PathBuf,
-    /// Seconds a git server may take to accept a connection, or stay silent while a request
-    /// waits, before the operation fails (and is retried, then reported).
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    /// Seconds the fetch from git may take in all, its three attempts included; a server
+    /// that accepts the connection and never answers fails the sync after this long.
+    #[arg(long, value_name = "SECONDS", default_value_t = 90,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
     git_timeout: u64,
     /// A busy lock file held for longer than this many seconds is reported as a stuck sync
     /// (on stderr, exit 1) instead of skipped quietly.
     #[arg(long, value_name = "SECONDS", default_value_t = STALE_LOCK_SECS)]
     stale_lock: u64,
-    /// Leave /hosts writable by everyone when protecting with --auth (a mixed fleet whose
-    /// original agents must record halts on /hosts).
-    #[arg(long, requires = "auth")]
+    /// Leave /hosts writable by everyone when protecting with --auth (or the --config file's
+    /// zookeeper-auth): a mixed fleet whose original agents must record halts on /hosts.
+    #[arg(long)]
     open_hosts: bool,
     #[command(flatten)]
     auth: AuthArg,
     #[command(flatten)]
+    config: ConfigArg,
+    #[command(flatten)]
     zk: ZkArg,
 }
 
-/// The default `--stale-lock`: well above the longest sync (three git attempts bounded by
-/// `--git-timeout`, ZooKeeper requests bounded by 30 s each), well below a day of silence.
+/// The default `--stale-lock`: well above the longest sync (git bounded by `--git-timeout`,
+/// ZooKeeper requests bounded by 30 s each), well below a day of silence.
 const STALE_LOCK_SECS: u64 = 3600;
 
 pub fn run(args: SyncArgs) -> Outcome {
     // Before the runtime starts any thread (a libgit2 global).
-    crate::gitauth::bound_network(Duration::from_secs(args.git_timeout.max(1)));
-    let auth = args.auth.identity()?;
-    let tls = args.zk.tls_files(&crate::zk::TlsFiles::default())?;
-    if matches!(auth, Some(crate::config::Identity::X509)) && tls.cert.is_none() {
+    crate::gitauth::bound_network(Duration::from_secs(args.git_timeout));
+    let settings = Settings::resolve(&args.zk, Some(&args.auth), &args.config)?;
+    if args.open_hosts && settings.auth.is_none() {
         return Err(Failure::Usage(
-            "--auth x509 needs a client certificate: --tls-ca, --tls-cert and --tls-key".into(),
+            "--open-hosts needs credentials: --auth, or zookeeper-auth in the --config file".into(),
         ));
     }
     let Some(_lock) =
@@ -89,28 +94,29 @@ pub fn run(args: SyncArgs) -> Outcome {
         return Ok(0);
     };
     let tombstone = Tombstone::new(&args.tombstone);
-    tombstone.write(&format!("{} acquired lock", std::process::id()));
+    tombstone.write(&format!("{} {RUNNING_MARK}", std::process::id()));
     let opts = Options {
         url: args.url,
         dir: args.dir,
         branch: args.branch,
         dry_run: args.dry_run,
         force: args.force,
-        connection: args.zk.resolve(),
-        auth,
-        tls,
+        connection: settings.connection,
+        auth: settings.auth,
+        tls: settings.tls,
         open_hosts: args.open_hosts,
+        git_bound: Duration::from_secs(args.git_timeout),
     };
     let result = runtime()?.block_on(sync::run(&opts));
     match result {
         Ok(sync::Outcome::Applied { revision, writes }) => {
             tracing::info!("synced revision {revision} ({writes} writes)");
-            tombstone.remove();
+            tombstone.succeeded(&revision);
             Ok(0)
         }
         Ok(sync::Outcome::UpToDate { revision }) => {
             tracing::info!("cluster already at revision {revision}");
-            tombstone.remove();
+            tombstone.succeeded(&revision);
             Ok(0)
         }
         Ok(sync::Outcome::DryRun {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Subcommand;
 
 use super::zkarg::protection;
-use super::zkarg::{AuthArg, ZkArg};
+use super::zkarg::{AuthArg, ConfigArg, Settings, ZkArg};
 use super::{runtime, Failure, Outcome};
 use crate::tree::parse::parse_bytes;
 use crate::tree::Node;
@@ -34,6 +34,8 @@ pub enum TreeCommand {
         #[arg(long)]
         name: Option<String>,
         #[command(flatten)]
+        config: ConfigArg,
+        #[command(flatten)]
         zk: ZkArg,
     },
     /// Import a tree file (`-` for stdin) under NODE.
@@ -55,6 +57,8 @@ pub enum TreeCommand {
         #[command(flatten)]
         auth: AuthArg,
         #[command(flatten)]
+        config: ConfigArg,
+        #[command(flatten)]
         zk: ZkArg,
     },
 }
@@ -66,11 +70,13 @@ pub fn run(cmd: TreeCommand) -> Outcome {
             node,
             ephemeral,
             name,
+            config,
             zk,
         } => {
             check_node_path(&node)?;
+            let settings = Settings::resolve(&zk, None, &config)?;
             runtime()?.block_on(async {
-                let client = zk.connect().await?;
+                let client = settings.connect().await?;
                 let text = export_tree(&client, &node, ephemeral, name.as_deref())
                     .await
                     .map_err(|e| Failure::Failed(e.to_string()))?;
@@ -85,10 +91,11 @@ pub fn run(cmd: TreeCommand) -> Outcome {
             no_trim,
             dry_run,
             auth,
+            config,
             zk,
         } => {
             check_node_path(&node)?;
-            let identity = auth.identity()?;
+            let settings = Settings::resolve(&zk, Some(&auth), &config)?;
             let tree = read_tree(&file)?;
             let trim = match (trim, no_trim) {
                 (true, _) => Trim::Yes,
@@ -96,8 +103,8 @@ pub fn run(cmd: TreeCommand) -> Outcome {
                 _ => Trim::Report,
             };
             runtime()?.block_on(async {
-                let client = zk.connect_as(identity.as_ref()).await?;
-                let acl = match &identity {
+                let client = settings.connect().await?;
+                let acl = match &settings.auth {
                     Some(id) => Some(protection(&client, id).await?.acl(Kind::Owned)),
                     None => None,
                 };

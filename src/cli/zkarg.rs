@@ -10,13 +10,17 @@
 //! (`agent` has the long form only: its `-z` is the original's
 //! `--assert-zookeeper-address`). Precedence: the flag, then the config file's `zookeeper`
 //! (commands with a config file), then `$ZC_ZK_CONNECTION_STRING`, then `zookeeper:2181`.
+//!
+//! `-c/--config FILE` ([`ConfigArg`]) gives the commands without a configuration file of
+//! their own (`status`, `resume`, `plan`, `sync`, `tree export`, `tree import`) the agent's
+//! `zookeeper`, `zookeeper-auth` and `zookeeper-tls-*`; explicit flags win ([`Settings`]).
 
 use std::path::PathBuf;
 
 use clap::Args;
 
 use super::Failure;
-use crate::config::{auth_flag, Config, Identity};
+use crate::config::{auth_flag, load_connection, Config, Identity, ZkSettings};
 use crate::zk::acl::Protection;
 use crate::zk::connect::connection_string;
 use crate::zk::{connect, Client, ConnectOptions, TlsFiles};
@@ -86,34 +90,6 @@ impl ZkArg {
     pub fn with_config(&self, config: &Config) -> String {
         config.connection(self.zookeeper.as_deref())
     }
-
-    /// The connection string for a command without a configuration file.
-    pub fn resolve(&self) -> String {
-        connection_string(self.zookeeper.as_deref(), None)
-    }
-
-    /// Connects with the resolved connection string (no configuration file).
-    pub async fn connect(&self) -> Result<Client, Failure> {
-        self.connect_as(None).await
-    }
-
-    /// Connects (no configuration file), adding the digest credentials to the session if
-    /// given (`x509`: the session's identity is its client certificate, which it needs).
-    pub async fn connect_as(&self, auth: Option<&Identity>) -> Result<Client, Failure> {
-        let mut opts = ConnectOptions::new(self.resolve());
-        opts.tls = self.tls_files(&TlsFiles::default())?;
-        if matches!(auth, Some(Identity::X509)) && opts.tls.cert.is_none() {
-            return Err(Failure::Usage(
-                "--auth x509 needs a client certificate: --tls-ca, --tls-cert and --tls-key".into(),
-            ));
-        }
-        opts.digest = auth
-            .and_then(Identity::digest)
-            .map(|s| s.expose().to_string());
-        connect(&opts)
-            .await
-            .map_err(|e| Failure::Failed(e.to_string()))
-    }
 }
 
 /// The protection owned by `identity` on `client`'s session (x509: the id the server
@@ -148,5 +124,80 @@ impl AuthArg {
                 .map(|s| Some(Identity::Digest(s)))
                 .map_err(|e| Failure::Usage(e.to_string())),
         }
+    }
+}
+
+/// The `-c/--config FILE` flag.
+#[derive(Debug, Args)]
+pub struct ConfigArg {
+    /// Read `zookeeper`, `zookeeper-auth` and `zookeeper-tls-*` from this configuration file
+    /// (the agent's, e.g. /etc/zkdeployment/agent.cfg); -z/--zookeeper and --auth win.
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// How a command reaches ZooKeeper: its flags over its `--config FILE`.
+#[derive(Debug)]
+pub struct Settings {
+    /// The connection string.
+    pub connection: String,
+    /// The identity (`--auth`, else the file's `zookeeper-auth`), if any.
+    pub auth: Option<Identity>,
+    /// The TLS files: each flag, else the file's, else the environment's (checked).
+    pub tls: TlsFiles,
+}
+
+impl Settings {
+    /// Resolves the flags over the configuration file; an unreadable or bad file is a usage
+    /// error naming it (one whose value cannot be fetched now: exit 1).
+    pub fn resolve(
+        zk: &ZkArg,
+        auth: Option<&AuthArg>,
+        config: &ConfigArg,
+    ) -> Result<Settings, Failure> {
+        let file = match &config.config {
+            None => None,
+            Some(path) => Some(load_connection(path).map_err(|e| {
+                if e.is_transient() {
+                    Failure::Failed(e.to_string())
+                } else {
+                    Failure::Usage(e.to_string())
+                }
+            })?),
+        };
+        let flag = match auth {
+            Some(a) => a.identity()?,
+            None => None,
+        };
+        let connection = connection_string(
+            zk.zookeeper.as_deref(),
+            file.as_ref().and_then(|f| f.zookeeper.as_deref()),
+        );
+        let auth = flag.or_else(|| file.as_ref().and_then(ZkSettings::identity));
+        let tls = zk.tls_files(&file.as_ref().map(|f| f.tls.clone()).unwrap_or_default())?;
+        if matches!(auth, Some(Identity::X509)) && tls.cert.is_none() {
+            return Err(Failure::Usage(
+                "--auth x509 needs a client certificate: --tls-ca, --tls-cert and --tls-key".into(),
+            ));
+        }
+        Ok(Settings {
+            connection,
+            auth,
+            tls,
+        })
+    }
+
+    /// Connects with the connection string, the TLS files and the identity's credentials.
+    pub async fn connect(&self) -> Result<Client, Failure> {
+        let mut opts = ConnectOptions::new(self.connection.clone());
+        opts.tls = self.tls.clone();
+        opts.digest = self
+            .auth
+            .as_ref()
+            .and_then(Identity::digest)
+            .map(|s| s.expose().to_string());
+        connect(&opts)
+            .await
+            .map_err(|e| Failure::Failed(e.to_string()))
     }
 }

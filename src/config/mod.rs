@@ -27,7 +27,9 @@
 //! and `role = db:primary` are plain values (the original read them as URLs).
 //!
 //! "Not set" (absent, empty, or unset through indirection) gives the default for optional keys
-//! and the error `<key> not specified` for the required `host-id` and `run-directory`.
+//! and the error `<key> not specified` for the required `run-directory`. `host-id` not set is
+//! the host name (`host-name`, by default the fully qualified host name), so that the shipped
+//! `host-id = file:///etc/zkdeployment/host-id` works before anyone writes that file.
 //!
 //! # Paths
 //!
@@ -48,8 +50,9 @@
 //!
 //! # Layout
 //!
-//! - this file: the public constants, [`Config`], [`Secret`], [`Smtp`], [`load`] and
-//!   [`resolve_connection`];
+//! - this file: the public constants, the table of keys ([`KEY_TABLE`], from which the
+//!   documents are made), [`Config`], [`Secret`], [`Smtp`], [`load`], [`load_connection`]
+//!   (the connection keys alone, for `--config`) and [`resolve_connection`];
 //! - `parse.rs`: [`parse()`], key by key, from INI entries to a [`Config`];
 //! - `ini.rs`: the INI reader (sections, continuation lines, comments, line numbers);
 //! - `values.rs`: value lookup and indirection (`file://`, `http(s)://`, [`http_get`]);
@@ -89,27 +92,132 @@ pub const DEFAULT_SENDMAIL: &str = "/usr/sbin/sendmail";
 pub const DEFAULT_YUM: &str = "yum";
 /// Timeout of the GET made for `http://` and `https://` values.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
-/// Every key `[zkdeployment]` accepts.
-pub const KEYS: &[&str] = &[
-    "host-id",
-    "run-directory",
-    "role",
-    "after",
-    "zookeeper",
-    "zookeeper-auth",
-    "session-timeout",
-    "root",
-    "host-name",
-    "yum",
-    "mail-to",
-    "mail-from",
-    "smtp",
-    "sendmail",
-    "metrics-file",
-    "zookeeper-tls-ca",
-    "zookeeper-tls-cert",
-    "zookeeper-tls-key",
+/// One configuration key as the documents show it: `configuration.md`, `zkdeployment.conf(5)`
+/// and `zkdeployment-agent(8)` are made from [`KEY_TABLE`], the one list of keys.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyDoc {
+    /// The key.
+    pub name: &'static str,
+    /// The default, in words (`""`: no default, the key is unset).
+    pub default: &'static str,
+    /// What it means (one sentence or two).
+    pub meaning: &'static str,
+}
+
+/// Every key `[zkdeployment]` accepts, with its default and meaning.
+pub const KEY_TABLE: [KeyDoc; 18] = [
+    KeyDoc {
+        name: "host-id",
+        default: "the value of host-name (the fully qualified host name)",
+        meaning: "The host's identifier: the name of its node under /hosts and the name deploy \
+                  nodes use. Set it (or write it to the file a file:// value names) to choose \
+                  another id than the host name.",
+    },
+    KeyDoc {
+        name: "run-directory",
+        default: "(required)",
+        meaning: "Holds the status file, host_version and last-pass.json; created if missing. \
+                  A relative path is resolved against the configuration file's directory.",
+    },
+    KeyDoc {
+        name: "role",
+        default: "",
+        meaning: "The host's role; a host with a role is configured by its role alone \
+                  (deploy/<role> nodes).",
+    },
+    KeyDoc {
+        name: "after",
+        default: "",
+        meaning: "A command run after each successful pass (split into words like a shell \
+                  would, never run through a shell).",
+    },
+    KeyDoc {
+        name: "zookeeper",
+        default: "$ZC_ZK_CONNECTION_STRING, else zookeeper:2181",
+        meaning: "The ZooKeeper connection string HOST:PORT[,HOST:PORT...][/CHROOT].",
+    },
+    KeyDoc {
+        name: "zookeeper-auth",
+        default: "",
+        meaning: "Digest credentials user:password added to the session (usually \
+                  file:///etc/zkdeployment/zookeeper-auth, mode 0600).",
+    },
+    KeyDoc {
+        name: "zookeeper-tls-ca",
+        default: "",
+        meaning: "PEM file of the certificate authority of the ensemble's TLS certificates; \
+                  set, every connection is TLS.",
+    },
+    KeyDoc {
+        name: "zookeeper-tls-cert",
+        default: "",
+        meaning: "PEM file of the client certificate presented to the ensemble over TLS.",
+    },
+    KeyDoc {
+        name: "zookeeper-tls-key",
+        default: "",
+        meaning: "PEM file of the private key of zookeeper-tls-cert.",
+    },
+    KeyDoc {
+        name: "session-timeout",
+        default: "10",
+        meaning: "The ZooKeeper session timeout, in seconds.",
+    },
+    KeyDoc {
+        name: "root",
+        default: "/",
+        meaning: "The file-system prefix of /opt and /etc (tests and staging).",
+    },
+    KeyDoc {
+        name: "host-name",
+        default: "the fully qualified host name",
+        meaning: "The name deploy nodes may use instead of the host id.",
+    },
+    KeyDoc {
+        name: "yum",
+        default: "yum (from PATH)",
+        meaning: "The package-manager command.",
+    },
+    KeyDoc {
+        name: "mail-to",
+        default: "",
+        meaning: "Comma-separated addresses that get failure mail.",
+    },
+    KeyDoc {
+        name: "mail-from",
+        default: "zkdeployment@<host-name>",
+        meaning: "The sender of failure mail.",
+    },
+    KeyDoc {
+        name: "smtp",
+        default: "",
+        meaning: "smtp://HOST[:PORT] or smtps://HOST[:PORT]; without it, mail goes through \
+                  sendmail.",
+    },
+    KeyDoc {
+        name: "sendmail",
+        default: "/usr/sbin/sendmail",
+        meaning: "The sendmail-compatible command.",
+    },
+    KeyDoc {
+        name: "metrics-file",
+        default: "",
+        meaning: "A Prometheus textfile-collector file, rewritten atomically after each step.",
+    },
 ];
+
+/// Every key `[zkdeployment]` accepts (the names of [`KEY_TABLE`]).
+pub const KEYS: &[&str] = &key_names();
+
+const fn key_names() -> [&'static str; KEY_TABLE.len()] {
+    let mut names = [""; KEY_TABLE.len()];
+    let mut i = 0;
+    while i < KEY_TABLE.len() {
+        names[i] = KEY_TABLE[i].name;
+        i += 1;
+    }
+    names
+}
 
 const SECRET_KEY: &str = "zookeeper-auth";
 
@@ -218,23 +326,58 @@ impl Config {
     }
 }
 
-/// Reads and parses the configuration file at `path`; `http(s)://` values are fetched with
-/// [`http_get`].
-pub fn load(path: &Path) -> Result<Config, ConfigError> {
+/// How to reach ZooKeeper, as a configuration file says (`zookeeper`, `zookeeper-auth`,
+/// `zookeeper-tls-*`): what `--config FILE` gives the commands other than the agent's.
+#[derive(Clone, Debug, Default)]
+pub struct ZkSettings {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// `zookeeper`.
+    pub zookeeper: Option<String>,
+    /// `zookeeper-auth` (digest credentials).
+    pub zookeeper_auth: Option<Secret>,
+    /// `zookeeper-auth = x509`: the client certificate is the identity.
+    pub zookeeper_x509: bool,
+    /// `zookeeper-tls-*`.
+    pub tls: crate::zk::TlsFiles,
+}
+
+impl ZkSettings {
+    /// The identity the file gives, if any.
+    pub fn identity(&self) -> Option<Identity> {
+        if self.zookeeper_x509 {
+            Some(Identity::X509)
+        } else {
+            self.zookeeper_auth.clone().map(Identity::Digest)
+        }
+    }
+}
+
+/// Reads the connection keys of the configuration file at `path` (the others must be known
+/// keys, and are not checked further: a syncer's file may hold nothing else).
+pub fn load_connection(path: &Path) -> Result<ZkSettings, ConfigError> {
+    let text = read_text(path)?;
+    parse::parse_connection(path, &text, &http_get)
+}
+
+fn read_text(path: &Path) -> Result<String, ConfigError> {
     let bytes = std::fs::read(path).map_err(|error| ConfigError::Read {
         path: path.to_path_buf(),
         error,
     })?;
-    let text = match String::from_utf8(bytes) {
-        Ok(text) => text,
-        Err(e) => {
-            let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
-            let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
-            return Err(ConfigError::InvalidUtf8 {
-                path: path.to_path_buf(),
-                line,
-            });
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
+        ConfigError::InvalidUtf8 {
+            path: path.to_path_buf(),
+            line,
         }
-    };
+    })
+}
+
+/// Reads and parses the configuration file at `path`; `http(s)://` values are fetched with
+/// [`http_get`].
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = read_text(path)?;
     parse(path, &text, &http_get)
 }

@@ -10,8 +10,8 @@ use super::validate::{
 };
 use super::values::{FetchError, Values};
 use super::{
-    fqdn, Config, ConfigError, Secret, DEFAULT_SENDMAIL, DEFAULT_SESSION_TIMEOUT, DEFAULT_YUM,
-    SECRET_KEY,
+    fqdn, Config, ConfigError, Secret, ZkSettings, DEFAULT_SENDMAIL, DEFAULT_SESSION_TIMEOUT,
+    DEFAULT_YUM, SECRET_KEY,
 };
 use crate::zk::tls::TlsFiles;
 
@@ -31,9 +31,6 @@ pub fn parse(
         fetch,
     };
     values.check_keys()?;
-
-    let host_id = values.required("host-id")?;
-    check_plain_name(&host_id).map_err(|m| values.invalid("host-id", m))?;
 
     let run_directory = values.required("run-directory")?;
     let run_directory = resolve_path(path, &run_directory);
@@ -56,36 +53,13 @@ pub fn parse(
         }
     };
 
-    let zookeeper = values.optional("zookeeper")?;
-    if let Some(z) = &zookeeper {
-        if z.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(values.invalid(
-                "zookeeper",
-                format!(
-                    "expected a connection string HOST:PORT[,...][/CHROOT], got {}",
-                    quote(z)
-                ),
-            ));
-        }
-    }
-
-    let mut zookeeper_x509 = false;
-    let zookeeper_auth = match values.optional_strict(SECRET_KEY)? {
-        None => None,
-        Some(v) if v == "x509" => {
-            zookeeper_x509 = true;
-            None
-        }
-        Some(v) => {
-            if !super::auth::is_digest(&v) {
-                return Err(values.invalid(
-                    SECRET_KEY,
-                    "expected digest credentials user:password (value not shown)".into(),
-                ));
-            }
-            Some(Secret(v))
-        }
-    };
+    let ZkSettings {
+        zookeeper,
+        zookeeper_auth,
+        zookeeper_x509,
+        tls,
+        ..
+    } = connection(&values)?;
 
     let session_timeout = match values.optional("session-timeout")? {
         None => DEFAULT_SESSION_TIMEOUT,
@@ -113,6 +87,12 @@ pub fn parse(
             v
         }
     };
+
+    // Not set (nor the file a `file://` value names): the host name.
+    let host_id = values
+        .optional("host-id")?
+        .unwrap_or_else(|| host_name.clone());
+    check_plain_name(&host_id).map_err(|m| values.invalid("host-id", m))?;
 
     let yum = match values.optional("yum")? {
         None => DEFAULT_YUM.to_string(),
@@ -183,8 +163,6 @@ pub fn parse(
         .optional("metrics-file")?
         .map(|v| resolve_path(path, &v));
 
-    let tls = tls_files(&values, path, zookeeper_x509)?;
-
     Ok(Config {
         path: path.to_path_buf(),
         host_id,
@@ -207,12 +185,54 @@ pub fn parse(
     })
 }
 
-/// `zookeeper-tls-ca`, `zookeeper-tls-cert`, `zookeeper-tls-key`: paths (relative ones against
-/// the configuration file's directory), checked for their combination only (the files are read
-/// at every connection). `zookeeper-auth = x509` needs a certificate.
-fn tls_files(values: &Values, path: &Path, x509: bool) -> Result<TlsFiles, ConfigError> {
+/// [`super::load_connection`]'s parser: the connection keys only.
+pub(super) fn parse_connection(
+    path: &Path,
+    text: &str,
+    fetch: &dyn Fn(&str) -> Result<Option<String>, FetchError>,
+) -> Result<ZkSettings, ConfigError> {
+    let values = Values {
+        path,
+        entries: read_ini(path, text)?,
+        fetch,
+    };
+    values.check_keys()?;
+    connection(&values)
+}
+
+/// `zookeeper`, `zookeeper-auth` and `zookeeper-tls-*`, checked.
+fn connection(values: &Values<'_>) -> Result<ZkSettings, ConfigError> {
+    let zookeeper = values.optional("zookeeper")?;
+    if let Some(z) = &zookeeper {
+        if z.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(values.invalid(
+                "zookeeper",
+                format!(
+                    "expected a connection string HOST:PORT[,...][/CHROOT], got {}",
+                    quote(z)
+                ),
+            ));
+        }
+    }
+    let mut zookeeper_x509 = false;
+    let zookeeper_auth = match values.optional_strict(SECRET_KEY)? {
+        None => None,
+        Some(v) if v == "x509" => {
+            zookeeper_x509 = true;
+            None
+        }
+        Some(v) => {
+            if !super::auth::is_digest(&v) {
+                return Err(values.invalid(
+                    SECRET_KEY,
+                    "expected digest credentials user:password (value not shown)".into(),
+                ));
+            }
+            Some(Secret(v))
+        }
+    };
     let file = |key: &str| -> Result<Option<PathBuf>, ConfigError> {
-        Ok(values.optional(key)?.map(|v| resolve_path(path, &v)))
+        Ok(values.optional(key)?.map(|v| resolve_path(values.path, &v)))
     };
     let tls = TlsFiles {
         ca: file("zookeeper-tls-ca")?,
@@ -221,11 +241,17 @@ fn tls_files(values: &Values, path: &Path, x509: bool) -> Result<TlsFiles, Confi
     };
     tls.check_combination()
         .map_err(|e| values.invalid("zookeeper-tls-cert", e.to_string()))?;
-    if x509 && tls.cert.is_none() {
+    if zookeeper_x509 && tls.cert.is_none() {
         return Err(values.invalid(
             SECRET_KEY,
             "x509 needs a client certificate: zookeeper-tls-ca, zookeeper-tls-cert and zookeeper-tls-key".into(),
         ));
     }
-    Ok(tls)
+    Ok(ZkSettings {
+        path: values.path.to_path_buf(),
+        zookeeper,
+        zookeeper_auth,
+        zookeeper_x509,
+        tls,
+    })
 }

@@ -1,9 +1,14 @@
 //! The syncer's git side, through libgit2: clone `URL` into `DIR` if missing, else fetch; the
 //! tree is the commit at `origin/BRANCH`, checked out hard (detached). Network and repository
-//! errors are retried with back-off before they are reported.
+//! errors are retried with back-off before they are reported, all attempts within one bound
+//! (`sync --git-timeout`, default [`DEFAULT_BOUND`]): each attempt may wait on the network for
+//! its share of the time left, so a server that accepts connections and never answers fails
+//! the sync within the bound, with a message naming the server.
 
 use std::path::Path;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use git2::build::CheckoutBuilder;
 use git2::{Repository, ResetType};
@@ -13,6 +18,8 @@ use super::desired::{is_tree_file, SourceFile};
 /// Attempts before a git error is reported, and the first back-off (doubled each time).
 const ATTEMPTS: u32 = 3;
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// The default bound on fetching, every attempt included.
+pub const DEFAULT_BOUND: Duration = Duration::from_secs(90);
 
 /// A checked-out revision and its tree files.
 #[derive(Debug, Clone)]
@@ -37,34 +44,77 @@ pub struct GitError {
     pub message: String,
 }
 
-/// Brings `dir` to `origin/branch` of `url` and returns the revision and its tree files.
-pub async fn update(url: &str, dir: &Path, branch: &str) -> Result<Checkout, GitError> {
+/// Brings `dir` to `origin/branch` of `url` and returns the revision and its tree files,
+/// within `bound` (attempts and back-off included).
+pub async fn update(
+    url: &str,
+    dir: &Path,
+    branch: &str,
+    bound: Duration,
+) -> Result<Checkout, GitError> {
+    let started = Instant::now();
+    let deadline = started + bound;
     let mut delay = FIRST_BACKOFF;
     let mut attempt = 1;
     loop {
+        // An equal share of the time left for each attempt still to come.
+        let share = deadline.saturating_duration_since(Instant::now()) / (ATTEMPTS + 1 - attempt);
+        crate::gitauth::set_network_timeout(share.max(Duration::from_millis(100)));
         let (url2, dir2, branch2) = (url.to_string(), dir.to_path_buf(), branch.to_string());
         let result = tokio::task::spawn_blocking(move || update_blocking(&url2, &dir2, &branch2))
             .await
             .unwrap_or_else(|e| Err(("run", e.to_string())));
-        match result {
+        let (what, message) = match result {
             Ok(checkout) => return Ok(checkout),
-            Err((what, message))
-                if attempt >= ATTEMPTS || what == "read" || what == "repository" =>
-            {
-                return Err(GitError {
-                    what,
-                    url: url.to_string(),
-                    dir: dir.display().to_string(),
-                    message,
-                })
-            }
-            Err((what, message)) => {
-                tracing::warn!("git {what} failed (attempt {attempt} of {ATTEMPTS}), retrying in {delay:?}: {message}");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-                attempt += 1;
-            }
+            Err(failed) => failed,
+        };
+        let permanent = what == "read" || what == "repository";
+        if permanent || attempt >= ATTEMPTS || Instant::now() + delay >= deadline {
+            let message = if permanent {
+                message
+            } else {
+                format!(
+                    "{} failed after {attempt} attempt(s) in {} s (bound: {} s, --git-timeout): \
+                     {message}",
+                    server(url),
+                    started.elapsed().as_secs(),
+                    bound.as_secs()
+                )
+            };
+            return Err(GitError {
+                what,
+                url: url.to_string(),
+                dir: dir.display().to_string(),
+                message,
+            });
         }
+        tracing::warn!(
+            "git {what} failed (attempt {attempt} of {ATTEMPTS}), retrying in {delay:?}: {message}"
+        );
+        tokio::time::sleep(delay).await;
+        delay *= 2;
+        attempt += 1;
+    }
+}
+
+/// The server a repository URL names (`host[:port]`, credentials left out), or the URL itself
+/// when it names no server (a path).
+fn server(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        // scp-like `[user@]host:path`.
+        return match url.split_once(':') {
+            Some((host, _)) if !host.contains('/') => {
+                format!("the git server {}", host.rsplit('@').next().unwrap_or(host))
+            }
+            _ => format!("the repository {url}"),
+        };
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    if host.is_empty() {
+        format!("the repository {scheme}://{rest}")
+    } else {
+        format!("the git server {host}")
     }
 }
 

@@ -1,7 +1,9 @@
 //! The syncer's local guards: the lock file (an exclusive, non-blocking `flock`, so two cron
 //! runs never overlap; [`lock_holder`] tells who holds it since when, so that one held too
 //! long is reported) and the tombstone (written when a run starts, removed when it ends in
-//! success or nothing-to-do, left holding the reason otherwise, for a monitor to alert on).
+//! success or nothing-to-do, left holding the reason otherwise, for a monitor to alert on),
+//! with its success stamp `<tombstone>.last-success` (`TIME REVISION`, rewritten at every run
+//! that ends in success or nothing-to-do: `monitor --syncer` checks its age).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -12,8 +14,13 @@ use nix::fcntl::{Flock, FlockArg};
 
 /// Default lock file (the original's).
 pub const DEFAULT_LOCK_FILE: &str = "/var/tmp/zkdeployment_vcs_lock_";
-/// Default tombstone (the original's).
-pub const DEFAULT_TOMBSTONE: &str = "/usr/share/zkdeployment/tombstone";
+/// Default tombstone: the package's state directory (the original's was under /usr/share).
+pub const DEFAULT_TOMBSTONE: &str = "/var/lib/zkdeployment/sync-tombstone";
+
+/// What the success stamp's name adds to the tombstone's.
+pub const SUCCESS_SUFFIX: &str = ".last-success";
+/// What the tombstone says while a run holds the lock (after the run's pid).
+pub const RUNNING_MARK: &str = "acquired lock";
 
 /// The held lock file; released when dropped.
 #[derive(Debug)]
@@ -87,6 +94,53 @@ impl Tombstone {
         if let Err(e) = result {
             tracing::warn!("cannot write the tombstone {}: {e}", self.path.display());
         }
+    }
+
+    /// The success stamp's path: `<tombstone>.last-success`.
+    pub fn success_path(&self) -> PathBuf {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(SUCCESS_SUFFIX);
+        PathBuf::from(name)
+    }
+
+    /// A run ended well at `revision`: the stamp says when, the tombstone goes.
+    pub fn succeeded(&self, revision: &str) {
+        let stamp = self.success_path();
+        let text = format!("{:.3} {revision}\n", crate::files::now());
+        if let Err(e) = crate::files::write_atomic(&stamp, text.as_bytes()) {
+            tracing::warn!("cannot write the success stamp {}: {e}", stamp.display());
+        }
+        self.remove();
+    }
+
+    /// The tombstone's content, if there is one (`Ok(None)`: no tombstone).
+    pub fn read(&self) -> std::io::Result<Option<String>> {
+        match std::fs::read_to_string(&self.path) {
+            Ok(text) => Ok(Some(text.trim().to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The time (Unix seconds) of the last run that ended well, per the stamp (`Ok(None)`: no
+    /// stamp); a stamp that does not start with a time is an `InvalidData` error.
+    pub fn last_success(&self) -> std::io::Result<Option<f64>> {
+        let text = match std::fs::read_to_string(self.success_path()) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        text.split_whitespace()
+            .next()
+            .and_then(|t| t.parse::<f64>().ok())
+            .filter(|t| t.is_finite())
+            .map(Some)
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no time in it"))
+    }
+
+    /// The tombstone's path.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Removes it (a run ended well).

@@ -60,6 +60,8 @@ pub struct Options {
     pub tls: crate::zk::TlsFiles,
     /// `--open-hosts`: leave `/hosts` writable by everyone (a mixed fleet).
     pub open_hosts: bool,
+    /// The bound on fetching from git, every attempt included.
+    pub git_bound: std::time::Duration,
 }
 
 /// Why a sync did nothing on purpose.
@@ -151,7 +153,7 @@ pub enum SyncError {
 
 /// Runs one sync (the local lock file is the caller's business).
 pub async fn run(opts: &Options) -> Result<Outcome, SyncError> {
-    let checkout = git::update(&opts.url, &opts.dir, &opts.branch).await?;
+    let checkout = git::update(&opts.url, &opts.dir, &opts.branch, opts.git_bound).await?;
     let revision = checkout.revision.clone();
     tracing::info!("VCS Version: {revision}");
     let desired = desired::build(&checkout.files).map_err(SyncError::Tree)?;

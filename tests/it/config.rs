@@ -137,16 +137,15 @@ fn message_no_section() {
 }
 
 #[test]
-fn message_host_id_not_specified() {
-    let e = err("[zkdeployment]\nrun-directory = /r\n");
-    assert_eq!(e.to_string(), "/etc/x.cfg: host-id not specified");
-    assert_eq!(e.key(), Some("host-id"));
-    assert_eq!(e.line(), None);
-    // Present but empty: the line is named.
-    assert_eq!(
-        err("[zkdeployment]\nhost-id =\nrun-directory = /r\n").to_string(),
-        "/etc/x.cfg:2: host-id not specified"
-    );
+fn host_id_not_set_is_the_host_name() {
+    // Absent or empty: the host name (here set; by default the fully qualified host name).
+    let c = ok("[zkdeployment]\nrun-directory = /r\nhost-name = h1.example.com\n");
+    assert_eq!(c.host_id, "h1.example.com");
+    let c = ok("[zkdeployment]\nhost-id =\nrun-directory = /r\nhost-name = h2\n");
+    assert_eq!(c.host_id, "h2");
+    let c = ok("[zkdeployment]\nrun-directory = /r\n");
+    assert_eq!(c.host_id, zkdeployment::config::fqdn());
+    assert_eq!(c.host_id, c.host_name);
     assert_eq!(
         err("[zkdeployment]\nhost-id = h1\n").to_string(),
         "/etc/x.cfg: run-directory not specified"
@@ -202,12 +201,16 @@ fn message_file_io_error() {
 #[test]
 fn message_file_missing_required() {
     // A missing file for a required key: "<key> not specified", with the reason.
-    let e = err("[zkdeployment]\nrun-directory = /r\n\nhost-id = file:///nope\n");
+    let e = err("[zkdeployment]\nhost-id = h1\n\nrun-directory = file:///nope\n");
     assert_eq!(
         e.to_string(),
-        "/etc/x.cfg:4: host-id not specified (file:///nope: No such file or directory (os error 2))"
+        "/etc/x.cfg:4: run-directory not specified (file:///nope: No such file or directory (os error 2))"
     );
     assert!(matches!(e, ConfigError::NotSpecified { .. }));
+    // The packaged host-id = file:///etc/zkdeployment/host-id before anyone writes the file:
+    // the host name.
+    let c = ok("[zkdeployment]\nrun-directory = /r\nhost-name = h9\nhost-id = file:///nope\n");
+    assert_eq!(c.host_id, "h9");
 }
 
 #[test]
@@ -838,16 +841,22 @@ fn file_values() {
         id.display()
     ));
     assert_eq!(c.host_id, "from-file");
+    // Missing: the host name.
+    let c = ok(&format!(
+        "[zkdeployment]\nhost-id = file://{}\nrun-directory = /r\nhost-name = h\n",
+        missing.display()
+    ));
+    assert_eq!(c.host_id, "h");
     // Required, missing: not specified.
     let e = err(&format!(
-        "[zkdeployment]\nhost-id = file://{}\nrun-directory = /r\n",
+        "[zkdeployment]\nhost-id = h\nrun-directory = file://{}\n",
         missing.display()
     ));
     assert!(matches!(e, ConfigError::NotSpecified { .. }));
     assert_eq!(
         e.to_string(),
         format!(
-            "/etc/x.cfg:2: host-id not specified (file://{}: No such file or directory (os error 2))",
+            "/etc/x.cfg:3: run-directory not specified (file://{}: No such file or directory (os error 2))",
             missing.display()
         )
     );
@@ -939,12 +948,17 @@ fn http_values_required() {
     // 200: the stripped body.
     let c = http_parse(&text(&format!("{base}/ok/i-0abc"))).unwrap();
     assert_eq!(c.host_id, "i-0abc");
-    // 404: not specified, saying why.
+    // 404: unset, so the host name.
     let url = format!("{base}/missing");
-    let e = http_parse(&text(&url)).unwrap_err();
+    assert_eq!(http_parse(&text(&url)).unwrap().host_id, "h");
+    // 404 for the required run-directory: not specified, saying why.
+    let e = http_parse(&format!(
+        "[zkdeployment]\nhost-id = h\nrun-directory = {url}\n"
+    ))
+    .unwrap_err();
     assert_eq!(
         e.to_string(),
-        format!("/etc/x.cfg:2: host-id not specified ({url}: 404 Not Found)")
+        format!("/etc/x.cfg:3: run-directory not specified ({url}: 404 Not Found)")
     );
     // 500: an error.
     let url = format!("{base}/error");

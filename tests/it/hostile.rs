@@ -460,9 +460,9 @@ async fn malformed_configs_exit_2_naming_the_key() {
         ),
         ("unknown-key", format!("{base}colour = red\n"), "colour"),
         (
-            "missing-host-id",
-            base.replace("host-id = h1\n", ""),
-            "host-id",
+            "missing-run-directory",
+            base.replace(&format!("run-directory = {}\n", run_dir.display()), ""),
+            "run-directory",
         ),
         (
             "auth-shape",

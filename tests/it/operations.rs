@@ -1121,15 +1121,16 @@ async fn a_reader_never_sees_a_partial_metrics_file() {
 // ---------------------------------------------------------------------------------------------
 // systemd notify
 
-/// A notify socket owned by the test, collecting every datagram.
-struct NotifySocket {
+/// A notify socket owned by the test, collecting every datagram (also used by
+/// `agent_startup_wait`).
+pub(crate) struct NotifySocket {
     messages: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl NotifySocket {
-    fn start(sock: UnixDatagram) -> NotifySocket {
+    pub(crate) fn start(sock: UnixDatagram) -> NotifySocket {
         sock.set_read_timeout(Some(Duration::from_millis(50)))
             .unwrap();
         let messages = Arc::new(Mutex::new(Vec::new()));
@@ -1151,15 +1152,15 @@ impl NotifySocket {
         }
     }
 
-    fn messages(&self) -> Vec<String> {
+    pub(crate) fn messages(&self) -> Vec<String> {
         self.messages.lock().unwrap().clone()
     }
 
-    fn position(&self, message: &str) -> Option<usize> {
+    pub(crate) fn position(&self, message: &str) -> Option<usize> {
         self.messages().iter().position(|m| m == message)
     }
 
-    async fn wait(&self, message: &str) -> usize {
+    pub(crate) async fn wait(&self, message: &str) -> usize {
         wait_for(&format!("{message:?} on the notify socket"), LIMIT, || {
             self.position(message)
         })
