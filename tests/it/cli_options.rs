@@ -199,7 +199,7 @@ async fn a_bad_config_file_is_a_usage_error_naming_it() {
     let run = support::run_async(&["status", "--config", &missing]).await;
     run.assert_code(2);
     assert!(run.stderr.contains(&missing), "{run}");
-    // The TLS keys are read: never a plain connection while one is set.
+    // The TLS keys are read: a CA file that cannot be read is named, never a plain connection.
     let tls = write(
         dir.path(),
         "tls.cfg",
@@ -207,5 +207,5 @@ async fn a_bad_config_file_is_a_usage_error_naming_it() {
     );
     let run = support::run_async(&["status", "-c", tls.to_str().unwrap()]).await;
     run.assert_code(2);
-    assert!(run.stderr.contains("zookeeper-tls-ca"), "{run}");
+    assert!(run.stderr.contains("TLS CA file /etc/zk-ca.pem"), "{run}");
 }
