@@ -139,11 +139,31 @@ pub async fn register(
         return Err(RegisterError::NoHosts);
     }
     let path = host_path(&host.id);
-    let mut version = version;
     let deadline = tokio::time::Instant::now() + wait;
+    let mut version = version;
     loop {
-        match call("get", &path, client.get_data(&path)).await {
-            Err(e) if e.is_no_node() => break,
+        version = wait_for_host_node(client, host, &path, version, deadline).await?;
+        if let Some(v) = create_or_update(client, host, &path, version.clone(), secured).await? {
+            return Ok(v);
+        }
+        // Another session created the node between our look and our create: whose it is
+        // decides (a live agent of this host: `AnotherAgent`).
+    }
+}
+
+/// Waits until `path` is free or this session's own, within `deadline`: a legacy persistent
+/// node is replaced (its `version` wins), a node left by a dead agent of this host is waited
+/// out, any other owner means another agent is running. Returns the host version in effect.
+async fn wait_for_host_node(
+    client: &Client,
+    host: &Host,
+    path: &str,
+    mut version: Value,
+    deadline: tokio::time::Instant,
+) -> Result<Value, RegisterError> {
+    loop {
+        match call("get", path, client.get_data(path)).await {
+            Err(e) if e.is_no_node() => return Ok(version),
             Err(e) => return Err(e.into()),
             Ok((data, stat)) => {
                 let props = decode(&data);
@@ -151,13 +171,13 @@ pub async fn register(
                     if let Some(v) = props.get("version") {
                         version = v.clone();
                     }
-                    match call("delete", &path, client.delete(&path, None)).await {
+                    match call("delete", path, client.delete(path, None)).await {
                         Err(e) if !e.is_no_node() => return Err(e.into()),
                         _ => continue,
                     }
                 }
                 if stat.ephemeral_owner == client.session_id().0 {
-                    break;
+                    return Ok(version);
                 }
                 let ours = props.get("name").and_then(Value::as_str) == Some(host.name.as_str());
                 // Left by a dead agent of this host, or by this very process's previous
@@ -171,13 +191,24 @@ pub async fn register(
                 }
                 tracing::warn!("{path} is left by a previous agent (pid gone); waiting for its session to expire");
                 let (stat, watcher) =
-                    call("watch", &path, client.check_and_watch_stat(&path)).await?;
+                    call("watch", path, client.check_and_watch_stat(path)).await?;
                 if stat.is_some() {
                     let _ = tokio::time::timeout_at(deadline, watcher.changed()).await;
                 }
             }
         }
     }
+}
+
+/// Creates the host node (and the registry node), or, when this session already owns it,
+/// replaces its properties. `None` when another session holds it.
+async fn create_or_update(
+    client: &Client,
+    host: &Host,
+    path: &str,
+    version: Value,
+    secured: bool,
+) -> Result<Option<Value>, RegisterError> {
     let mut props = Props::new();
     props.insert("name".into(), json!(host.name));
     props.insert("version".into(), version.clone());
@@ -199,12 +230,17 @@ pub async fn register(
     };
     let mode = CreateMode::Ephemeral.with_acls(acls);
     let data = encode(&props);
-    if create_registered(client, &path, &host.id, &data, &mode).await? {
-        return Ok(version);
+    if create_registered(client, path, &host.id, &data, &mode).await? {
+        return Ok(Some(version));
     }
-    // Our own session already has it (a re-registration): replace its properties, and add
-    // the registry node if this session has none yet.
-    update_props(client, &path, |p| *p = props.clone()).await?;
+    // Exists: only this session's own node (a re-registration) is updated; checked, since
+    // another agent of this host may have created it a moment ago.
+    match call("stat", path, client.check_stat(path)).await? {
+        Some(stat) if stat.ephemeral_owner == client.session_id().0 => {}
+        _ => return Ok(None),
+    }
+    // Replace its properties, and add the registry node if this session has none yet.
+    update_props(client, path, |p| *p = props.clone()).await?;
     let registry = registry_path(&host.id);
     match call("create", &registry, client.create(&registry, b"", &mode)).await {
         Ok(_) => {}
@@ -217,7 +253,7 @@ pub async fn register(
         }
         Err(e) => return Err(e.into()),
     }
-    Ok(version)
+    Ok(Some(version))
 }
 
 /// Creates the host node `path` and the registry node of `id` in one transaction (so any

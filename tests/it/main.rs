@@ -39,6 +39,7 @@ mod mixed_registry;
 mod monitor;
 mod notify;
 mod operations;
+mod probe;
 mod packaging;
 mod plan_report;
 mod role_lock_faults;
