@@ -161,6 +161,19 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
         command.current_dir(dir);
     }
     command.kill_on_drop(true);
+    // A hang-up of the terminal a pass was started from must not kill its step: the command
+    // starts with SIGHUP ignored, as under nohup (a program that wants it installs a handler).
+    // SAFETY: between fork and exec only signal(2), which is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGHUP,
+                nix::sys::signal::SigHandler::SigIgn,
+            )
+            .map(|_| ())
+            .map_err(std::io::Error::from)
+        });
+    }
     let started = Instant::now();
     let mut child = command.spawn().map_err(spawn_err)?;
     // `command` holds the parent's copies of the file descriptors: close them now.

@@ -164,7 +164,7 @@ pub fn agent(args: AgentArgs) -> Outcome {
         // Until the agent is started, SIGTERM ends it at once (its session closed on the way
         // out): registration may wait out a dead agent's session, and the service waits for
         // ZooKeeper as long as it takes.
-        let mut signals = Signals::listen();
+        let mut signals = Signals::listen(args.run_once);
         let wait = !args.run_once;
         if wait {
             if let Some(interval) = crate::systemd::watchdog_interval() {
@@ -250,31 +250,53 @@ fn worth_waiting(e: &StartError) -> bool {
     )
 }
 
-/// The SIGTERM and SIGINT listeners of a command, made once before its start-up and handed
-/// on to the handler that follows it: a signal arriving between the two is not lost (a
+/// The SIGTERM, SIGINT and SIGHUP listeners of a command, made once before its start-up and
+/// handed on to the handler that follows it: a signal arriving between the two is not lost (a
 /// listener made later never sees a signal that came before it).
-struct Signals(Option<(Signal, Signal)>);
+///
+/// SIGHUP never interrupts a step. The service ignores it (and logs that it did); a pass run
+/// by hand (`deploy`, `agent --run-once`), whose terminal may go away, takes it as SIGTERM:
+/// the step in progress finishes, then the command exits. The commands it runs ignore SIGHUP
+/// ([`crate::command`]), so a hang-up does not kill a deploy script either.
+struct Signals {
+    listeners: Option<(Signal, Signal, Signal)>,
+    hup_stops: bool,
+}
 
 impl Signals {
     /// Starts listening (inside the runtime). No listeners if they cannot be installed.
-    fn listen() -> Signals {
-        Signals(
-            signal(SignalKind::terminate())
-                .ok()
-                .zip(signal(SignalKind::interrupt()).ok()),
-        )
+    fn listen(hup_stops: bool) -> Signals {
+        let listeners = match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(term), Ok(int), Ok(hup)) => Some((term, int, hup)),
+            _ => None,
+        };
+        Signals {
+            listeners,
+            hup_stops,
+        }
     }
 
-    /// Resolves on SIGTERM or SIGINT (never, without listeners).
+    /// Resolves on SIGTERM or SIGINT, and on SIGHUP if it stops this command (never, without
+    /// listeners).
     async fn recv(&mut self) {
-        match &mut self.0 {
-            Some((term, int)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
+        let Some((term, int, hup)) = &mut self.listeners else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::select! {
+                _ = term.recv() => return,
+                _ = int.recv() => return,
+                _ = hup.recv() => {
+                    if self.hup_stops {
+                        return;
+                    }
+                    tracing::info!("SIGHUP ignored: the agent re-reads nothing and goes on");
                 }
             }
-            None => std::future::pending().await,
         }
     }
 }
@@ -306,7 +328,7 @@ pub fn deploy(args: DeployArgs) -> Outcome {
     };
     rt.block_on(async move {
         let starting = start(config, connection, stop.clone(), args.dry_run);
-        let mut signals = Signals::listen();
+        let mut signals = Signals::listen(true);
         let mut ctx = if args.dry_run {
             starting.await.map_err(start_error)?
         } else {

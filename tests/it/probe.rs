@@ -5,7 +5,8 @@ use crate::support;
 
 use std::time::Duration;
 
-use support::agent::{v, TestHost};
+use support::agent::{v, Pm, TestHost};
+use support::rpm::FakeYum;
 
 const TREE: &str = "
 /acme
@@ -50,5 +51,82 @@ async fn two_agents_started_together_for_one_host_run_one_pass() {
             "trial {trial}: the deploy script ran once: {:?}",
             h.deploy_log("foo")
         );
+    }
+}
+
+const SHARED: &str = "
+/acme
+  /web : foo
+    version = '1.0'
+    /deploy
+      /h1
+      /h2
+";
+
+/// Sends `sig` to `pid` and to every descendant of it (as a terminal's hang-up reaches its
+/// whole foreground process group).
+fn signal_family(pid: u32, sig: nix::sys::signal::Signal) {
+    let mut family = vec![pid];
+    let mut i = 0;
+    while i < family.len() {
+        family.extend(support::agent::children_of(family[i]));
+        i += 1;
+    }
+    for p in family {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p as i32), sig);
+    }
+}
+
+/// Waits until the times file shows `host` started its deploy script.
+async fn script_started(times: &std::path::Path, host: &str) {
+    support::agent::wait_for(&format!("{host}'s script to start"), LIMIT, || {
+        support::agent::lines(times)
+            .iter()
+            .any(|l| l.starts_with("start ") && l.split(' ').nth(4) == Some(host))
+            .then_some(())
+    })
+    .await;
+}
+
+/// SIGHUP in the middle of a step, with a second host waiting for the node lock: the service
+/// ignores it and goes on, a pass run by hand finishes its step and exits as on SIGTERM, and
+/// neither the script nor the cluster suffers (before the fix: exit 129, the session and the
+/// lock's in-flight record left behind, and the waiting host halted the cluster).
+#[tokio::test]
+async fn sighup_mid_step_never_interrupts_it() {
+    for subcommand in ["agent", "deploy"] {
+        let conn = support::chroot(&format!("probe-hup-{subcommand}")).await;
+        let h1 = TestHost::on(&conn, "h1", Pm::Fake(FakeYum::new())).await;
+        let h2 = TestHost::on(&conn, "h2", Pm::Fake(FakeYum::new())).await;
+        h1.tree(SHARED, v("r1")).await;
+        let times = h1.scratch("times.txt");
+        let times_s = times.display().to_string();
+        let env = [("ZK_TEST_SLEEP", "2"), ("ZK_TEST_TIMES", times_s.as_str())];
+        let mut first = h1.spawn(subcommand, &[], &env);
+        script_started(&times, "h1").await;
+        let mut second = h2.spawn("deploy", &[], &env);
+        // h2 is queued for the node lock while h1's script runs; then the hang-up.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        signal_family(first.pid(), nix::sys::signal::Signal::SIGHUP);
+        assert_eq!(second.wait(LIMIT).await, 0, "{}", second.output());
+        assert_eq!(h1.deploy_log("foo").len(), 1, "h1's script finished once");
+        assert_eq!(h2.deploy_log("foo").len(), 1, "h2 deployed after it");
+        assert_eq!(h1.hosts().await["version"], v("r1"), "no halt");
+        if subcommand == "agent" {
+            assert!(first.running(), "the service goes on: {}", first.output());
+            assert!(
+                first.output().contains("SIGHUP ignored"),
+                "{}",
+                first.output()
+            );
+            h1.wait_status("r1", &["done"], LIMIT).await;
+            first.terminate();
+            assert_eq!(first.wait(LIMIT).await, 0, "{}", first.output());
+        } else {
+            // As on SIGTERM: the step finished, nothing new started (exit 0, or 3 had a step
+            // been left), never 129 (killed by the signal).
+            let code = first.wait(LIMIT).await;
+            assert!(matches!(code, 0 | 3), "exit {code}: {}", first.output());
+        }
     }
 }
