@@ -207,9 +207,7 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     // All of it freed: a process the command left that still holds the file (a daemon
     // writing to its inherited output) keeps only what it writes from now on.
     release_read(&read, 0, 1);
-    // Our last handle of the output file: its blocks are freed when it is closed, off this
-    // path (the next step's start).
-    crate::files::close_later(read);
+    drop(read);
     let code = status.code().unwrap_or_else(|| {
         use std::os::unix::process::ExitStatusExt;
         128 + status.signal().unwrap_or(0)

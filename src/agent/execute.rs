@@ -407,7 +407,7 @@ impl Agent {
         let bytes = serde_json::to_vec(&value).expect("serialisable");
         // Not synced: advice for `plan`, published again from here by a restarted agent; a
         // crash that loses it loses nothing the next pass does not write again.
-        if let Err(e) = crate::files::write_swapping(&file, &bytes, false) {
+        if let Err(e) = crate::files::write_replacing(&file, &bytes, false) {
             tracing::warn!("cannot write the inventory: {e}");
         }
         Some(value)

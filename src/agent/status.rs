@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::plan::Step;
-use crate::files::{now, write_atomic, write_replacing, write_swapping};
+use crate::files::{now, write_atomic, write_replacing};
 use crate::tree::literal::py_str;
 
 /// The version as written in the status file: Python's `str()` (`None`, `False`, strings
@@ -195,7 +195,7 @@ impl RunDir {
 
     /// Records the deployed version.
     pub fn set_host_version(&self, version: &Value) -> std::io::Result<()> {
-        write_swapping(
+        write_replacing(
             &self.dir.join("host_version"),
             version.to_string().as_bytes(),
             true,
@@ -205,7 +205,7 @@ impl RunDir {
     /// Rewrites the status file.
     pub fn set_status(&self, version: &Value, status: &str) -> std::io::Result<()> {
         let line = format_status(now(), std::process::id(), version, status);
-        write_swapping(&self.status_path(), line.as_bytes(), false)
+        write_replacing(&self.status_path(), line.as_bytes(), false)
     }
 
     /// True if the status file exists.

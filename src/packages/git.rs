@@ -352,7 +352,7 @@ fn read_marker(dir: &Path, name: &str) -> Option<String> {
 
 fn write_marker(dir: &Path, name: &str, value: &str) -> Result<(), GitError> {
     let path = marker_path(dir, name);
-    fs::write(&path, value).map_err(|e| io_error("write", &path, e))
+    crate::files::write_atomic(&path, value.as_bytes()).map_err(|e| io_error("write", &path, e))
 }
 
 fn io_error(what: &str, path: &Path, e: io::Error) -> GitError {

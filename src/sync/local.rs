@@ -90,7 +90,9 @@ impl Tombstone {
             .path
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|_| std::fs::write(&self.path, format!("{}\n", text.trim_end())));
+            .and_then(|_| {
+                crate::files::write_atomic(&self.path, format!("{}\n", text.trim_end()).as_bytes())
+            });
         if let Err(e) = result {
             tracing::warn!("cannot write the tombstone {}: {e}", self.path.display());
         }

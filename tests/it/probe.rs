@@ -130,3 +130,63 @@ async fn sighup_mid_step_never_interrupts_it() {
         }
     }
 }
+
+/// A link planted where the agent writes its metrics file, its status file or its report, or
+/// at the temporary names the old writer used (`.NAME.<pid>.tmp`, the pid is public): root
+/// never writes through it. Covers `deploy` (metrics file, run directory) and `status
+/// --metrics`.
+#[tokio::test]
+async fn links_planted_where_commands_write_are_replaced_never_followed() {
+    let mut h = TestHost::fake("probe-links").await;
+    let textfiles = h.scratch("textfiles");
+    std::fs::create_dir_all(&textfiles).unwrap();
+    std::fs::create_dir_all(h.run_dir()).unwrap();
+    let victim = h.scratch("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let metrics = textfiles.join("zkdeployment.prom");
+    h.extra = format!("metrics-file = {}\n", metrics.display());
+    h.tree(TREE, v("r1")).await;
+    let plant = |path: &std::path::Path| {
+        let _ = std::fs::remove_file(path);
+        std::os::unix::fs::symlink(&victim, path).unwrap();
+    };
+    plant(&metrics);
+    plant(&h.run_dir().join("status"));
+    plant(&h.run_dir().join("last-pass.json"));
+    // Old predictable temporary names, for every pid the next process may get.
+    for name in ["zkdeployment.prom", "status", "last-pass.json"] {
+        let dir = if name.ends_with(".prom") {
+            &textfiles
+        } else {
+            &h.run_dir()
+        };
+        for pid in 0..200u32 {
+            let guess = std::process::id() + pid;
+            let _ = std::os::unix::fs::symlink(&victim, dir.join(format!(".{name}.{guess}.tmp")));
+        }
+    }
+    h.deploy(&[]).await.assert_ok();
+    let summary = textfiles.join("summary.prom");
+    plant(&summary);
+    support::run_async(&[
+        "status",
+        "-z",
+        &h.conn,
+        "--metrics",
+        summary.to_str().unwrap(),
+    ])
+    .await
+    .assert_ok();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    for written in [&metrics, &summary, &h.run_dir().join("status")] {
+        let meta = std::fs::symlink_metadata(written).unwrap();
+        assert!(
+            meta.file_type().is_file(),
+            "{} is a file now",
+            written.display()
+        );
+    }
+    assert!(std::fs::read_to_string(&metrics)
+        .unwrap()
+        .contains("zkdeployment_"));
+}
