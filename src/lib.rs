@@ -36,6 +36,7 @@
 //! - [`files`]: the time now and the one atomic file writer (durable, or not synced for the
 //!   files rewritten at every step).
 //! - [`gitauth`]: credentials for git over the network.
+//! - [`logsink`]: the log's non-blocking way to stderr (a bounded queue, a writer thread).
 
 pub mod agent;
 pub mod cli;
@@ -44,6 +45,7 @@ pub mod config;
 pub mod files;
 pub mod fleet;
 pub mod gitauth;
+pub mod logsink;
 pub mod metrics;
 pub mod monitor;
 pub mod notify;

@@ -123,6 +123,7 @@ pub fn main() -> ExitCode {
         Command::Sync(args) => sync::run(args),
         Command::Tree(cmd) => tree::run(cmd),
     };
+    crate::logsink::flush(LOG_FLUSH);
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
@@ -155,7 +156,11 @@ fn usage_error(e: clap::Error) -> ExitCode {
     }
 }
 
-/// Logs to stderr at `level` (ZooKeeper's client at `warn`), or as `ZKDEPLOYMENT_LOG` says: a
+/// How long a command waits at its exit for its log lines to be written (see
+/// [`crate::logsink`]).
+pub(crate) const LOG_FLUSH: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Logs to stderr (through [`crate::logsink`], never blocking) at `level` (ZooKeeper's client at `warn`), or as `ZKDEPLOYMENT_LOG` says: a
 /// comma-separated list of `LEVEL` and `TARGET=LEVEL` (e.g. `debug,zookeeper_client=info`).
 fn init_logging(level: &str) {
     use tracing_subscriber::layer::SubscriberExt;
@@ -170,7 +175,7 @@ fn init_logging(level: &str) {
                 .unwrap_or_default()
         });
     let output = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(crate::logsink::make_writer)
         // No colours: under systemd stderr goes to the journal, where escape sequences would
         // garble every line, and the colouring code would be resident in every agent.
         .with_ansi(false)

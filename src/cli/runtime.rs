@@ -46,6 +46,7 @@ impl Runtime {
             match ended {
                 Ok(value) => value,
                 Err(code) => {
+                    crate::logsink::flush(super::LOG_FLUSH);
                     eprintln!("zkdeployment: stopped by a signal");
                     std::process::exit(code);
                 }

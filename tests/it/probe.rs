@@ -190,3 +190,62 @@ async fn links_planted_where_commands_write_are_replaced_never_followed() {
         .unwrap()
         .contains("zkdeployment_"));
 }
+
+/// The ZooKeeper session id of `h`'s host node, once it exists.
+async fn host_session(h: &TestHost) -> i64 {
+    support::agent::wait_for_async("the host node", LIMIT, || async {
+        h.client
+            .check_stat(&format!("/hosts/{}", h.id))
+            .await
+            .ok()
+            .flatten()
+            .map(|s| s.ephemeral_owner)
+    })
+    .await
+}
+
+/// An agent whose stderr nobody reads (a stalled journald or log shipper) for longer than its
+/// session timeout, while its deploy script prints 20 MiB: the session survives, the pass
+/// ends `done`, nothing is halted, the script ran once. Before the fix the agent wrote each
+/// output line to stderr on the task that keeps the session alive: the write blocked, the
+/// session expired and the lock's in-flight record was left for the next host to halt on.
+#[tokio::test]
+async fn a_stalled_log_reader_never_costs_the_session() {
+    let mut h = TestHost::fake("probe-stalled-log").await;
+    h.extra = "session-timeout = 2\n".into();
+    h.tree(TREE, v("r1")).await;
+    let config = h.config();
+    // stdout and stderr to a pipe this test never reads.
+    let mut agent = tokio::process::Command::new(support::bin())
+        .arg("agent")
+        .arg(&config)
+        .env_remove("ZC_ZK_CONNECTION_STRING")
+        .env("ZK_TEST_OUTPUT_MB", "20")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let session = host_session(&h).await;
+    h.wait_status("r1", &["done"], LIMIT).await;
+    // Longer than the session timeout with nobody reading, then a second pass.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.set_version(v("r2")).await;
+    h.wait_status("r2", &["done"], LIMIT).await;
+    assert_eq!(
+        host_session(&h).await,
+        session,
+        "the same session throughout"
+    );
+    assert_eq!(h.hosts().await["version"], v("r2"), "no halt");
+    assert_eq!(h.deploy_log("foo").len(), 2, "{:?}", h.deploy_log("foo"));
+    let pid = nix::unistd::Pid::from_raw(agent.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    // Its exit waits (bounded) for the log it cannot write.
+    let status = tokio::time::timeout(LIMIT, agent.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
