@@ -355,20 +355,30 @@ mod tests {
     async fn a_daemon_left_writing_for_ever_ends_nothing_and_keeps_nothing() {
         // A process left behind with the output pipe as its stdout, writing without end.
         let pidfile = std::env::temp_dir().join(format!("zkd-daemon-{}", uuid::Uuid::new_v4()));
-        let script = format!("(yes daemon-output) & echo $! > {}; echo last", pidfile.display());
+        let script = format!(
+            "(yes daemon-output) & echo $! > {}; echo last",
+            pidfile.display()
+        );
         let cmd = super::Cmd::new(["sh", "-c", &script]);
         let output = tokio::time::timeout(std::time::Duration::from_secs(20), super::run(&cmd))
             .await
             .expect("the step ends when the script exits")
             .unwrap();
-        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         let _ = std::fs::remove_file(&pidfile);
         assert!(output.tail.len() <= super::TAIL_BYTES + 64);
         // Our end is closed: the daemon's next write fails (SIGPIPE), nothing is held for it.
         let gone = (0..200).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(50));
-            nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), Some(nix::sys::wait::WaitPidFlag::WNOHANG))
-                .is_ok_and(|s| s != nix::sys::wait::WaitStatus::StillAlive)
+            nix::sys::wait::waitpid(
+                nix::unistd::Pid::from_raw(pid),
+                Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+            )
+            .is_ok_and(|s| s != nix::sys::wait::WaitStatus::StillAlive)
                 || nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
         });
         let _ = nix::sys::signal::kill(
