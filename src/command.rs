@@ -1,8 +1,10 @@
 //! Running external commands: an argument vector (never a shell), an environment and a working
 //! directory per command; stdout and stderr merged into a file without a name (in memory
 //! where the kernel allows it), streamed to the log line by
-//! line as they come, and the tail kept (bounded) for reports and mail. A command is done
-//! when its process exits, whatever it left running.
+//! line as they come, and the tail kept (bounded) for reports and mail. A command that writes
+//! faster than that has its older unread output skipped (the log says how many bytes), so
+//! neither memory nor the task that keeps the ZooKeeper session pays for it. A command is
+//! done when its process exits, whatever it left running.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -109,8 +111,12 @@ impl CommandError {
 
 /// How often the output file is read while the command runs.
 const POLL: Duration = Duration::from_millis(100);
-/// Most bytes read per poll while the command runs (so that waiting for its exit resumes).
-const POLL_BYTES: u64 = 16 * 1024 * 1024;
+/// Most bytes read per poll while the command runs: the reading and the logging run on the
+/// task that also keeps the ZooKeeper session, which must get its turn between two polls.
+const POLL_BYTES: u64 = 512 * 1024;
+/// Output not yet read beyond which the older part is skipped (not logged), so that a
+/// command printing faster than the log takes it costs neither memory nor the session.
+const BACKLOG_BYTES: u64 = 4 * 1024 * 1024;
 /// Output read since the last release before its memory is freed ([`release_read`]).
 const RELEASE_BYTES: u64 = 1024 * 1024;
 /// One read of the output file.
@@ -190,6 +196,7 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
         tokio::select! {
             status = child.wait() => break status.map_err(spawn_err)?,
             _ = tokio::time::sleep(POLL) => {
+                skip_backlog(&mut read, &mut lines);
                 lines.read(&mut read, &mut emit, POLL_BYTES);
                 released = release_read(&read, released, RELEASE_BYTES);
             }
@@ -197,6 +204,7 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     };
     // Everything the process wrote before it exited, and no more: what a daemon it left
     // writes from now on is not read (nor waited for).
+    skip_backlog(&mut read, &mut lines);
     let written = {
         use std::io::Seek;
         let end = read.metadata().map(|m| m.len()).unwrap_or(0);
@@ -217,6 +225,27 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
         tail: tail.text(),
         duration: started.elapsed(),
     })
+}
+
+/// Skips all but the last [`POLL_BYTES`] of the output not yet read when more than
+/// [`BACKLOG_BYTES`] wait, says so in the log, and frees what was skipped.
+fn skip_backlog(read: &mut std::fs::File, lines: &mut Lines) {
+    use std::io::{Seek, SeekFrom};
+    let (Ok(meta), Ok(at)) = (read.metadata(), read.stream_position()) else {
+        return;
+    };
+    let backlog = meta.len().saturating_sub(at);
+    if backlog <= BACKLOG_BYTES {
+        return;
+    }
+    let skipped = backlog - POLL_BYTES;
+    if read.seek(SeekFrom::Current(skipped as i64)).is_ok() {
+        lines.partial.clear();
+        tracing::warn!(
+            "output: {skipped} bytes not logged (the command writes faster than the log takes)"
+        );
+        release_read(read, 0, 1);
+    }
 }
 
 /// A file for a command's output, without a name: one handle to append to (the command's
