@@ -187,6 +187,7 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     let mut lines = Lines::default();
     let mut released = 0;
     let mut tail = Tail::default();
+    let mut skipped = false;
     let mut emit = |line: String| {
         crate::systemd::progress();
         tracing::info!(target: "output", "  {line}");
@@ -196,7 +197,7 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
         tokio::select! {
             status = child.wait() => break status.map_err(spawn_err)?,
             _ = tokio::time::sleep(POLL) => {
-                skip_backlog(&mut read, &mut lines);
+                skipped |= skip_backlog(&mut read, &mut lines);
                 lines.read(&mut read, &mut emit, POLL_BYTES);
                 released = release_read(&read, released, RELEASE_BYTES);
             }
@@ -204,7 +205,7 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     };
     // Everything the process wrote before it exited, and no more: what a daemon it left
     // writes from now on is not read (nor waited for).
-    skip_backlog(&mut read, &mut lines);
+    skipped |= skip_backlog(&mut read, &mut lines);
     let written = {
         use std::io::Seek;
         let end = read.metadata().map(|m| m.len()).unwrap_or(0);
@@ -212,6 +213,8 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     };
     lines.read(&mut read, &mut emit, written);
     lines.finish(&mut emit);
+    // Output skipped unread is earlier output the tail does not hold either.
+    tail.dropped |= skipped;
     // All of it freed: a process the command left that still holds the file (a daemon
     // writing to its inherited output) keeps only what it writes from now on.
     release_read(&read, 0, 1);
@@ -229,14 +232,14 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
 
 /// Skips all but the last [`POLL_BYTES`] of the output not yet read when more than
 /// [`BACKLOG_BYTES`] wait, says so in the log, and frees what was skipped.
-fn skip_backlog(read: &mut std::fs::File, lines: &mut Lines) {
+fn skip_backlog(read: &mut std::fs::File, lines: &mut Lines) -> bool {
     use std::io::{Seek, SeekFrom};
     let (Ok(meta), Ok(at)) = (read.metadata(), read.stream_position()) else {
-        return;
+        return false;
     };
     let backlog = meta.len().saturating_sub(at);
     if backlog <= BACKLOG_BYTES {
-        return;
+        return false;
     }
     let skipped = backlog - POLL_BYTES;
     if read.seek(SeekFrom::Current(skipped as i64)).is_ok() {
@@ -245,7 +248,9 @@ fn skip_backlog(read: &mut std::fs::File, lines: &mut Lines) {
             "output: {skipped} bytes not logged (the command writes faster than the log takes)"
         );
         release_read(read, 0, 1);
+        return true;
     }
+    false
 }
 
 /// A file for a command's output, without a name: one handle to append to (the command's
