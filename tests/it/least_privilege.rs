@@ -790,7 +790,7 @@ async fn index_generations_are_created_protected() {
         syncer.create(path, b"{}", &open).await.unwrap();
     }
     let acl = Protection::new(&credentials).acl(Kind::Owned);
-    let generation = write_generation(&syncer, Some(&acl)).await.unwrap();
+    let generation = write_generation(&syncer, Some(&acl), None).await.unwrap();
     assert_eq!(generation.paths, 1, "{generation:?}");
     let index = zkdeployment::zk::snapshot::read_subtree(
         &env.anon,
