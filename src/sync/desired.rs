@@ -141,7 +141,10 @@ pub fn build(files: &[SourceFile]) -> Result<Desired, Vec<TreeError>> {
         merge(&mut desired, root, "/", file, authoritative);
     }
     let mut lint = lint_versions(&desired);
-    for (path, _, message) in rollout_errors(&desired.tree) {
+    let tree_errors = rollout_errors(&desired.tree)
+        .into_iter()
+        .chain(instance_errors(&desired.tree));
+    for (path, _, message) in tree_errors {
         lint.push(desired.error_at(&path, message));
     }
     if lint.is_empty() {
@@ -231,6 +234,34 @@ pub fn rollout_errors(tree: &Node) -> Vec<(String, usize, String)> {
         };
         if let Err(e) = checked {
             errors.push((path.clone(), node.line, e.to_string()));
+        }
+    }
+    errors
+}
+
+/// Every deploy node's `n` (its own or through a property link) must be an instance count:
+/// `(path, line, message)` per bad one (shared with `tree check`).
+pub fn instance_errors(tree: &Node) -> Vec<(String, usize, String)> {
+    let mut errors = Vec::new();
+    let mut stack = vec![("/".to_string(), tree)];
+    while let Some((path, node)) = stack.pop() {
+        for (name, child) in node.children.iter().rev() {
+            stack.push((join(&path, name), child));
+        }
+        let Some(deploy) = node.children.get("deploy").filter(|_| path != "/") else {
+            continue;
+        };
+        for (target, tnode) in &deploy.children {
+            let dpath = join(&join(&path, "deploy"), target);
+            if let Ok(Some(v)) = property(tree, &dpath, "n") {
+                if crate::agent::discover::instance_count(&v).is_none() {
+                    let message = format!(
+                        "Invalid n for {dpath}: {} (an integer from 0 to 10000)",
+                        repr(&v)
+                    );
+                    errors.push((dpath, tnode.line, message));
+                }
+            }
         }
     }
     errors
