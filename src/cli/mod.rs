@@ -88,6 +88,23 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
+/// Checks that `args` (the program name first, as in `argv`) is a command line this program
+/// accepts, without running it: `Ok` when it parses or asks for `--help`/`--version`, else
+/// clap's message (an unknown flag, a missing argument, a bad value). The documentation test
+/// runs every command line the documents show through it.
+pub fn check_args<I, T>(args: I) -> Result<(), String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::error::ErrorKind;
+    match Cli::try_parse_from(args) {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {

@@ -17,6 +17,7 @@ mod agent_observe;
 mod agent_startup_signal;
 mod config;
 mod defects;
+mod docs;
 mod ensemble;
 mod faults;
 mod fleet;
