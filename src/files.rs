@@ -12,7 +12,7 @@
 //! ([`close_later`]), not by the caller: the last close of a file no longer named frees its
 //! blocks, and on a file system mounted with `discard` (common on cloud disks) that waits
 //! for the disk to discard them, a millisecond or more, which would otherwise fall between
-//! one deploy script and the next (see the README's rolling-deploy figures).
+//! one deploy script and the next (see docs/performance.md).
 
 use std::io::Write;
 use std::path::Path;
@@ -36,7 +36,7 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
 /// never a mix); with `sync`, the data and the rename reach the disk ([`write_atomic`]).
 /// Files rewritten at every step (the status file, the properties snapshot) skip the sync:
 /// after a crash they are rewritten anyway, and an fsync costs milliseconds between two
-/// hosts' deploy scripts (see the README's rolling-deploy figures).
+/// hosts' deploy scripts (see docs/performance.md).
 pub fn write_replacing(path: &Path, data: &[u8], sync: bool) -> std::io::Result<()> {
     let tmp = sibling(path, &format!("{}.tmp", std::process::id()));
     let result = (|| {

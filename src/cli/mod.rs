@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// How a command ended, mapped to the exit codes (README "Commands").
+/// How a command ended, mapped to the exit codes (docs/operations.md, "Exit codes").
 #[derive(Debug)]
 pub enum Failure {
     /// Exit 1: the command failed (an import, a pass, a sync).

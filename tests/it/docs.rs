@@ -93,7 +93,11 @@ fn blocks(markdown: &str) -> Vec<Block> {
                     out.push(block);
                 } else {
                     let cut = line.len().min(fence_indent);
-                    let cut = if line[..cut].trim().is_empty() { cut } else { 0 };
+                    let cut = if line[..cut].trim().is_empty() {
+                        cut
+                    } else {
+                        0
+                    };
                     block.text.push_str(&line[cut..]);
                     block.text.push('\n');
                     open = Some((fence_indent, block));
@@ -142,7 +146,10 @@ fn command_lines(block: &Block) -> Vec<CommandLine> {
         }
         let text = std::mem::take(&mut logical);
         let text = match text.trim_start().strip_prefix("command[") {
-            Some(rest) => rest.split_once('=').map(|(_, c)| c.to_string()).unwrap_or_default(),
+            Some(rest) => rest
+                .split_once('=')
+                .map(|(_, c)| c.to_string())
+                .unwrap_or_default(),
             None => text,
         };
         let words = shell_words::split(&text)
@@ -183,7 +190,16 @@ fn the_extraction_finds_commands_wherever_the_shell_would_run_them() {
             },
             CommandLine {
                 line: 8,
-                args: args(&["zkdeployment", "sync", "-u", "URL", "-t", "DIR", "-b", "main"])
+                args: args(&[
+                    "zkdeployment",
+                    "sync",
+                    "-u",
+                    "URL",
+                    "-t",
+                    "DIR",
+                    "-b",
+                    "main"
+                ])
             },
             CommandLine {
                 line: 14,
@@ -206,7 +222,13 @@ fn the_parse_check_refuses_what_the_program_refuses() {
     for bad in [
         &["zkdeployment", "status", "--no-such-flag"][..],
         &["zkdeployment", "no-such-command"],
-        &["zkdeployment", "monitor", "/etc/zkdeployment/agent.cfg", "-w", "soon"],
+        &[
+            "zkdeployment",
+            "monitor",
+            "/etc/zkdeployment/agent.cfg",
+            "-w",
+            "soon",
+        ],
         &["zkdeployment", "sync", "-t", "/var/lib/zkdeployment/tree"],
         &["zkdeployment", "tree"],
     ] {
@@ -314,7 +336,11 @@ fn the_configuration_document_lists_exactly_the_keys_the_program_reads() {
         documented.push(key.to_string());
     }
     let unique: BTreeSet<&str> = documented.iter().map(String::as_str).collect();
-    assert_eq!(unique.len(), documented.len(), "a key listed twice: {documented:?}");
+    assert_eq!(
+        unique.len(),
+        documented.len(),
+        "a key listed twice: {documented:?}"
+    );
     let read: BTreeSet<&str> = zkdeployment::config::KEYS.iter().copied().collect();
     assert_eq!(
         unique, read,
@@ -347,7 +373,10 @@ fn the_readme_is_short_starts_with_the_quick_start_and_links_to_documents_that_e
                 continue;
             }
             links += 1;
-            assert!(base.join(path).exists(), "{name}: link to a missing {target}");
+            assert!(
+                base.join(path).exists(),
+                "{name}: link to a missing {target}"
+            );
         }
     }
     assert!(links >= 10, "only {links} relative links found");
@@ -360,7 +389,13 @@ fn no_document_carries_measurement_history() {
     texts.push(("CHANGES.md".to_string(), changes));
     for (name, text) in texts {
         let lower = text.to_lowercase();
-        for phrase in ["this stop", "previous stop", "stops ago", "stop before", "the latest stop"] {
+        for phrase in [
+            "this stop",
+            "previous stop",
+            "stops ago",
+            "stop before",
+            "the latest stop",
+        ] {
             assert!(!lower.contains(phrase), "{name} says {phrase:?}");
         }
     }
