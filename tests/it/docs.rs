@@ -1,5 +1,5 @@
-//! The documents cannot rot: what `README.md` and `docs/*.md` show is checked against the
-//! program itself.
+//! The documents cannot rot: what `README.md`, `fixtures/README.md` and `docs/*.md` show is
+//! checked against the program itself.
 //!
 //! - Every tree snippet (a fenced block marked ```` ```zk ````, or ```` ```zkx ```` for an
 //!   overlay file) passes the real binary's `zkdeployment tree check`.
@@ -50,9 +50,10 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// README.md and every `docs/*.md`, as (path relative to the repository, content).
+/// README.md, the example fleet's README and every `docs/*.md`, as (path relative to the
+/// repository, content).
 fn documents() -> Vec<(String, String)> {
-    let mut paths = vec![root().join("README.md")];
+    let mut paths = vec![root().join("README.md"), root().join("fixtures/README.md")];
     let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
         .expect("docs/ exists")
         .map(|e| e.unwrap().path())
