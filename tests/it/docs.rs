@@ -8,7 +8,8 @@
 //!   real command line definition ([`zkdeployment::cli::check_args`]): an unknown flag, a
 //!   missing argument or a bad value fails the test, naming the document and line.
 //! - `docs/configuration.md`'s key table lists exactly the keys the configuration reader
-//!   accepts ([`zkdeployment::config::KEYS`]).
+//!   accepts ([`zkdeployment::config::KEYS`]), and every configuration snippet (```` ```ini ````)
+//!   uses only those keys.
 //! - The README stays short, starts with the two quick-start commands, links only to
 //!   documents that exist, and no document carries measurement history.
 //!
@@ -347,6 +348,37 @@ fn the_configuration_document_lists_exactly_the_keys_the_program_reads() {
         unique, read,
         "docs/configuration.md's key table differs from config::KEYS"
     );
+}
+
+#[test]
+fn every_configuration_snippet_uses_known_keys() {
+    let mut keys = 0;
+    for (name, text) in documents() {
+        for block in blocks(&text) {
+            if block.info != "ini" {
+                continue;
+            }
+            let mut section = "zkdeployment".to_string();
+            for (i, line) in block.text.lines().enumerate() {
+                let line = line.trim();
+                if let Some(header) = line.strip_prefix('[') {
+                    section = header.trim_end_matches(']').to_string();
+                    continue;
+                }
+                if line.is_empty() || line.starts_with(['#', ';']) || section != "zkdeployment" {
+                    continue;
+                }
+                let key = line.split(['=', ':']).next().unwrap().trim();
+                keys += 1;
+                assert!(
+                    zkdeployment::config::KEYS.contains(&key),
+                    "{name}:{}: unknown configuration key {key:?}",
+                    block.line + i
+                );
+            }
+        }
+    }
+    assert!(keys >= 8, "only {keys} configuration lines found");
 }
 
 #[test]
