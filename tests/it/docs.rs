@@ -10,8 +10,9 @@
 //! - `docs/configuration.md`'s key table lists exactly the keys the configuration reader
 //!   accepts ([`zkdeployment::config::KEYS`]), and every configuration snippet (```` ```ini ````)
 //!   uses only those keys.
-//! - The README stays short, starts with the two quick-start commands, links only to
-//!   documents that exist, and no document carries measurement history.
+//! - The README stays short and starts with the two quick-start commands; every relative
+//!   link leads to a document (and heading) that exists; no document carries measurement
+//!   history.
 //!
 //! Each check also asserts that it found at least a given number of things to check, so an
 //! extraction that finds nothing cannot pass.
@@ -382,7 +383,7 @@ fn every_configuration_snippet_uses_known_keys() {
 }
 
 #[test]
-fn the_readme_is_short_starts_with_the_quick_start_and_links_to_documents_that_exist() {
+fn the_readme_is_short_starts_with_the_quick_start_and_every_link_leads_somewhere() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let lines = readme.lines().count();
     assert!(lines <= README_MAX_LINES, "README.md has {lines} lines");
@@ -401,18 +402,60 @@ fn the_readme_is_short_starts_with_the_quick_start_and_links_to_documents_that_e
         let base = root().join(&name);
         let base = base.parent().unwrap();
         for target in text.split("](").skip(1).filter_map(|t| t.split(')').next()) {
-            let path = target.split('#').next().unwrap();
-            if path.is_empty() || path.contains("://") {
+            let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
+            if target.contains("://") {
                 continue;
             }
             links += 1;
-            assert!(
-                base.join(path).exists(),
-                "{name}: link to a missing {target}"
-            );
+            let file = if path.is_empty() {
+                root().join(&name)
+            } else {
+                base.join(path)
+            };
+            assert!(file.exists(), "{name}: link to a missing {target}");
+            if !anchor.is_empty() {
+                let text = std::fs::read_to_string(&file).unwrap();
+                assert!(
+                    headings(&text).contains(&anchor.to_string()),
+                    "{name}: link to a missing heading {target}"
+                );
+            }
         }
     }
     assert!(links >= 10, "only {links} relative links found");
+}
+
+/// The anchors of a Markdown text's headings, as GitHub makes them: lower case, spaces to
+/// `-`, punctuation other than `-` and `_` dropped.
+fn headings(markdown: &str) -> Vec<String> {
+    let mut in_block = false;
+    let mut out = Vec::new();
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+        }
+        let Some(title) = line.strip_prefix('#').filter(|_| !in_block) else {
+            continue;
+        };
+        let title = title.trim_start_matches('#').trim().to_lowercase();
+        let slug = title
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        out.push(slug);
+    }
+    out
+}
+
+#[test]
+fn headings_are_anchored_as_github_anchors_them() {
+    let text =
+        "# A title\n\n## Failure budgets, node halts and `pauses`\n```sh\n# not a heading\n```\n";
+    assert_eq!(
+        headings(text),
+        ["a-title", "failure-budgets-node-halts-and-pauses"]
+    );
 }
 
 #[test]
