@@ -2,7 +2,8 @@
 //! the man pages (one for the program, one per command) and the shell completions (bash, zsh,
 //! fish), generated from the clap definitions so they never drift from the real flags. It is
 //! a build-time tool, not a command of the binary: the man-page and completion generators
-//! then stay out of the agent's binary (whose code is all resident, see docs/design.md, "Memory").
+//! then stay out of the agent's binary (whose code is all resident, see README "Agent
+//! memory").
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
