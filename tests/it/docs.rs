@@ -397,6 +397,12 @@ fn the_readme_is_short_starts_with_the_quick_start_and_every_link_leads_somewher
         .map(|l| l.split('#').next().unwrap().trim())
         .collect();
     assert_eq!(commands[..2], ["./scripts/demo.sh", "./scripts/test.sh"]);
+    for (name, _) in documents().iter().filter(|(n, _)| n.starts_with("docs/")) {
+        assert!(
+            readme.contains(&format!("]({name}")),
+            "README.md does not link to {name}"
+        );
+    }
     let mut links = 0;
     for (name, text) in documents() {
         let base = root().join(&name);
