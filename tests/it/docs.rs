@@ -10,9 +10,9 @@
 //! - `docs/configuration.md`'s key table lists exactly the keys the configuration reader
 //!   accepts ([`zkdeployment::config::KEYS`]), and every configuration snippet (```` ```ini ````)
 //!   uses only those keys.
-//! - The README stays short and starts with the two quick-start commands; every relative
-//!   link leads to a document (and heading) that exists; no document carries measurement
-//!   history.
+//! - The README stays short, starts with the two quick-start commands and links to every
+//!   document in `docs/`; every relative link leads to a document (and heading) that exists;
+//!   no document carries measurement history.
 //!
 //! Each check also asserts that it found at least a given number of things to check, so an
 //! extraction that finds nothing cannot pass.
