@@ -216,7 +216,7 @@ async fn create_or_update(
         props.insert("role".into(), json!(role));
     }
     props.insert("pid".into(), json!(std::process::id()));
-    // Says "not the original's agent" (the mixed-fleet rule, README "Rolling deploys").
+    // Says "not the original's agent" (the mixed-fleet rule, docs/design.md, "Exclusion").
     props.insert(AGENT_PROPERTY.into(), json!(agent_id()));
     // With digest auth, the host node is readable by all and writable only by this identity.
     static SECURED: [Acl; 2] = [
@@ -258,7 +258,7 @@ async fn create_or_update(
 
 /// Creates the host node `path` and the registry node of `id` in one transaction (so any
 /// snapshot of ZooKeeper has both or neither, and the session's end removes both in one
-/// transaction too; README, "Rolling deploys"). `/agent-registry` is created if missing; if
+/// transaction too; docs/design.md, "Exclusion"). `/agent-registry` is created if missing; if
 /// the registry node cannot be made (the agent may not create `/agent-registry` on a
 /// protected root, or a node of another session holds the name), the host node is created
 /// alone: the mixed-fleet check then reads this host's node (slower, still right). False if

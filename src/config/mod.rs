@@ -1,4 +1,4 @@
-//! The agent's configuration file (README "Configuration"): reading, INI parsing, value indirection
+//! The agent's configuration file (docs/configuration.md): reading, INI parsing, value indirection
 //! (`file://`, `http://`, `https://`), defaults and validation. This module owns the file format
 //! and every "exit 2" configuration error; it does no ZooKeeper or deployment work.
 //!

@@ -1,4 +1,5 @@
-//! The deployment index (README, "Fleet scale: the deployment index") on a real ZooKeeper, with the real syncer (from
+//! The deployment index (docs/design.md, "The deployment index") on a real ZooKeeper, with the real
+//! syncer (from
 //! real git repositories) and real agent processes: what `sync` writes, that agents read it
 //! instead of walking, that `--walk` gives the same steps, and that a stale index is never
 //! acted on — `tree import`, a foreign writer (the original's syncer, any ZooKeeper client)

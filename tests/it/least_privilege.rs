@@ -1,4 +1,4 @@
-//! Least privilege (README, "Least privilege") on a real ZooKeeper with digest authentication:
+//! Least privilege (docs/security.md) on a real ZooKeeper with digest authentication:
 //! after `sync --auth`, nobody but the syncer's identity changes the tree, the index or
 //! `/hosts`, nor resumes the cluster; agents with their own identities (real agent
 //! processes) still register, deploy under locks, write in-flight records and halt; a host

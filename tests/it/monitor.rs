@@ -1,4 +1,4 @@
-//! The Nagios check: a golden test for every check of README "Operations" against a real
+//! The Nagios check: a golden test for every check of docs/operations.md against a real
 //! ZooKeeper, plus a stopped ZooKeeper, a garbage status file, and usage errors.
 
 use crate::support;
