@@ -339,14 +339,8 @@ pub fn gather_syncer(tombstone: &Path) -> Result<SyncerObserved, Check> {
     // `<pid> acquired lock`: a run in progress, if that process lives.
     let running = content.as_deref().is_some_and(|text| {
         text.strip_suffix(RUNNING_MARK)
-            .and_then(|pid| pid.trim().parse::<i32>().ok())
-            .is_some_and(|pid| {
-                pid > 0
-                    && !matches!(
-                        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
-                        Err(nix::errno::Errno::ESRCH)
-                    )
-            })
+            .and_then(|pid| pid.trim().parse::<i64>().ok())
+            .is_some_and(crate::command::pid_alive)
     });
     Ok(SyncerObserved {
         tombstone_path: shown,

@@ -324,6 +324,16 @@ impl Config {
     pub fn has_identity(&self) -> bool {
         self.zookeeper_auth.is_some() || self.zookeeper_x509
     }
+
+    /// How the agent, `deploy` and `monitor` connect to `connection`: this file's session
+    /// timeout, digest credentials and TLS files (read again at every connection).
+    pub fn connect_options(&self, connection: String) -> crate::zk::ConnectOptions {
+        let mut opts = crate::zk::ConnectOptions::new(connection);
+        opts.session_timeout = self.session_timeout;
+        opts.digest = self.zookeeper_auth.as_ref().map(|s| s.expose().to_string());
+        opts.tls = self.tls.clone();
+        opts
+    }
 }
 
 /// How to reach ZooKeeper, as a configuration file says (`zookeeper`, `zookeeper-auth`,

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::zk::import::{apply, apply_with_acl, plan_delete, ApplyError, Op};
 use crate::zk::index::{
-    generation_nodes, generation_number, root_props, walk_deploy_nodes, FORMAT, INDEX,
+    generation_nodes, generation_number, path_list, root_props, walk_deploy_nodes, FORMAT, INDEX,
 };
 use crate::zk::snapshot::{read_subtree, ReadOptions};
 use crate::zk::{call, decode, encode, join, open_persistent, Client, ZkError};
@@ -169,15 +169,6 @@ async fn generation_paths(client: &Client, name: &str) -> Result<Option<Vec<Stri
     }
     paths.sort();
     Ok(Some(paths))
-}
-
-fn path_list(props: &crate::tree::Props) -> Option<Vec<String>> {
-    props
-        .get("paths")?
-        .as_array()?
-        .iter()
-        .map(|p| p.as_str().map(String::from))
-        .collect()
 }
 
 /// The root's data making `generation` live for `version` (written in the same transaction as

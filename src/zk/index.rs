@@ -368,7 +368,8 @@ pub async fn read_index(
     Ok(read)
 }
 
-fn path_list(props: &Props) -> Option<Vec<String>> {
+/// An index node's `paths`: absolute node paths, or `None` if missing or malformed.
+pub(crate) fn path_list(props: &Props) -> Option<Vec<String>> {
     props
         .get("paths")?
         .as_array()?
