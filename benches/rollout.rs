@@ -218,7 +218,7 @@ async fn warm_server(client: &Client) {
 /// the index rather than walk the tree. Gives the time of the transaction.
 async fn bump(client: &Client, version: &str) -> f64 {
     use zkdeployment::sync::index::{live_data, write_generation};
-    let generation = write_generation(client, None).await.unwrap();
+    let generation = write_generation(client, None, None).await.unwrap();
     let index = live_data(&json!(version), &generation);
     let hosts = json!({ "version": version }).to_string();
     let mut writer = client.new_multi_writer();

@@ -301,6 +301,18 @@ fn take_line(buf: &mut Vec<u8>) -> String {
     line
 }
 
+/// True if `pid` is a live process on this machine.
+pub(crate) fn pid_alive(pid: i64) -> bool {
+    if pid <= 0 || pid > i32::MAX as i64 {
+        return false;
+    }
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None) {
+        Ok(()) => true,
+        Err(nix::errno::Errno::ESRCH) => false,
+        Err(_) => true,
+    }
+}
+
 /// Runs a command; a non-zero exit is `Command failed: <argv>`.
 pub async fn run_checked(cmd: &Cmd) -> Result<Output, CommandError> {
     let output = run(cmd).await?;

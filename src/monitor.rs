@@ -1,7 +1,7 @@
 //! The Nagios check: what the state of this host's deployments is, as one line
 //! `ZKDEPLOYMENT <STATE> - <message> | age=<seconds>s;<warn>;<error>;0` (no `| age=…` when
 //! the age is unknown) and the plugin exit codes (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
-//! [`evaluate`] is pure: the checks of README "Operations", in order, over what [`gather`]
+//! [`evaluate`] is pure: the checks of docs/operations.md, in order, over what [`gather`]
 //! read (the status file, the host node, `/hosts`).
 //! [`evaluate_syncer`] is the check of the syncer (`monitor --syncer`): its tombstone and the
 //! age of its last successful run ([`crate::sync::local::Tombstone`]).
@@ -110,7 +110,7 @@ pub struct Observed {
     pub now: f64,
 }
 
-/// The checks, in order (README "Operations").
+/// The checks, in order (docs/operations.md).
 pub fn evaluate(o: &Observed, warn: u64, error: u64) -> Check {
     let age = o.now - o.status.time;
     let with_age = |state, message: String| Check::new(state, message, Some(age));
@@ -339,14 +339,8 @@ pub fn gather_syncer(tombstone: &Path) -> Result<SyncerObserved, Check> {
     // `<pid> acquired lock`: a run in progress, if that process lives.
     let running = content.as_deref().is_some_and(|text| {
         text.strip_suffix(RUNNING_MARK)
-            .and_then(|pid| pid.trim().parse::<i32>().ok())
-            .is_some_and(|pid| {
-                pid > 0
-                    && !matches!(
-                        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
-                        Err(nix::errno::Errno::ESRCH)
-                    )
-            })
+            .and_then(|pid| pid.trim().parse::<i64>().ok())
+            .is_some_and(crate::command::pid_alive)
     });
     Ok(SyncerObserved {
         tombstone_path: shown,

@@ -1,4 +1,4 @@
-//! Failure mail (README "Operations"; the original mailed nothing).
+//! Failure mail (docs/operations.md; the original mailed nothing).
 //!
 //! # What
 //!

@@ -19,6 +19,9 @@ pub enum ResumeError {
     /// `--version null`: that would leave the cluster halted (and drop the halt record).
     #[error("--version null would leave the cluster halted: give the version to deploy")]
     NullVersion,
+    /// `--version ''` (or only blanks, as text or as a JSON string): no version to deploy.
+    #[error("--version is empty: give the version to deploy")]
+    BlankVersion,
     /// `/hosts` missing.
     #[error("{HOSTS} does not exist")]
     NoHosts,
@@ -33,6 +36,16 @@ pub fn parse_version(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
 }
 
+/// Refuses a `--version` no host can deploy: `null` (the cluster would stay halted) and an
+/// empty or blank string.
+pub fn check_version(version: &Value) -> Result<(), ResumeError> {
+    match version {
+        Value::Null => Err(ResumeError::NullVersion),
+        Value::String(s) if s.trim().is_empty() => Err(ResumeError::BlankVersion),
+        _ => Ok(()),
+    }
+}
+
 /// What a resume did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resumed {
@@ -45,10 +58,10 @@ pub struct Resumed {
 }
 
 /// Resumes; returns the version set and the halt records cleared. `Some(null)` is refused
-/// ([`ResumeError::NullVersion`]).
+/// ([`ResumeError::NullVersion`]), and so is a blank string ([`ResumeError::BlankVersion`]).
 pub async fn resume(client: &Client, version: Option<Value>) -> Result<Resumed, ResumeError> {
-    if version.as_ref().is_some_and(Value::is_null) {
-        return Err(ResumeError::NullVersion);
+    if let Some(v) = &version {
+        check_version(v)?;
     }
     let props = match call("get", HOSTS, client.get_data(HOSTS)).await {
         Ok((data, _)) => decode(&data),
@@ -102,4 +115,25 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Resumed, 
         version: target,
         cleared,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blank_and_null_versions_are_refused() {
+        for text in ["", " ", "\t\n", "\"\"", "\" \"", "null"] {
+            assert!(
+                check_version(&parse_version(text)).is_err(),
+                "{text:?} accepted"
+            );
+        }
+        for text in ["r42", "124", "\"124\"", "0"] {
+            assert!(
+                check_version(&parse_version(text)).is_ok(),
+                "{text:?} refused"
+            );
+        }
+    }
 }

@@ -93,7 +93,7 @@ pub fn fleet_hosts_text(hosts: usize, per_host: usize) -> String {
 pub async fn write_index(
     client: &zkdeployment::zk::Client,
 ) -> zkdeployment::sync::index::Generation {
-    zkdeployment::sync::index::write_generation(client, None)
+    zkdeployment::sync::index::write_generation(client, None, None)
         .await
         .unwrap()
 }

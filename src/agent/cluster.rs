@@ -108,18 +108,6 @@ pub enum RegisterError {
     Zk(#[from] ZkError),
 }
 
-/// True if `pid` is a live process on this machine.
-fn pid_alive(pid: i64) -> bool {
-    if pid <= 0 || pid > i32::MAX as i64 {
-        return false;
-    }
-    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None) {
-        Ok(()) => true,
-        Err(nix::errno::Errno::ESRCH) => false,
-        Err(_) => true,
-    }
-}
-
 /// Registers the host: the ephemeral `/hosts/<id>` with `name`, `version`, `role`, `pid` and
 /// `agent`, and with it (one transaction) the ephemeral registry node `/agent-registry/<id>`.
 /// A legacy persistent node's `version` wins over `version` (and the node is replaced). A node
@@ -182,10 +170,9 @@ async fn wait_for_host_node(
                 let ours = props.get("name").and_then(Value::as_str) == Some(host.name.as_str());
                 // Left by a dead agent of this host, or by this very process's previous
                 // (expired) session.
-                let stale = props
-                    .get("pid")
-                    .and_then(Value::as_i64)
-                    .is_some_and(|p| !pid_alive(p) || p == i64::from(std::process::id()));
+                let stale = props.get("pid").and_then(Value::as_i64).is_some_and(|p| {
+                    !crate::command::pid_alive(p) || p == i64::from(std::process::id())
+                });
                 if !(ours && stale) || tokio::time::Instant::now() >= deadline {
                     return Err(RegisterError::AnotherAgent);
                 }
@@ -216,7 +203,7 @@ async fn create_or_update(
         props.insert("role".into(), json!(role));
     }
     props.insert("pid".into(), json!(std::process::id()));
-    // Says "not the original's agent" (the mixed-fleet rule, README "Rolling deploys").
+    // Says "not the original's agent" (the mixed-fleet rule, docs/design.md, "Exclusion").
     props.insert(AGENT_PROPERTY.into(), json!(agent_id()));
     // With digest auth, the host node is readable by all and writable only by this identity.
     static SECURED: [Acl; 2] = [
@@ -258,7 +245,7 @@ async fn create_or_update(
 
 /// Creates the host node `path` and the registry node of `id` in one transaction (so any
 /// snapshot of ZooKeeper has both or neither, and the session's end removes both in one
-/// transaction too; README, "Rolling deploys"). `/agent-registry` is created if missing; if
+/// transaction too; docs/design.md, "Exclusion"). `/agent-registry` is created if missing; if
 /// the registry node cannot be made (the agent may not create `/agent-registry` on a
 /// protected root, or a node of another session holds the name), the host node is created
 /// alone: the mixed-fleet check then reads this host's node (slower, still right). False if

@@ -18,7 +18,7 @@ use super::session::Agent;
 use super::status::RunDir;
 use crate::config::Config;
 use crate::zk::paths::HOSTS;
-use crate::zk::{call, connect, ConnectOptions, ZkError};
+use crate::zk::{call, connect, ZkError};
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -57,14 +57,7 @@ pub async fn start(
         RunDir::open(&config.run_directory).map_err(StartError::RunDir)?
     };
     let mut host_version = run_dir.host_version().unwrap_or(Value::Null);
-    let mut opts = ConnectOptions::new(connection.clone());
-    opts.session_timeout = config.session_timeout;
-    opts.digest = config
-        .zookeeper_auth
-        .as_ref()
-        .map(|s| s.expose().to_string());
-    opts.tls = config.tls.clone();
-    let client = connect(&opts).await?;
+    let client = connect(&config.connect_options(connection.clone())).await?;
     let host = host_of(&config);
     if !read_only {
         host_version = register(
@@ -252,16 +245,8 @@ async fn reconnect(ctx: &mut Agent) -> Result<(), StartError> {
             .await
             .is_err()
     {
-        let mut opts = ConnectOptions::new(ctx.connection.clone());
-        opts.session_timeout = ctx.config.session_timeout;
-        opts.digest = ctx
-            .config
-            .zookeeper_auth
-            .as_ref()
-            .map(|s| s.expose().to_string());
         // The TLS files are read again: a rotated CA, certificate or key takes effect here.
-        opts.tls = ctx.config.tls.clone();
-        ctx.client = connect(&opts).await?;
+        ctx.client = connect(&ctx.config.connect_options(ctx.connection.clone())).await?;
         *ctx.host_node.get_mut() = None;
     }
     let wait = ctx.config.session_timeout + Duration::from_secs(2);

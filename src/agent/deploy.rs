@@ -274,8 +274,8 @@ pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), In
                     }
                     _ if pending.len() <= MAX_QUEUES && pending.iter().all(|n| n.lock_queue) => {
                         // Every pending node's lock is busy: wait in all their queues at
-                        // once, and take the first whose turn comes (README, "Rolling
-                        // deploys": the host that has waited longest gets a freed node).
+                        // once, and take the first whose turn comes (docs/design.md, "Exclusion":
+                        // the host that has waited longest gets a freed node).
                         let sems: Vec<String> =
                             pending.iter().map(|n| semaphore_path(n.path)).collect();
                         let places: Vec<(&str, Extra<'_>)> = pending

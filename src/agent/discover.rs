@@ -310,13 +310,17 @@ fn instances<S: TreeSource>(src: &S, deploy_path: &str) -> Result<u32, DiscoverE
     let n = property(src, deploy_path, "n").map_err(|e| tree_err(format!("{deploy_path}: {e}")))?;
     match n {
         None => Ok(1),
-        Some(Value::Number(num)) if num.as_u64().is_some_and(|v| v <= 10_000) => {
-            Ok(num.as_u64().unwrap_or(0) as u32)
-        }
-        Some(other) => Err(tree_err(format!(
-            "Invalid n for {deploy_path}: {}",
-            py_str(&other)
-        ))),
+        Some(v) => instance_count(&v)
+            .ok_or_else(|| tree_err(format!("Invalid n for {deploy_path}: {}", py_str(&v)))),
+    }
+}
+
+/// A valid `n`: an integer from 0 to 10000 (not a boolean, string, fraction or null); the
+/// agent and the tree lint (`tree check`, `sync`) share this rule.
+pub(crate) fn instance_count(v: &Value) -> Option<u32> {
+    match v {
+        Value::Number(num) => num.as_u64().filter(|v| *v <= 10_000).map(|v| v as u32),
+        _ => None,
     }
 }
 

@@ -1,4 +1,4 @@
-//! The health check after a deployment (README, "Rolling deploys"): when the package has
+//! The health check after a deployment (docs/rollouts.md): when the package has
 //! `/opt/<rpm>/bin/zookeeper-health`, it runs with the deploy script's arguments and
 //! environment every [`HEALTH_INTERVAL`] until it exits 0, while the caller still holds its
 //! node lock or lease. Not passing within the node's `health-deadline` fails the step with

@@ -1,4 +1,4 @@
-//! Is the fleet mixed? (README, "Rolling deploys", mixed fleets.) While any registered host
+//! Is the fleet mixed? (docs/design.md, "Exclusion", mixed fleets.) While any registered host
 //! node lacks [`AGENT_PROPERTY`] (the original's agent, which knows only the node locks),
 //! every node uses the node lock with K = 1.
 //!

@@ -1,8 +1,8 @@
-//! What the host has: the agent's view of its disk under `root` (README "The agent,
-//! step by step", the observing half of Prepare; installed versions come from
+//! What the host has: the agent's view of its disk under `root` (docs/design.md, "A pass", the
+//! observing half of Prepare; installed versions come from
 //! `software::installed_version`).
 //!
-//! This module owns the host disk layout (README "Concepts") and every file operation on it
+//! This module owns the host disk layout (docs/tree-format.md) and every file operation on it
 //! that is not a package install:
 //! - reading: [`observe_disk`] (installed packages, deployment markers, our `/etc/<app>`
 //!   directories);

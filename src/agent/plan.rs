@@ -1,7 +1,7 @@
 //! The plan of a pass: a pure function of what the tree wants and what the host has, giving
 //! every action the pass takes, in the order it takes them. The executor walks this value
 //! (`src/agent/execute.rs`), `deploy --dry-run` prints it, and `last-pass.json` records one
-//! entry per step run. Order (README "Order of steps in a pass"):
+//! entry per step run. Order (docs/design.md, "A pass"):
 //!
 //! 1. the role controller brought to what `/roles/<role>` wants (removed, installed, changed);
 //! 2. undeployment of instances no longer wanted;

@@ -1,4 +1,4 @@
-//! Rolling deploys in a pass (README, "Rolling deploys"): what each application node's rollout
+//! Rolling deploys in a pass (docs/design.md, "Exclusion"): what each application node's rollout
 //! properties mean on this fleet now ([`RolloutPlan`]), and the exclusion a deployment runs
 //! under.
 //!

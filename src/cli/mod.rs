@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// How a command ended, mapped to the exit codes (README "Commands").
+/// How a command ended, mapped to the exit codes (docs/operations.md, "Exit codes").
 #[derive(Debug)]
 pub enum Failure {
     /// Exit 1: the command failed (an import, a pass, a sync).
@@ -88,6 +88,23 @@ enum Command {
 /// `examples/docs.rs`.
 pub fn command() -> clap::Command {
     help::with_after_help(<Cli as clap::CommandFactory>::command(), &[])
+}
+
+/// Checks that `args` (the program name first, as in `argv`) is a command line this program
+/// accepts, without running it: `Ok` when it parses or asks for `--help`/`--version`, else
+/// clap's message (an unknown flag, a missing argument, a bad value). The documentation test
+/// runs every command line the documents show through it.
+pub fn check_args<I, T>(args: I) -> Result<(), String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::error::ErrorKind;
+    match Cli::try_parse_from(args) {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Runs the command line and returns the process exit code.

@@ -15,7 +15,7 @@ use crate::monitor::{
     evaluate, evaluate_syncer, gather, gather_syncer, unknown, with_cert_expiry, Check,
 };
 use crate::sync::local::DEFAULT_TOMBSTONE;
-use crate::zk::{ConnectOptions, TlsFiles};
+use crate::zk::TlsFiles;
 
 #[derive(Debug, Args)]
 pub struct MonitorArgs {
@@ -73,13 +73,8 @@ fn check(args: &MonitorArgs, warn: u64, error: u64) -> Check {
         Ok(c) => c,
         Err(e) => return unknown(format!("cannot read the configuration: {e}")),
     };
-    let mut opts = ConnectOptions::new(args.zk.with_config(&config));
+    let mut opts = config.connect_options(args.zk.with_config(&config));
     opts.connect_timeout = Duration::from_secs(5);
-    opts.session_timeout = config.session_timeout;
-    opts.digest = config
-        .zookeeper_auth
-        .as_ref()
-        .map(|s| s.expose().to_string());
     opts.tls = TlsFiles::resolve(&args.zk.tls.files(), &config.tls);
     let cert = match opts.tls.client_cert() {
         Ok(cert) => cert,

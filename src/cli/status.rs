@@ -6,7 +6,7 @@ use clap::Args;
 use super::zkarg::{AuthArg, ConfigArg, Settings, ZkArg};
 use super::{runtime, Failure, Outcome};
 use crate::overview::Overview;
-use crate::resume::{parse_version, resume, ResumeError};
+use crate::resume::{check_version, parse_version, resume, ResumeError};
 use crate::summary::Filter;
 use crate::sync::HOSTS;
 use crate::tree::literal::py_str;
@@ -102,12 +102,15 @@ async fn require_hosts(client: &Client, connection: &str) -> Result<(), Failure>
 }
 
 pub fn resume_cmd(args: ResumeArgs) -> Outcome {
+    let version = args.version.as_deref().map(parse_version);
+    if let Some(v) = &version {
+        check_version(v).map_err(|e| Failure::Usage(e.to_string()))?;
+    }
     let settings = Settings::resolve(&args.zk, Some(&args.auth), &args.config)?;
     runtime()?.block_on(async {
         let client = settings.connect().await?;
-        let version = args.version.as_deref().map(parse_version);
         let resumed = resume(&client, version).await.map_err(|e| match e {
-            ResumeError::NullVersion => Failure::Usage(e.to_string()),
+            ResumeError::NullVersion | ResumeError::BlankVersion => Failure::Usage(e.to_string()),
             e => Failure::Failed(e.to_string()),
         })?;
         println!(

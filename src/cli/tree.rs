@@ -166,7 +166,10 @@ fn check(paths: &[PathBuf]) -> Outcome {
                     failed = true;
                 }
                 Ok(tree) => {
-                    for (_, line, message) in crate::sync::desired::rollout_errors(&tree) {
+                    let errors = crate::sync::desired::rollout_errors(&tree)
+                        .into_iter()
+                        .chain(crate::sync::desired::instance_errors(&tree));
+                    for (_, line, message) in errors {
                         println!("{shown}:{line}: {message}");
                         failed = true;
                     }

@@ -1,4 +1,4 @@
-//! The agent's configuration file (README "Configuration"): reading, INI parsing, value indirection
+//! The agent's configuration file (docs/configuration.md): reading, INI parsing, value indirection
 //! (`file://`, `http://`, `https://`), defaults and validation. This module owns the file format
 //! and every "exit 2" configuration error; it does no ZooKeeper or deployment work.
 //!
@@ -323,6 +323,16 @@ impl Config {
     /// True if the host has an identity of its own (digest credentials or its certificate).
     pub fn has_identity(&self) -> bool {
         self.zookeeper_auth.is_some() || self.zookeeper_x509
+    }
+
+    /// How the agent, `deploy` and `monitor` connect to `connection`: this file's session
+    /// timeout, digest credentials and TLS files (read again at every connection).
+    pub fn connect_options(&self, connection: String) -> crate::zk::ConnectOptions {
+        let mut opts = crate::zk::ConnectOptions::new(connection);
+        opts.session_timeout = self.session_timeout;
+        opts.digest = self.zookeeper_auth.as_ref().map(|s| s.expose().to_string());
+        opts.tls = self.tls.clone();
+        opts
     }
 }
 

@@ -1,4 +1,4 @@
-//! packages::git: software installed as a git checkout in `/opt/<rpm>` (README "Concepts", git
+//! packages::git: software installed as a git checkout in `/opt/<rpm>` (docs/tree-format.md, git
 //! checkouts). This module owns the git version
 //! grammar, the checkout markers in `DIR/.git/`, bringing a checkout to a version (clone or
 //! fetch, then a forced detached checkout of REF), the `stage-build` step and the `a+rX` step

@@ -1,4 +1,4 @@
-//! RPMs through `yum`: the install algorithm of README "The agent, step by step" (install,
+//! RPMs through `yum`: the install algorithm of docs/design.md, "A pass" (install,
 //! verify, downgrade, verify).
 //!
 //! - The installed version always comes from `yum -q list installed NAME`, parsed exactly

@@ -141,7 +141,10 @@ pub fn build(files: &[SourceFile]) -> Result<Desired, Vec<TreeError>> {
         merge(&mut desired, root, "/", file, authoritative);
     }
     let mut lint = lint_versions(&desired);
-    for (path, _, message) in rollout_errors(&desired.tree) {
+    let tree_errors = rollout_errors(&desired.tree)
+        .into_iter()
+        .chain(instance_errors(&desired.tree));
+    for (path, _, message) in tree_errors {
         lint.push(desired.error_at(&path, message));
     }
     if lint.is_empty() {
@@ -198,11 +201,7 @@ fn node_mut<'a>(root: &'a mut Node, path: &str) -> &'a mut Node {
 /// following links as the agent does, and on any other node that sets one itself.
 pub fn rollout_errors(tree: &Node) -> Vec<(String, usize, String)> {
     let mut errors = Vec::new();
-    let mut stack = vec![("/".to_string(), tree)];
-    while let Some((path, node)) = stack.pop() {
-        for (name, child) in node.children.iter().rev() {
-            stack.push((join(&path, name), child));
-        }
+    each_node(tree, |path, node| {
         // A value comes from the node itself or through its property link: nodes with
         // neither cost nothing (no link resolution on big trees).
         let sets = |k: &str| {
@@ -212,7 +211,7 @@ pub fn rollout_errors(tree: &Node) -> Vec<(String, usize, String)> {
                     .contains_key(&format!("{k}{}", crate::tree::PLINK_SUFFIX))
         };
         if !rollout::PROPERTIES.iter().any(|k| sets(k)) {
-            continue;
+            return;
         }
         let is_app = path != "/"
             && node
@@ -220,19 +219,54 @@ pub fn rollout_errors(tree: &Node) -> Vec<(String, usize, String)> {
                 .get("deploy")
                 .is_some_and(|d| !d.children.is_empty());
         let checked = if is_app {
-            rollout::parse(&path, |k| property(tree, &path, k).ok().flatten())
+            rollout::parse(path, |k| property(tree, path, k).ok().flatten())
         } else if rollout::PROPERTIES
             .iter()
             .any(|k| node.props.contains_key(*k))
         {
-            rollout::parse(&path, |k| node.props.get(k).cloned())
+            rollout::parse(path, |k| node.props.get(k).cloned())
         } else {
-            continue;
+            return;
         };
         if let Err(e) = checked {
-            errors.push((path.clone(), node.line, e.to_string()));
+            errors.push((path.to_string(), node.line, e.to_string()));
         }
+    });
+    errors
+}
+
+/// Calls `f` with every node of `tree` and its path, parents before children, in order.
+fn each_node(tree: &Node, mut f: impl FnMut(&str, &Node)) {
+    let mut stack = vec![("/".to_string(), tree)];
+    while let Some((path, node)) = stack.pop() {
+        for (name, child) in node.children.iter().rev() {
+            stack.push((join(&path, name), child));
+        }
+        f(&path, node);
     }
+}
+
+/// Every deploy node's `n` (its own or through a property link) must be an instance count:
+/// `(path, line, message)` per bad one (shared with `tree check`).
+pub fn instance_errors(tree: &Node) -> Vec<(String, usize, String)> {
+    let mut errors = Vec::new();
+    each_node(tree, |path, node| {
+        let Some(deploy) = node.children.get("deploy").filter(|_| path != "/") else {
+            return;
+        };
+        for (target, tnode) in &deploy.children {
+            let dpath = join(&join(path, "deploy"), target);
+            if let Ok(Some(v)) = property(tree, &dpath, "n") {
+                if crate::agent::discover::instance_count(&v).is_none() {
+                    let message = format!(
+                        "Invalid n for {dpath}: {} (an integer from 0 to 10000)",
+                        repr(&v)
+                    );
+                    errors.push((dpath, tnode.line, message));
+                }
+            }
+        }
+    });
     errors
 }
 

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::zk::import::{apply, apply_with_acl, plan_delete, ApplyError, Op};
 use crate::zk::index::{
-    generation_nodes, generation_number, root_props, walk_deploy_nodes, FORMAT, INDEX,
+    generation_nodes, generation_number, path_list, root_props, walk_deploy_nodes, FORMAT, INDEX,
 };
 use crate::zk::snapshot::{read_subtree, ReadOptions};
 use crate::zk::{call, decode, encode, join, open_persistent, Client, ZkError};
@@ -81,12 +81,25 @@ async fn children(client: &Client, path: &str) -> Result<Vec<String>, ZkError> {
 }
 
 /// Walks the tree and writes a new generation of the index (not live until the root names
-/// it). Creates the root if missing. Nodes are created with `acl` (`None`: open, as zc.zk
+/// it), unless `reuse` (the generation live before the sync) holds exactly the deploy-node
+/// paths the walk found: then that generation is returned and nothing is written. It is
+/// then what a new generation would be (same walk, same content), so making it live again
+/// with the new version keeps the trust rule sound. Creates the root if missing. Nodes are created with `acl` (`None`: open, as zc.zk
 /// does), so a protected index is never writable by anyone, not even for a moment.
 pub async fn write_generation(
     client: &Client,
     acl: Option<&[zookeeper_client::Acl]>,
+    reuse: Option<&str>,
 ) -> Result<Generation, IndexError> {
+    let (paths, _) = walk_deploy_nodes(client, &|_| true).await?;
+    if let Some(name) = reuse {
+        if generation_paths(client, name).await?.as_ref() == Some(&paths) {
+            return Ok(Generation {
+                name: name.to_string(),
+                paths: paths.len(),
+            });
+        }
+    }
     let empty = encode(
         &[("format".to_string(), Value::from(FORMAT))]
             .into_iter()
@@ -113,7 +126,6 @@ pub async fn write_generation(
         .max()
         .map_or(1, |n| n + 1);
     let name = format!("g{next}");
-    let (paths, _) = walk_deploy_nodes(client, &|_| true).await?;
     let ops: Vec<Op> = generation_nodes(&name, &paths)
         .into_iter()
         .map(|(path, data)| Op::Create { path, data })
@@ -123,6 +135,40 @@ pub async fn write_generation(
         name,
         paths: paths.len(),
     })
+}
+
+/// Every deploy-node path a generation holds, sorted, or `None` if it is missing or any of
+/// its entries or chunks is missing or malformed.
+async fn generation_paths(client: &Client, name: &str) -> Result<Option<Vec<String>>, ZkError> {
+    let path = join(INDEX, name);
+    let Some(node) = read_subtree(client, &path, &ReadOptions::default()).await? else {
+        return Ok(None);
+    };
+    let mut paths = Vec::new();
+    for (child, entry) in &node.children {
+        if !child.starts_with("t-") {
+            return Ok(None);
+        }
+        let Some(list) = path_list(&entry.props) else {
+            return Ok(None);
+        };
+        paths.extend(list);
+        let count = entry.props.get("chunks").and_then(Value::as_u64);
+        if count != Some(entry.children.len() as u64 + 1) {
+            return Ok(None);
+        }
+        for i in 1..count.unwrap_or(1) {
+            let Some(chunk) = entry.children.get(&format!("c{i}")) else {
+                return Ok(None);
+            };
+            let Some(list) = path_list(&chunk.props) else {
+                return Ok(None);
+            };
+            paths.extend(list);
+        }
+    }
+    paths.sort();
+    Ok(Some(paths))
 }
 
 /// The root's data making `generation` live for `version` (written in the same transaction as

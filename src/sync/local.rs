@@ -140,11 +140,6 @@ impl Tombstone {
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no time in it"))
     }
 
-    /// The tombstone's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Removes it (a run ended well).
     pub fn remove(&self) {
         match std::fs::remove_file(&self.path) {

@@ -440,7 +440,9 @@ async fn set_version(
         }
         let live = match &generation {
             Some(g) => g,
-            None => generation.insert(index::write_generation(client, acl).await?),
+            None => {
+                generation.insert(index::write_generation(client, acl, previous.as_deref()).await?)
+            }
         };
         let index_data = index::live_data(&json!(revision), live);
         let hosts_data = encode(&props);

@@ -1,4 +1,4 @@
-//! `sync --auth`: the ACLs of everything the syncer owns (README, "Security: least privilege").
+//! `sync --auth`: the ACLs of everything the syncer owns (docs/security.md).
 //!
 //! Nodes the syncer creates get their ACL when created ([`crate::zk::import::apply_with_acl`]);
 //! [`protect`] then checks every node the syncer owns and repairs those whose ACL differs (a

@@ -85,7 +85,7 @@ fn is_py_space(c: char) -> bool {
 // `.` anything but a newline), matched by hand with the same backtracking outcome; the tests
 // check them against the regular expressions on generated lines. By hand because a regular
 // expression engine would be the biggest piece of code in the binary, and all of the binary's
-// code stays resident in the agent (README "Agent memory").
+// code stays resident in the agent (docs/design.md, "Memory").
 //
 //   property link: (?P<name>\S+)\s*=>\s*(?P<target>\S+(\s+\S+)?)(\s+(?P<pname>/\S+))?
 //   property:      (?P<name>\S+)\s*=\s*(?P<expr>\S.*)

@@ -1,4 +1,4 @@
-//! The rollout properties of an application node (README, "Rolling deploys"): `max-parallel` (how
+//! The rollout properties of an application node (docs/rollouts.md): `max-parallel` (how
 //! many hosts may deploy the node at once: a count, or a share `'P%'` of the hosts it is
 //! deployed to), `canary` (how many hosts deploy a new version first, one at a time) and
 //! `health-deadline` (how long the health check may take). Pure: the agent, `tree check` and

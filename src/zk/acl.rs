@@ -1,4 +1,4 @@
-//! Access control lists for a protected tree (README, "Security: least privilege").
+//! Access control lists for a protected tree (docs/security.md).
 //!
 //! ZooKeeper's ACLs are per node and per identity. The syncer's identity (digest credentials
 //! `user:password` given with `--auth`) owns what it writes: every such node is readable by

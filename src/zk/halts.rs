@@ -1,4 +1,4 @@
-//! Halt records kept outside `/hosts`, for a protected cluster (README, "Security: least privilege").
+//! Halt records kept outside `/hosts`, for a protected cluster (docs/security.md).
 //!
 //! A host that may not write `/hosts` (it is owned by the syncer's identity) still has to halt
 //! the cluster when a step fails. It creates a child `halt-<sequence>` of [`HALTS`] holding

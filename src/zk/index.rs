@@ -22,6 +22,13 @@
 //! the root's `version` equals the `/hosts` version and the version the pass acts on, and the
 //! generation and all chunks it names exist. Anything else: walk.
 //!
+//! Reuse: a sync walks the tree after its apply, as for a new generation, and compares the
+//! deploy-node paths found with the generation live before the sync (read whole). When they
+//! are equal, that generation is made live again for the new version (the root alone is
+//! written, with `/hosts`, in one transaction) instead of writing a copy: its content is
+//! exactly what a new generation would hold, so the rule above stays sound. A generation the
+//! root no longer names (invalidated by `tree import` or a sync) is never reused.
+//!
 //! Reading ahead: a reader may send, in the multi-read of `/hosts` and the root, what it
 //! expects to read next ([`Guess`]): the entries of the generation after the one it last
 //! used, and the nodes it last needed. Where the root names that generation, its entries are
@@ -361,7 +368,8 @@ pub async fn read_index(
     Ok(read)
 }
 
-fn path_list(props: &Props) -> Option<Vec<String>> {
+/// An index node's `paths`: absolute node paths, or `None` if missing or malformed.
+pub(crate) fn path_list(props: &Props) -> Option<Vec<String>> {
     props
         .get("paths")?
         .as_array()?

@@ -19,16 +19,16 @@ pub const AGENT_LOCKS: &str = "/agent-locks";
 pub const AGENT_SEMAPHORES: &str = "/agent-semaphores";
 /// The registry of this project's agents: an ephemeral `/agent-registry/<host-id>` created
 /// with the host node `/hosts/<host-id>`, in one transaction of the same session, so the two
-/// go together (README, "Rolling deploys", mixed fleets). The original's agents never create
+/// go together (docs/design.md, "Exclusion", mixed fleets). The original's agents never create
 /// one: `/hosts` having more children than this node means some host may be the original's.
 pub const AGENT_REGISTRY: &str = "/agent-registry";
 /// Where role controllers are declared.
 pub const ROLES: &str = "/roles";
 /// Where the persistent role locks live (created by operators).
 pub const ROLE_LOCKS: &str = "/role-locks";
-/// Where hosts that may not write `/hosts` record a halt (README, "Security: least privilege").
+/// Where hosts that may not write `/hosts` record a halt (docs/security.md).
 pub const HALTS: &str = "/hosts-halt";
-/// The deployment index the syncer writes (README, "Fleet scale: the deployment index").
+/// The deployment index the syncer writes (docs/design.md, "The deployment index").
 pub const DEPLOYMENT_INDEX: &str = "/deployment-index";
 
 /// Top-level nodes that belong to ZooKeeper, the agents and the syncers: discovery never

@@ -102,7 +102,7 @@ async fn a_first_pass_installs_deploys_and_records_the_version() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The steps of a pass (README "The agent, step by step").
+// The steps of a pass (docs/design.md, "A pass").
 
 #[tokio::test]
 async fn instances_go_up_and_down() {

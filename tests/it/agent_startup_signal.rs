@@ -1,8 +1,8 @@
 //! A defect the soak (`tests/soak/`, issue 15) found: SIGTERM while `zkdeployment agent`
 //! starts — it connects, then registers, and registering waits up to `session-timeout` + 2 s
 //! for a dead predecessor's host node to go — killed the process by the signal's default
-//! action (the handler was installed only once `start` returned): no exit 0 (README,
-//! "The agent, step by step"), and its session stayed open until it expired. Fixed by issue 15's
+//! action (the handler was installed only once `start` returned): no exit 0 (docs/operations.md,
+//! "The agent under systemd"), and its session stayed open until it expired. Fixed by issue 15's
 //! session work (the agent listens before it starts); this is the soak's reproducer, kept as
 //! a regression test.
 

@@ -120,6 +120,37 @@ async fn a_sync_with_an_emoji_node_writes_nothing() {
     );
 }
 
+/// A bad `n` (not an integer from 0 to 10000) is refused by `tree check` and `sync` with the
+/// file and line of the deploy node, before anything is written.
+#[tokio::test]
+async fn a_bad_instance_count_is_linted_with_file_and_line() {
+    let conn = support::chroot("bad-n").await;
+    let client = support::connect(&conn).await;
+    let dir = tempfile::tempdir().unwrap();
+    for value in ["-1", "True", "'2'", "1.5", "None"] {
+        let text = format!("{TREE}        n = {value}\n");
+        let file = dir.path().join("t.zk");
+        std::fs::write(&file, &text).unwrap();
+        let run = support::run_async(&["tree", "check", file.to_str().unwrap()]).await;
+        run.assert_code(1);
+        let expected = format!("t.zk:5: Invalid n for /acme/a/deploy/h1: {value}");
+        assert!(run.stdout.contains(&expected), "{value}: {run}");
+
+        let repo = TestRepo::new();
+        repo.commit(&[("t.zk", &text)]);
+        let work = tempfile::tempdir().unwrap();
+        let run = sync(&repo, &conn, work.path(), &[]).await;
+        run.assert_code(1);
+        assert!(run.stderr.contains(&expected), "{value}: {run}");
+        assert!(!exists(&client, "/acme").await, "{value}: written");
+    }
+    let ok = dir.path().join("ok.zk");
+    std::fs::write(&ok, format!("{TREE}        n = 3\n")).unwrap();
+    support::run_async(&["tree", "check", ok.to_str().unwrap()])
+        .await
+        .assert_ok();
+}
+
 #[tokio::test]
 async fn a_sync_that_fails_part_way_is_cleaned_up_after_a_revert() {
     let conn = support::chroot("partial-sync").await;

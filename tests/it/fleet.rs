@@ -1,6 +1,6 @@
 //! Rolling deploys across a fleet: several agents (distinct host ids, filesystem roots, run
 //! directories and fake yums, one shared ZooKeeper chroot) deploying the same application
-//! nodes at once, under the per-node locks `/agent-locks/<name>` (README "The agent, step by step").
+//! nodes at once, under the per-node locks `/agent-locks/<name>` (docs/design.md, "A pass").
 //!
 //! Every host runs `zkdeployment deploy CONFIG` (one pass) as its own process, started
 //! concurrently. The payload's knobs come from each agent's environment: `ZK_TEST_SLEEP`

@@ -1,5 +1,5 @@
-//! A health check runs only while its step's lock or lease is held (README, "Rolling
-//! deploys"): found by the soak (issue 15, seed 1001): a host whose session expired while its
+//! A health check runs only while its step's lock or lease is held (docs/rollouts.md): found by the
+//! soak (issue 15, seed 1001): a host whose session expired while its
 //! deploy script ran (cut off through a test-owned proxy) started the package's health check
 //! once the script ended, with its node lock already gone, so the next holder deployed the
 //! node beside a host still in its step. Now the agent proves its session alive before every

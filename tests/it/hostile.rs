@@ -619,11 +619,11 @@ async fn a_deploy_script_printing_megabytes_keeps_the_agent_small() {
     .await;
     h.deploy(&[]).await.assert_ok();
     // The installed script now floods its output: 30 MB in 250-byte lines, then 20 MB in
-    // one line, then a last line.
+    // one line, then (a second later, so that the agent is sampled while it runs) a last line.
     let script = h.root().join("opt/foo/bin/zookeeper-deploy");
     std::fs::write(
         &script,
-        "#!/bin/sh\nyes \"$(printf '%0250d' 0)\" | head -c 30000000\nhead -c 20000000 /dev/zero | tr '\\0' y\necho\necho the last line\n",
+        "#!/bin/sh\nyes \"$(printf '%0250d' 0)\" | head -c 30000000\nhead -c 20000000 /dev/zero | tr '\\0' y\necho\nsleep 1\necho the last line\n",
     )
     .unwrap();
     h.set_version(v("r2")).await;

@@ -1,4 +1,5 @@
-//! The deployment index (README, "Fleet scale: the deployment index") on a real ZooKeeper, with the real syncer (from
+//! The deployment index (docs/design.md, "The deployment index") on a real ZooKeeper, with the real
+//! syncer (from
 //! real git repositories) and real agent processes: what `sync` writes, that agents read it
 //! instead of walking, that `--walk` gives the same steps, and that a stale index is never
 //! acted on — `tree import`, a foreign writer (the original's syncer, any ZooKeeper client)
@@ -194,8 +195,8 @@ async fn a_sync_writes_the_index_and_the_agent_reads_it_instead_of_walking() {
     assert_eq!(c.h.report()["discovery"]["source"], json!("index"));
     assert_eq!(c.h.deploy_log("foo").len(), 2);
 
-    // Export leaves the index out unless -e; a resync keeps it (never trimmed) and keeps at
-    // most two generations.
+    // Export leaves the index out unless -e; a resync keeps it (never trimmed); resyncs that
+    // change no deploy node keep the one live generation.
     let plain = support::run_async(&["tree", "export", "-z", &c.h.conn]).await;
     plain.assert_ok();
     assert!(
@@ -210,7 +211,7 @@ async fn a_sync_writes_the_index_and_the_agent_reads_it_instead_of_walking() {
         c.commit_and_sync(v).await;
     }
     let (gens, _) = c.h.client.get_children(INDEX).await.unwrap();
-    assert_eq!(gens.len(), 2, "{gens:?}");
+    assert_eq!(gens, vec!["g1".to_string()]);
     assert_eq!(c.source().await, "index");
 }
 
@@ -250,6 +251,59 @@ async fn tree_import_then_a_version_bump_is_walked() {
     c.h.set_version(json!("by-hand")).await;
     assert_eq!(c.source().await, "walk");
     assert!(deploy_paths(&c.plan(&[]).await).contains(&"/more/app 0".to_string()));
+    // The next sync (its tree keeps the imported top-level node) must not make the old
+    // generation live again: it does not hold /more.
+    c.commit_and_sync("1.0-again").await;
+    assert_eq!(c.source().await, "index");
+    assert!(deploy_paths(&c.plan(&[]).await).contains(&"/more/app 0".to_string()));
+}
+
+/// The nodes of the live generation, with their czxid and mzxid.
+async fn live_entries(c: &Cluster) -> (String, Vec<(String, i64, i64)>) {
+    let (root, _) = c.root().await;
+    let generation = root["generation"].as_str().unwrap().to_string();
+    let base = format!("{INDEX}/{generation}");
+    let mut out = Vec::new();
+    let mut todo = vec![base.clone()];
+    while let Some(p) = todo.pop() {
+        let (_, stat) = c.h.client.get_data(&p).await.unwrap();
+        out.push((p.clone(), stat.czxid, stat.mzxid));
+        let (children, _) = c.h.client.get_children(&p).await.unwrap();
+        todo.extend(children.iter().map(|ch| format!("{p}/{ch}")));
+    }
+    out.sort();
+    (generation, out)
+}
+
+#[tokio::test]
+async fn a_sync_that_changes_no_deploy_node_writes_no_index_entry() {
+    let c = Cluster::new("index-reuse").await;
+    c.commit_and_sync("1.0").await;
+    assert_eq!(c.source().await, "index");
+    let (generation, entries) = live_entries(&c).await;
+    assert!(entries.len() > 2, "{entries:?}");
+    // A new commit that changes a property (not a deploy node), then one that changes nothing.
+    for foo in ["1.1", "1.1"] {
+        let rev = c.commit_and_sync(foo).await;
+        let (root, _) = c.root().await;
+        assert_eq!(root["version"], json!(rev));
+        assert_eq!(
+            live_entries(&c).await,
+            (generation.clone(), entries.clone())
+        );
+        let (children, _) = c.h.client.get_children(INDEX).await.unwrap();
+        assert_eq!(children, vec![generation.clone()]);
+        assert_eq!(c.source().await, "index");
+    }
+    // A change of deploy nodes does write a new generation.
+    let rev = c
+        .repo
+        .commit(&[("acme.zk", &acme("1.2")), ("filler.zk", &filler(61))]);
+    c.sync(&[]).await.assert_ok();
+    let (root, _) = c.root().await;
+    assert_eq!(root["version"], json!(rev));
+    assert_ne!(live_entries(&c).await.0, generation);
+    assert_eq!(c.source().await, "index");
 }
 
 #[tokio::test]

@@ -139,7 +139,7 @@ async fn publish(client: &Client, text: &str) {
     let open =
         zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
     let _ = client.create("/hosts", b"{}", &open).await;
-    let generation = write_generation(client, None).await.unwrap();
+    let generation = write_generation(client, None, None).await.unwrap();
     let hosts = serde_json::to_vec(&json!({"version": "v1"})).unwrap();
     let root = live_data(&json!("v1"), &generation);
     let mut writer = client.new_multi_writer();

@@ -1,4 +1,4 @@
-//! Least privilege (README, "Least privilege") on a real ZooKeeper with digest authentication:
+//! Least privilege (docs/security.md) on a real ZooKeeper with digest authentication:
 //! after `sync --auth`, nobody but the syncer's identity changes the tree, the index or
 //! `/hosts`, nor resumes the cluster; agents with their own identities (real agent
 //! processes) still register, deploy under locks, write in-flight records and halt; a host
@@ -790,7 +790,7 @@ async fn index_generations_are_created_protected() {
         syncer.create(path, b"{}", &open).await.unwrap();
     }
     let acl = Protection::new(&credentials).acl(Kind::Owned);
-    let generation = write_generation(&syncer, Some(&acl)).await.unwrap();
+    let generation = write_generation(&syncer, Some(&acl), None).await.unwrap();
     assert_eq!(generation.paths, 1, "{generation:?}");
     let index = zkdeployment::zk::snapshot::read_subtree(
         &env.anon,

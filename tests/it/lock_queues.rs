@@ -1,5 +1,5 @@
-//! Waiting in several node-lock queues at once (`zk::lock::acquire_queued_any`, README
-//! "Rolling deploys"): a host whose every wanted node is busy queues in all of them, takes
+//! Waiting in several node-lock queues at once (`zk::lock::acquire_queued_any`, docs/design.md,
+//! "Exclusion"): a host whose every wanted node is busy queues in all of them, takes
 //! the first whose turn comes and leaves the other queues; whoever queued first for a node
 //! gets it first; giving up leaves no contender behind. And a try of a busy lock reads only
 //! its first contender, however long the queue.

@@ -19,6 +19,7 @@ mod agent_startup_wait;
 mod cli_options;
 mod config;
 mod defects;
+mod docs;
 mod ensemble;
 mod faults;
 mod fleet;

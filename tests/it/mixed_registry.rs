@@ -1,5 +1,5 @@
-//! The registry of our agents and the mixed-fleet check that uses it (README, "Rolling
-//! deploys", mixed fleets): an agent registers `/hosts/<id>` and `/agent-registry/<id>` in
+//! The registry of our agents and the mixed-fleet check that uses it (docs/design.md, "Exclusion",
+//! mixed fleets): an agent registers `/hosts/<id>` and `/agent-registry/<id>` in
 //! one transaction and both go with its session; a pass with K > 1 costs the same number of
 //! ZooKeeper requests (counted by the server: `mntr` `zk_packets_received`, on a server of
 //! the test's own) with 300 hosts as with none, also after hosts left and came back; an

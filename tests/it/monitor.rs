@@ -1,4 +1,4 @@
-//! The Nagios check: a golden test for every check of README "Operations" against a real
+//! The Nagios check: a golden test for every check of docs/operations.md against a real
 //! ZooKeeper, plus a stopped ZooKeeper, a garbage status file, and usage errors.
 
 use crate::support;
@@ -80,7 +80,8 @@ async fn ok_when_converged() {
     m.cluster(json!({"version": "abc"})).await;
     m.host(json!({"name": "h1.example.com", "version": "abc"}))
         .await;
-    m.status(5.0, &json!("abc"), "done");
+    // 5.5 s: the status file keeps the time to 1/100 s, rounded (5.0 could read as 4.996).
+    m.status(5.5, &json!("abc"), "done");
     let run = m.check(&[]).await;
     expect(&run, 0, "ZKDEPLOYMENT OK - abc");
     assert!(run.stdout.contains("| age=5s;200;600;0"), "{}", run.stdout);

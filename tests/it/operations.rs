@@ -508,6 +508,17 @@ async fn status_and_resume_edge_cases() {
     let run = support::run_async(&["resume", "--version", "null", "-z", &conn]).await;
     run.assert_code(2);
     assert!(run.stderr.contains("--version"), "{run}");
+    // An empty or blank version is no version to deploy: refused the same way.
+    for blank in ["", "  ", "\"\""] {
+        let run = support::run_async(&["resume", "--version", blank, "-z", &conn]).await;
+        run.assert_code(2);
+        assert!(
+            run.stderr.contains("--version is empty"),
+            "{blank:?}: {run}"
+        );
+    }
+    let (data, _) = client.get_data("/hosts").await.unwrap();
+    assert_eq!(decode(&data)["version"], json!(null));
     // Versions are JSON when they parse: 124 is a number, '"124"' a string.
     support::run_async(&["resume", "--version", "124", "-z", &conn])
         .await

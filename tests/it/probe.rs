@@ -205,14 +205,14 @@ async fn host_session(h: &TestHost) -> i64 {
 }
 
 /// An agent whose stderr nobody reads (a stalled journald or log shipper) for longer than its
-/// session timeout, while its deploy script prints 20 MiB: the session survives, the pass
-/// ends `done`, nothing is halted, the script ran once. Before the fix the agent wrote each
+/// session timeout, while its deploy script prints 300 MiB at each pass: the session survives,
+/// the pass ends `done`, nothing is halted, the script ran once per pass. Before the fix the agent wrote each
 /// output line to stderr on the task that keeps the session alive: the write blocked, the
 /// session expired and the lock's in-flight record was left for the next host to halt on.
 #[tokio::test]
 async fn a_stalled_log_reader_never_costs_the_session() {
     let mut h = TestHost::fake("probe-stalled-log").await;
-    h.extra = "session-timeout = 2\n".into();
+    h.extra = "session-timeout = 4\n".into();
     h.tree(TREE, v("r1")).await;
     let config = h.config();
     // stdout and stderr to a pipe this test never reads.
@@ -220,7 +220,7 @@ async fn a_stalled_log_reader_never_costs_the_session() {
         .arg("agent")
         .arg(&config)
         .env_remove("ZC_ZK_CONNECTION_STRING")
-        .env("ZK_TEST_OUTPUT_MB", "20")
+        .env("ZK_TEST_OUTPUT_MB", "300")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -230,7 +230,7 @@ async fn a_stalled_log_reader_never_costs_the_session() {
     let session = host_session(&h).await;
     h.wait_status("r1", &["done"], LIMIT).await;
     // Longer than the session timeout with nobody reading, then a second pass.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
     h.set_version(v("r2")).await;
     h.wait_status("r2", &["done"], LIMIT).await;
     assert_eq!(

@@ -1,5 +1,5 @@
-//! Hosts with a role and a role controller (README "The agent, step by
-//! step", role controllers): the controller package declared by `/roles/<role>` is installed, changed, replaced
+//! Hosts with a role and a role controller (docs/design.md, "A pass", role controllers): the
+//! controller package declared by `/roles/<role>` is installed, changed, replaced
 //! and removed; its `starting-deployments` and `ending-deployments` run around the
 //! installs and deployments, all inside the persistent role lock `/role-locks/<role>`
 //! (which the tests create, as operators do); node locks are not used; a halt does not

@@ -1,4 +1,4 @@
-//! Rolling deploys (README, "Rolling deploys"): `max-parallel` leases of the kazoo-compatible
+//! Rolling deploys (docs/rollouts.md): `max-parallel` leases of the kazoo-compatible
 //! semaphore `/agent-semaphores/<name>`, canaries, health checks, the mixed-fleet rule, and
 //! bad values. Several real agent processes (distinct host ids, roots, run directories and
 //! fake yums) share one ZooKeeper chroot; deploy scripts log `start|end <rpm> <path> <n>

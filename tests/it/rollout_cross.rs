@@ -1,4 +1,4 @@
-//! Exclusion across the two kinds of place of a node (README, "Rolling deploys"): after a
+//! Exclusion across the two kinds of place of a node (docs/design.md, "Exclusion"): after a
 //! change of max-parallel, hosts still deploying the previous version hold leases of the
 //! node's semaphore (K > 1) while the next version uses the node lock (K = 1), or the other
 //! way round. The older of the two goes first: a host that takes the lock waits while older

@@ -1,4 +1,4 @@
-//! Crash safety across a change of max-parallel (README, "Rolling deploys"): a holder that
+//! Crash safety across a change of max-parallel (docs/design.md, "Exclusion"): a holder that
 //! died mid-step under one kind of place (a lease of the node's semaphore where K > 1, or
 //! the node lock where K = 1) leaves its in-flight record there; when the next version of the
 //! node is entered the other way, the next holder must still find it and halt naming the

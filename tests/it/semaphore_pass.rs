@@ -1,4 +1,4 @@
-//! Passing leases on (`zk::semaphore`, README "Rolling deploys"): the guard's holder that finds
+//! Passing leases on (`zk::semaphore`, docs/design.md, "Exclusion"): the guard's holder that finds
 //! several leases free passes them to the takers just after it in the guard's queue, who take
 //! them without the guard. Each test queues real takers (one ZooKeeper session each) behind a
 //! contender that the test controls, so the order of the queue is known.

@@ -3,7 +3,7 @@
 //! An agent logs `Deploying version V` (INFO, with the default `tracing` timestamp
 //! `YYYY-MM-DDTHH:MM:SS.ffffffZ`, UTC, from the machine's one clock, as the scripts' `date
 //! +%s.%N`) when a pass begins, before it discovers and plans: the plan (and with it whether
-//! the fleet is mixed, README "Rolling deploys") is made after that line.
+//! the fleet is mixed, docs/design.md, "Exclusion") is made after that line.
 
 use std::path::Path;
 

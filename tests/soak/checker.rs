@@ -1,6 +1,6 @@
 //! The checker over what the scripts logged, what the lock oracle saw and what the operator
 //! observed (the final ZooKeeper state is checked in `main.rs`). Each check only flags what
-//! the program promises (README, "Reliability"); every violation is one line of text.
+//! the program promises (docs/design.md, "Crash safety"); every violation is one line of text.
 //!
 //! - Locks and leases: no run (deploy script, controller script or health check) without its
 //!   lock or lease (the oracle's verdicts); never more runs of the role (hosts with it: the

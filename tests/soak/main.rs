@@ -59,7 +59,7 @@ const DEFAULT_SECONDS: u64 = 120;
 /// How long the fleet may take to converge once the faults have healed.
 const CONVERGE_LIMIT: Duration = Duration::from_secs(150);
 /// Top-level nodes the agents and the syncer keep beside the tree (the syncer writes the
-/// deployment index, README "Fleet scale: the deployment index").
+/// deployment index, docs/design.md, "The deployment index").
 const RUNTIME_ROOTS: [&str; 8] = [
     "hosts",
     "agent-registry",
@@ -544,8 +544,8 @@ async fn final_state(world: &World) {
     }
 }
 
-/// SIGTERM to every agent: each exits 0 and its host node goes at once (README,
-/// "Operations", sessions); then no session is left but the soak's own once the killed processes' have expired.
+/// SIGTERM to every agent: each exits 0 and its host node goes at once (docs/operations.md,
+/// "Sessions"); then no session is left but the soak's own once the killed processes' have expired.
 async fn shutdown(world: &World) {
     let stops = (0..world.slots.len()).map(|i| world.term_agent(i, Duration::from_secs(60)));
     futures::future::join_all(stops).await;

@@ -189,7 +189,7 @@ impl Holder<'_> {
     }
 }
 
-/// The semaphore of an application path (README, "Rolling deploys").
+/// The semaphore of an application path (docs/design.md, "Exclusion").
 pub fn semaphore_node(path: &str) -> String {
     format!(
         "/agent-semaphores/{}",
@@ -263,7 +263,7 @@ async fn lease_check(zk: &Zk, run: &Holder<'_>) -> Check {
     Check::Bad(why.join("; "))
 }
 
-/// The lock node of an application path (README, "Concepts").
+/// The lock node of an application path (docs/tree-format.md).
 pub fn lock_node(path: &str) -> String {
     format!(
         "/agent-locks/{}",

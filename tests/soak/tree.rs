@@ -4,7 +4,7 @@
 //! (`/roles/web`). Sometimes a file adds a new top-level node (`/extra<k>`), to exercise the
 //! syncer's ownership of top-level nodes.
 //!
-//! Rolling deploys (README, "Rolling deploys"): an `/acme` node may carry `max-parallel` (a
+//! Rolling deploys (docs/rollouts.md): an `/acme` node may carry `max-parallel` (a
 //! count or a percentage of its deploy targets) and `canary`, changed between commits (the
 //! "change of max-parallel between versions needs no operator" rule); every `/acme` node has a
 //! short `health-deadline` ([`HEALTH_DEADLINE`]). Packages `foo` 1.0 and 2.0 and `webapp` have
@@ -33,7 +33,7 @@ pub enum MaxParallel {
 }
 
 impl MaxParallel {
-    /// The effective K for a node with `targets` deploy targets (README, "Rolling deploys").
+    /// The effective K for a node with `targets` deploy targets (docs/rollouts.md).
     pub fn effective(self, targets: usize) -> usize {
         match self {
             MaxParallel::Unset => 1,
