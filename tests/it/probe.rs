@@ -206,7 +206,8 @@ async fn host_session(h: &TestHost) -> i64 {
 
 /// An agent whose stderr nobody reads (a stalled journald or log shipper) for longer than its
 /// session timeout, while its deploy script prints 300 MiB at each pass: the session survives,
-/// the pass ends `done`, nothing is halted, the script ran once per pass. Before the fix the agent wrote each
+/// the pass ends `done`, nothing is halted, the script ran once per pass, the agent's
+/// memory stays bounded. Before the fix the agent wrote each
 /// output line to stderr on the task that keeps the session alive: the write blocked, the
 /// session expired and the lock's in-flight record was left for the next host to halt on.
 #[tokio::test]
@@ -240,6 +241,8 @@ async fn a_stalled_log_reader_never_costs_the_session() {
     );
     assert_eq!(h.hosts().await["version"], v("r2"), "no halt");
     assert_eq!(h.deploy_log("foo").len(), 2, "{:?}", h.deploy_log("foo"));
+    let peak = peak_kib(agent.id().unwrap());
+    assert!(peak < PEAK_KIB, "the agent held {peak} KiB at its peak");
     let pid = nix::unistd::Pid::from_raw(agent.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     // Its exit waits (bounded) for the log it cannot write.
@@ -248,4 +251,52 @@ async fn a_stalled_log_reader_never_costs_the_session() {
         .unwrap()
         .unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+/// The agent's peak resident memory (`VmHWM`), in KiB.
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Most memory an agent may hold at its peak while a step prints without end (KiB).
+const PEAK_KIB: u64 = 128 * 1024;
+
+/// A deploy script that leaves a daemon writing to its output for ever: the step ends when
+/// the script exits, the agent stops reading soon after and closes the pipe (the daemon's
+/// next write fails: it dies of SIGPIPE), and nothing accumulates. Before the fix the
+/// daemon's output went on filling a memory file nobody read.
+#[tokio::test]
+async fn a_daemon_writing_for_ever_to_the_script_output_is_cut_off() {
+    let h = TestHost::fake("probe-daemon-writes").await;
+    h.tree(TREE, v("r1")).await;
+    let daemons = h.scratch("daemons");
+    let daemons_env = daemons.display().to_string();
+    let env = [
+        ("ZK_TEST_DAEMON", daemons_env.as_str()),
+        ("ZK_TEST_DAEMON_WRITES", "1"),
+    ];
+    let mut agent = h.spawn("agent", &[], &env);
+    h.wait_status("r1", &["done"], LIMIT).await;
+    let pid: i32 = support::agent::lines(&daemons)[0].trim().parse().unwrap();
+    let pid = nix::unistd::Pid::from_raw(pid);
+    // Dead, or a zombie nobody reaped yet.
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
+    };
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while !gone() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cut = gone();
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    assert!(cut, "the daemon still writes to a pipe somebody reads");
+    let peak = peak_kib(agent.pid());
+    assert!(peak < PEAK_KIB, "the agent held {peak} KiB at its peak");
+    agent.terminate();
+    assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
 }

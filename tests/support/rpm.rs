@@ -130,7 +130,8 @@ pub fn payload_script(nvr: &str) -> String {
 # ZK_TEST_ENV=FILE gets the ZKDEPLOYMENT_* environment (and GLIBC_TUNABLES) and the properties file;
 # ZK_TEST_FAIL_ROLE=starting|ending fails starting-deployments / ending-deployments;
 # ZK_TEST_DAEMON=FILE leaves a daemon (`sleep 100000`, holding the script's stdout and
-# stderr) and appends its pid to FILE; ZK_TEST_OUTPUT_MB=N prints N MiB of output lines.
+# stderr; with ZK_TEST_DAEMON_WRITES set, `yes` writing to them for ever) and appends its pid to
+# FILE; ZK_TEST_OUTPUT_MB=N prints N MiB of output lines.
 me=$(basename "$0")
 log=${{ZK_DEPLOY_LOG:-$(dirname "$0")/../deploy.log}}
 if [ "$me" = zookeeper-deploy ]; then tag='{nvr}'; else tag="{nvr} $me"; fi
@@ -154,7 +155,7 @@ fi
 [ -n "${{ZK_TEST_SLEEP:-}}" ] && sleep "$ZK_TEST_SLEEP"
 [ -n "${{ZK_TEST_OUTPUT_MB:-}}" ] && yes 'chatty deploy script output, chatty deploy script output' | head -c "${{ZK_TEST_OUTPUT_MB}}M"
 if [ -n "${{ZK_TEST_DAEMON:-}}" ]; then
-  sleep 100000 &
+  if [ -n "${{ZK_TEST_DAEMON_WRITES:-}}" ]; then yes 'daemon output' & else sleep 100000 & fi
   echo $! >> "$ZK_TEST_DAEMON"
   echo "started a daemon"
 fi
