@@ -11,6 +11,13 @@
 //! or SIGUSR1, a late success), `script-daemon` (see `payload.rs`). The syncer adds
 //! `sync-kill` (`actors.rs`).
 //!
+//! Aimed at the agent's output and log (none may cost a session or halt anything):
+//! `script-chatty` (a deploy script prints 8 MiB), `script-daemon-writes` (a script leaves a
+//! daemon writing to its output without end: it must be cut off, see `payload.rs`) and
+//! `log-stall` (the reader of the agent's stderr, a `cat`, is stopped for 4.5–9 s, longer
+//! than the session). Each holds its host until the output it made is over, so that no
+//! flood meets a stalled reader (the log then drops lines, which the checker reads).
+//!
 //! Aimed at rolling deploys (leases, canaries, health checks): `holder-kill` (a host without
 //! a role pauses its next deploy script or health check, which runs under its node lock or
 //! lease, and its agent is SIGKILLed there: the next holder must halt naming it, see
@@ -48,7 +55,7 @@ use super::support::agent::now;
 use super::world::{HolderKill, MixedWindow, World, PLAIN};
 
 /// The kinds and their weights.
-const KINDS: [(&str, f64); 14] = [
+const KINDS: [(&str, f64); 17] = [
     ("session-cut", 3.0),
     ("agent-kill", 2.0),
     ("agent-term", 1.5),
@@ -63,6 +70,9 @@ const KINDS: [(&str, f64); 14] = [
     ("health-never", 0.5),
     ("health-hang", 0.4),
     ("mixed-fleet", 0.1),
+    ("script-chatty", 0.5),
+    ("script-daemon-writes", 0.5),
+    ("log-stall", 0.6),
 ];
 
 /// The kinds that act on a host without a role (a node lock or lease holder).
@@ -247,6 +257,8 @@ async fn host_fault(world: &World, kind: &'static str, i: usize, mut rng: Rng) {
             }
         }
         "holder-kill" | "holder-cut" => holder_fault(world, kind, i, rng).await,
+        "script-chatty" | "script-daemon-writes" => output_fault(world, kind, i).await,
+        "log-stall" => log_stall(world, i, rng).await,
         other => unreachable!("fault kind {other}"),
     }
 }
@@ -305,6 +317,64 @@ async fn holder_fault(world: &World, kind: &'static str, i: usize, mut rng: Rng)
         world.journal.lock().unwrap().cuts.push(cut);
         world.fault(kind);
     }
+}
+
+/// Sets the `chatty` or `daemon-writes` knob and, once a run took it, holds the host until
+/// the output it makes is over (30 s at most): the 8 MiB printed, or the daemon gone (the
+/// agent closes the script's output 0.5 s after the script exits: a violation if it still
+/// writes 12 s later).
+async fn output_fault(world: &World, kind: &'static str, i: usize) {
+    let knobs = &world.slots[i].knobs;
+    let name = kind.trim_start_matches("script-");
+    if !knob(knobs, name).await {
+        return;
+    }
+    world.fault(kind);
+    if kind == "script-chatty" {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let done = knobs.join("chatty-done");
+        while !done.exists() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = std::fs::remove_file(done);
+        return;
+    }
+    let pid_file = knobs.join("daemon-pid");
+    let Some(pid) = read_when_there(&pid_file).await else {
+        return;
+    };
+    let _ = std::fs::remove_file(&pid_file);
+    let alive =
+        || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
+    // The script exits at once; its output is closed 0.5 s later (`command.rs`).
+    let cut_off = Instant::now() + Duration::from_secs(12);
+    while alive() && Instant::now() < cut_off {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if alive() {
+        world.violation(format!(
+            "{}: a daemon left by a script (pid {pid}) still writes to its output 12 s later",
+            world.slots[i].host.id
+        ));
+    }
+}
+
+/// Stops the reader of the agent's output (its `cat`) for longer than the session, then
+/// lets it go on.
+async fn log_stall(world: &World, i: usize, mut rng: Rng) {
+    let relay = {
+        let relays = world.slots[i].relays.lock().unwrap();
+        relays.last().map(|r| Pid::from_raw(r.id() as i32))
+    };
+    let Some(relay) = relay else {
+        return;
+    };
+    if kill(relay, Signal::SIGSTOP).is_err() {
+        return;
+    }
+    tokio::time::sleep(Duration::from_secs_f64(rng.between(4.5, 9.0))).await;
+    let _ = kill(relay, Signal::SIGCONT);
+    world.fault("log-stall");
 }
 
 /// The first line of `file` once it has one (5 s at most).

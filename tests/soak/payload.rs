@@ -17,6 +17,10 @@
 //!   SIGUSR1 lets it finish normally (the nemesis's deadline decides which);
 //! - `daemon`: the run starts a background process that keeps the script's stdout open for
 //!   3 s after the script exits;
+//! - `daemon-writes`: the run leaves a daemon (`yes`, 20 s at most) writing to the script's
+//!   output as fast as it can, and writes its pid to `daemon-pid` (the agent must stop reading
+//!   soon after the script exits: the daemon's next write then kills it);
+//! - `chatty`: the run prints 8 MiB of output lines, then writes `chatty-done`;
 //! - `pause` (deploy or health run): the run writes `ID KIND PATH N VERSION` to `paused` and
 //!   waits while that file exists (20 s at most): the nemesis kills its agent (a holder
 //!   killed mid-step) or cuts its session, then removes the file.
@@ -132,6 +136,14 @@ if [ "$kind" = deploy ]; then
   fi
   if [ -e "$knobs/daemon" ] && mv "$knobs/daemon" "$knobs/daemon.$$" 2>/dev/null; then
     (sleep 3; echo "soak: daemon of $id exits") &
+  fi
+  if take daemon-writes; then
+    timeout 20 yes "soak: a daemon of $id writing to its output" &
+    echo $! > "$knobs/daemon-pid.$$" && mv "$knobs/daemon-pid.$$" "$knobs/daemon-pid"
+  fi
+  if take chatty; then
+    yes "soak: chatty output of $id, a line long enough to look like a real one" | head -c 8M
+    : > "$knobs/chatty-done"
   fi
 fi
 sleep "0.$((RANDOM % 3))$((RANDOM % 10))"

@@ -47,6 +47,9 @@ pub struct Slot {
     pub busy: AtomicBool,
     /// `$SOAK_DIR/knobs/<host>`.
     pub knobs: PathBuf,
+    /// The `cat`s copying the agents' output to their logs (the nemesis's `log-stall` stops
+    /// the last one), the running agent's last; earlier ones are reaped once they exit.
+    pub relays: Mutex<Vec<std::process::Child>>,
 }
 
 /// What happened, for the checker and the summary line.
@@ -214,6 +217,7 @@ impl World {
                 agent: tokio::sync::Mutex::new(None),
                 busy: AtomicBool::new(false),
                 knobs,
+                relays: Mutex::new(Vec::new()),
             });
         }
         let world = World {
@@ -327,7 +331,12 @@ impl World {
         let port = self.oracle_port.to_string();
         let dir = self.dir.path().display().to_string();
         let env = [("SOAK_DIR", dir.as_str()), ("SOAK_ORACLE", port.as_str())];
-        let agent = slot.host.spawn("agent", &[], &env);
+        let (agent, relay) = slot.host.spawn_relayed("agent", &[], &env);
+        {
+            let mut relays = slot.relays.lock().unwrap();
+            relays.retain_mut(|r| matches!(r.try_wait(), Ok(None)));
+            relays.push(relay);
+        }
         if let Some(pid) = agent.child.id() {
             let log = (slot.host.id.clone(), u64::from(pid), agent.log.clone());
             self.journal.lock().unwrap().agent_logs.push(log);

@@ -322,16 +322,57 @@ impl TestHost {
     /// Starts `zkdeployment SUBCOMMAND CONFIG ARGS` (`agent` or `deploy`) in the background with
     /// extra environment; its output goes to a file in the scratch directory.
     pub fn spawn(&self, subcommand: &str, args: &[&str], env: &[(&str, &str)]) -> Spawned {
-        let config = self.config();
-        let log = self.dir.path().join(format!(
-            "{subcommand}-{}.log",
-            uuid::Uuid::new_v4().simple()
-        ));
+        let log = self.log_file(subcommand);
         let out = std::fs::File::create(&log).unwrap();
         let err = out.try_clone().unwrap();
-        let child = tokio::process::Command::new(super::bin())
+        let child = self.command(subcommand, args, env, out.into(), err.into());
+        Spawned { child, log }
+    }
+
+    /// As [`spawn`](Self::spawn), but its stdout and stderr are a pipe read by a `cat` that
+    /// copies it to the log file: stopping that `cat` (SIGSTOP) makes a log reader that
+    /// stalls, as a stuck journald does. Also gives the `cat` (it exits at the end of the
+    /// output, when the process and whatever inherited its output are gone).
+    #[allow(dead_code)] // used by the soak (tests/soak/), a binary of its own
+    pub fn spawn_relayed(
+        &self,
+        subcommand: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> (Spawned, std::process::Child) {
+        let log = self.log_file(subcommand);
+        let out = std::fs::File::create(&log).unwrap();
+        let mut relay = std::process::Command::new("cat")
+            .stdin(std::process::Stdio::piped())
+            .stdout(out)
+            .spawn()
+            .expect("start cat");
+        let pipe = std::os::fd::OwnedFd::from(relay.stdin.take().unwrap());
+        let err = pipe.try_clone().unwrap();
+        let child = self.command(subcommand, args, env, pipe.into(), err.into());
+        (Spawned { child, log }, relay)
+    }
+
+    /// A new log file's path in the scratch directory.
+    fn log_file(&self, subcommand: &str) -> PathBuf {
+        self.dir.path().join(format!(
+            "{subcommand}-{}.log",
+            uuid::Uuid::new_v4().simple()
+        ))
+    }
+
+    /// Starts `zkdeployment SUBCOMMAND CONFIG ARGS` with its output to `out` and `err`.
+    fn command(
+        &self,
+        subcommand: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        out: std::process::Stdio,
+        err: std::process::Stdio,
+    ) -> tokio::process::Child {
+        tokio::process::Command::new(super::bin())
             .arg(subcommand)
-            .arg(&config)
+            .arg(self.config())
             .args(args)
             .env_remove("ZC_ZK_CONNECTION_STRING")
             .envs(env.iter().copied())
@@ -340,8 +381,7 @@ impl TestHost {
             .stderr(err)
             .kill_on_drop(true)
             .spawn()
-            .unwrap();
-        Spawned { child, log }
+            .unwrap()
     }
 
     /// Waits until the status file names `version` (as the status file writes it) with one
