@@ -9,6 +9,7 @@
 
 use crate::support;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -17,6 +18,8 @@ use support::agent::{Pm, TestHost};
 use support::git::{as_strs, sync_args, SyncPaths, TestRepo};
 use support::rpm::FakeYum;
 use support::Run;
+use zkdeployment::tree::Props;
+use zkdeployment::zk::index::{generation_nodes, walk_deploy_nodes};
 use zkdeployment::zk::snapshot::{read_subtree, ReadOptions, ZNode};
 use zkdeployment::zk::{decode, encode};
 use zookeeper_client::{Acls, CreateMode};
@@ -295,14 +298,141 @@ async fn a_sync_that_changes_no_deploy_node_writes_no_index_entry() {
         assert_eq!(children, vec![generation.clone()]);
         assert_eq!(c.source().await, "index");
     }
-    // A change of deploy nodes does write a new generation.
+    // A change of deploy nodes updates that generation in place (see
+    // a_sync_that_changes_a_few_deploy_nodes_writes_only_their_entries).
     let rev = c
         .repo
         .commit(&[("acme.zk", &acme("1.2")), ("filler.zk", &filler(61))]);
     c.sync(&[]).await.assert_ok();
     let (root, _) = c.root().await;
     assert_eq!(root["version"], json!(rev));
-    assert_ne!(live_entries(&c).await.0, generation);
+    let (name, now) = live_entries(&c).await;
+    assert_eq!(name, generation);
+    assert_ne!(now, entries);
+    assert_eq!(c.source().await, "index");
+}
+
+/// The live generation's name, the root's `mzxid`, and every node of the generation with its
+/// properties and `mzxid`.
+async fn live_nodes(c: &Cluster) -> (String, i64, BTreeMap<String, (Props, i64)>) {
+    let (root, root_mzxid) = c.root().await;
+    let generation = root["generation"].as_str().unwrap().to_string();
+    let mut out = BTreeMap::new();
+    let mut todo = vec![format!("{INDEX}/{generation}")];
+    while let Some(p) = todo.pop() {
+        let (data, stat) = c.h.client.get_data(&p).await.unwrap();
+        let (children, _) = c.h.client.get_children(&p).await.unwrap();
+        todo.extend(children.iter().map(|ch| format!("{p}/{ch}")));
+        out.insert(p, (decode(&data), stat.mzxid));
+    }
+    (generation, root_mzxid, out)
+}
+
+/// What a full rebuild of the index would write as generation `name`: the syncer's walk of
+/// the tree as it is, laid out as a whole generation.
+async fn rebuilt(c: &Cluster, name: &str) -> BTreeMap<String, Props> {
+    let (paths, _) = walk_deploy_nodes(&c.h.client, &|_| true).await.unwrap();
+    generation_nodes(name, &paths)
+        .into_iter()
+        .map(|(p, d)| (p, decode(&d)))
+        .collect()
+}
+
+/// A sync that changes a few deploy nodes among many updates the live generation in place,
+/// in its transaction: the index then equals a full rebuild, the generation keeps its name,
+/// and only the generation's node and the entries that changed were written (their `mzxid`
+/// is the root's, every other entry's is as before). A running agent deploys what the change
+/// asks for, from the index.
+#[tokio::test]
+async fn a_sync_that_changes_a_few_deploy_nodes_writes_only_their_entries() {
+    let c = Cluster::new("index-in-place").await;
+    let first = c.commit_and_sync("1.0").await;
+    let mut agent = c.h.spawn("agent", &[], &[]);
+    let limit = Duration::from_secs(60);
+    c.h.wait_status(&first, &["done"], limit).await;
+    let (generation, _, mut before) = live_nodes(&c).await;
+    let props = |nodes: &BTreeMap<String, (Props, i64)>| -> BTreeMap<String, Props> {
+        nodes
+            .iter()
+            .map(|(p, (d, _))| (p.clone(), d.clone()))
+            .collect()
+    };
+    assert_eq!(props(&before), rebuilt(&c, &generation).await);
+    let extra = "  /extra : worker\n    version = '1.1'\n    /deploy\n      /h1\n";
+    // 1. h1 gains a deployment, other4 a filler application.
+    // 2. h1 loses it again, and /acme/jobs' only target (someone-else) goes.
+    let commits = [
+        (format!("{}{extra}", acme("1.0")), filler(61)),
+        (
+            acme("1.0").replace("    /deploy\n      /someone-else\n", ""),
+            filler(61),
+        ),
+    ];
+    let changed = [vec!["t-h1", "t-other4"], vec!["t-h1", "t-someone-else"]];
+    for ((acme_text, filler_text), changed) in commits.iter().zip(changed) {
+        let rev = c
+            .repo
+            .commit(&[("acme.zk", acme_text), ("filler.zk", filler_text)]);
+        c.sync(&[]).await.assert_ok();
+        let (name, root_mzxid, after) = live_nodes(&c).await;
+        assert_eq!(name, generation, "the live generation, updated in place");
+        assert_eq!(props(&after), rebuilt(&c, &generation).await, "{rev}");
+        let base = format!("{INDEX}/{generation}");
+        for (path, (data, mzxid)) in &after {
+            let entry = path
+                .strip_prefix(&format!("{base}/"))
+                .map(|e| e.split('/').next().unwrap());
+            let written = entry.is_none_or(|e| changed.contains(&e));
+            if written {
+                assert_eq!(*mzxid, root_mzxid, "{path} written with the root");
+            } else {
+                assert_eq!(
+                    Some(&(data.clone(), *mzxid)),
+                    before.get(path),
+                    "{path} untouched"
+                );
+            }
+        }
+        for gone in before.keys().filter(|p| !after.contains_key(*p)) {
+            assert!(
+                changed.iter().any(|t| gone.contains(&format!("/{t}"))),
+                "{gone} deleted"
+            );
+        }
+        c.h.wait_status(&rev, &["done"], limit).await;
+        assert_eq!(c.h.report()["discovery"]["source"], json!("index"), "{rev}");
+        if changed.contains(&"t-other4") {
+            // The first commit: worker deployed once.
+            assert_eq!(c.h.deploy_log("worker").len(), 1);
+        }
+        before = after;
+    }
+    // The second: /acme/extra undeployed.
+    let undeployed = c.h.report()["steps"].as_array().unwrap().iter().any(|s| {
+        s["step"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("undeploy /acme/extra 0"))
+    });
+    assert!(undeployed, "{}", c.h.report());
+    assert_eq!(c.source().await, "index");
+    agent.terminate();
+    assert_eq!(agent.wait(limit).await, 0, "{}", agent.output());
+}
+
+/// An index node written after the root (what a reader sees when a sync updates the live
+/// generation between its read of the root and its read of the entries) is not trusted:
+/// the pass walks, until the next sync.
+#[tokio::test]
+async fn an_index_entry_newer_than_the_root_is_walked() {
+    let c = Cluster::new("index-newer").await;
+    c.commit_and_sync("1.0").await;
+    assert_eq!(c.source().await, "index");
+    let (root, _) = c.root().await;
+    let entry = format!("{INDEX}/{}/t-h1", root["generation"].as_str().unwrap());
+    let (data, _) = c.h.client.get_data(&entry).await.unwrap();
+    c.h.client.set_data(&entry, &data, None).await.unwrap();
+    assert_eq!(c.source().await, "walk");
+    c.commit_and_sync("1.4").await;
     assert_eq!(c.source().await, "index");
 }
 
