@@ -37,11 +37,12 @@
 //! pass that version's change of `/hosts` wakes runs as always.
 //!
 //! Reading ahead: a reader may send, in the multi-read of `/hosts` and the root, what it
-//! expects to read next ([`Guess`]): the entries of the generation after the one it last
-//! used, and the nodes it last needed. Where the root names that generation, its entries are
-//! not read again; the nodes are the caller's to use (the agent uses them when they are all
-//! it needs). A pass of an agent whose deployments did not change then finds them in one
-//! round trip instead of three.
+//! expects to read next ([`Guess`]): the entries of the generation it last used and of the
+//! one after it ([`guessed_generations`]), and the nodes it last needed. Where the root names
+//! one of those generations, its entries are not read again; the nodes are the caller's to
+//! use (the agent uses them when they are all it needs). A pass of an agent whose
+//! deployments did not change then finds them in one round trip instead of three, whether
+//! the sync kept the generation, updated it in place or wrote a new one.
 
 use super::paths::RESERVED_ROOTS;
 use std::collections::BTreeMap;
@@ -344,8 +345,8 @@ pub enum IndexAnswer {
 /// guessed is used only where the root proves it right.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Guess {
-    /// The generation expected live: the one after the last one used (`sync` numbers them
-    /// in order, each one more than the highest there).
+    /// The generation last used. Its entries and those of the generation after it are read
+    /// with the root ([`guessed_generations`]).
     pub generation: Option<String>,
     /// Nodes whose data the reader expects to need next (read "ahead", at the same point as
     /// the root: [`IndexRead::ahead`]).
@@ -356,12 +357,23 @@ impl Guess {
     /// The guess for the next read, after one that used `generation` and needed `nodes`.
     pub fn after(generation: Option<&str>, nodes: Vec<String>) -> Guess {
         Guess {
-            generation: generation
-                .and_then(generation_number)
-                .map(|n| format!("g{}", n + 1)),
+            generation: generation.map(String::from),
             nodes,
         }
     }
+}
+
+/// The generations whose entries a reader reads with the root: the one it last used (a sync
+/// that changes no deploy node, or updates the generation in place, keeps it live) and the
+/// one after it (a sync that writes a new generation numbers it one more than the highest
+/// there, and keeps only the live one and the one before).
+pub fn guessed_generations(guess: &Guess) -> Vec<String> {
+    guess
+        .generation
+        .as_deref()
+        .and_then(generation_number)
+        .map(|n| vec![format!("g{n}"), format!("g{}", n + 1)])
+        .unwrap_or_default()
 }
 
 /// What [`read_index`] read.
@@ -373,6 +385,9 @@ pub struct IndexRead {
     pub generation: Option<String>,
     /// The number of nodes read (index nodes and nodes read ahead).
     pub reads: usize,
+    /// True if the guess named the live generation: its entries came with the root, in one
+    /// round trip.
+    pub hit: bool,
     /// The guessed nodes read with the root, in one atomic snapshot with it (none when the
     /// guess named more than one multi-read holds).
     pub ahead: Vec<(String, MultiReadResult)>,
@@ -402,13 +417,10 @@ pub async fn read_index(
         wanted
     };
     // One multi-read: /hosts and the root are seen at the same point, and with them the
-    // guessed generation's entries and the nodes guessed (if they fit in one request).
-    let guessed = guess
-        .generation
-        .as_deref()
-        .filter(|g| generation_number(g).is_some());
+    // guessed generations' entries and the nodes guessed (if they fit in one request).
+    let guessed = guessed_generations(guess);
     let mut first = vec![super::paths::HOSTS.to_string(), INDEX.to_string()];
-    first.extend(guessed.map(entries).unwrap_or_default());
+    first.extend(guessed.iter().flat_map(|g| entries(g)));
     let fixed = first.len();
     if fixed + guess.nodes.len() <= BATCH {
         first.extend(guess.nodes.iter().cloned());
@@ -431,6 +443,7 @@ pub async fn read_index(
         answer: IndexAnswer::Unusable(String::new()),
         generation: None,
         reads: wants.len(),
+        hit: false,
         ahead,
         version: None,
     };
@@ -464,10 +477,18 @@ pub async fn read_index(
         return unusable(read, format!("bad generation name {generation:?}"));
     }
     let wanted = entries(generation);
-    if guessed != Some(generation) {
-        // Guessed wrong (or not at all): the entries of the live generation now.
-        got = read_data(client, &wanted).await?;
-        read.reads += wanted.len();
+    match guessed.iter().position(|g| g == generation) {
+        Some(i) => {
+            got = got
+                .drain(i * wanted.len()..(i + 1) * wanted.len())
+                .collect();
+            read.hit = true;
+        }
+        None => {
+            // Guessed wrong (or not at all): the entries of the live generation now.
+            got = read_data(client, &wanted).await?;
+            read.reads += wanted.len();
+        }
     }
     if got[0].is_none() {
         return unusable(read, format!("generation {generation} is gone"));

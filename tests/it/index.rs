@@ -436,6 +436,77 @@ async fn an_index_entry_newer_than_the_root_is_walked() {
     assert_eq!(c.source().await, "index");
 }
 
+/// A reader's read-ahead guess (the generation of its last snapshot, `next_guess`) keeps
+/// naming the live generation across syncs: one that changes no deploy node (the generation
+/// made live again), one that changes a few (updated in place), and one after `tree import`
+/// (a new generation): each time its entries come with the root, and the deploy nodes are
+/// the walk's.
+#[tokio::test]
+async fn the_read_ahead_keeps_hitting_across_syncs() {
+    use zkdeployment::agent::discover::{read_snapshot_guessing, Mode};
+    use zkdeployment::agent::model::Host;
+    use zkdeployment::zk::index::{read_index, IndexAnswer};
+    let c = Cluster::new("index-guess-hits").await;
+    let first = c.commit_and_sync("1.0").await;
+    let host = Host {
+        id: c.h.id.clone(),
+        name: c.h.name.clone(),
+        role: None,
+    };
+    let client = &c.h.client;
+    let mut guess = read_snapshot_guessing(
+        client,
+        &host,
+        Mode::Index(&json!(first)),
+        &Default::default(),
+    )
+    .await
+    .unwrap()
+    .next_guess();
+    let import = c.path("more.zk");
+    std::fs::write(
+        &import,
+        "/more\n  /app : worker\n    version = '1.1'\n    /deploy\n      /h1\n",
+    )
+    .unwrap();
+    for step in ["reused", "in place", "new"] {
+        let rev = match step {
+            "reused" => c.commit_and_sync("1.4").await,
+            "in place" => {
+                let rev = c
+                    .repo
+                    .commit(&[("acme.zk", &acme("1.4")), ("filler.zk", &filler(61))]);
+                c.sync(&[]).await.assert_ok();
+                rev
+            }
+            _ => {
+                support::run_async(&["tree", "import", import.to_str().unwrap(), "-z", &c.h.conn])
+                    .await
+                    .assert_ok();
+                c.commit_and_sync("2.0").await
+            }
+        };
+        let version = json!(rev);
+        let read = read_index(client, &host.targets(), Some(&version), &guess)
+            .await
+            .unwrap();
+        let walked = read_snapshot_guessing(client, &host, Mode::Walk, &Default::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            read.answer,
+            IndexAnswer::Paths(walked.deploy_nodes.clone()),
+            "{step}"
+        );
+        assert!(read.hit, "{step}: {guess:?} missed {:?}", read.generation);
+        let snap = read_snapshot_guessing(client, &host, Mode::Index(&version), &guess)
+            .await
+            .unwrap();
+        assert_eq!(snap.deploy_nodes, walked.deploy_nodes, "{step}");
+        guess = snap.next_guess();
+    }
+}
+
 #[tokio::test]
 async fn a_foreign_writer_then_a_version_bump_is_walked() {
     let c = Cluster::new("index-foreign").await;
