@@ -699,6 +699,15 @@ mod tests {
     }
 
     #[test]
+    fn a_guess_names_the_generation_last_used_and_the_next() {
+        let guess = Guess::after(Some("g7"), vec!["/a".into()]);
+        assert_eq!(guessed_generations(&guess), ["g7", "g8"]);
+        assert_eq!(guess.nodes, ["/a"]);
+        assert!(guessed_generations(&Guess::after(None, Vec::new())).is_empty());
+        assert!(guessed_generations(&Guess::after(Some("x"), Vec::new())).is_empty());
+    }
+
+    #[test]
     fn no_index_node_is_called_deploy() {
         let paths = vec![
             "/a/deploy/deploy".to_string(),

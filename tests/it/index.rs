@@ -690,33 +690,52 @@ async fn the_original_agents_walk_finds_no_deploy_node_in_the_index() {
     );
 }
 
+/// A target with many deploy nodes is chunked, and read whole: written in a new generation,
+/// updated in place (every chunk rewritten), and, when the change is more than one
+/// transaction may carry, written as a new generation again.
 #[tokio::test]
 async fn a_target_with_many_deploy_nodes_is_chunked_and_read_whole() {
     let c = Cluster::new("index-chunks").await;
-    let long = "x".repeat(90);
-    let mut text = String::from("/many\n");
-    for i in 0..3000 {
-        text.push_str(&format!(
-            "  /{long}{i:05} : webapp\n    version = '1.0'\n    /deploy\n      /h1\n"
-        ));
+    let many = |letter: &str, count: usize| {
+        let long = letter.repeat(90);
+        let mut text = String::from("/many\n");
+        for i in 0..count {
+            text.push_str(&format!(
+                "  /{long}{i:05} : webapp\n    version = '1.0'\n    /deploy\n      /h1\n"
+            ));
+        }
+        text
+    };
+    // Written whole; then every path renamed (about 340 KiB of entries: updated in place);
+    // then 5,000 paths (more than an in-place update may send: a new generation).
+    let mut first = None;
+    for (letter, count, same) in [("x", 3000, false), ("y", 3000, true), ("z", 5000, false)] {
+        c.repo.commit(&[("many.zk", &many(letter, count))]);
+        c.sync(&[]).await.assert_ok();
+        let generation = c.root().await.0["generation"].as_str().unwrap().to_string();
+        if let Some(first) = &first {
+            assert_eq!(
+                &generation == first,
+                same,
+                "{letter}: {first} then {generation}"
+            );
+        }
+        first.get_or_insert(generation.clone());
+        let (entry, _) =
+            c.h.client
+                .get_data(&format!("{INDEX}/{generation}/t-h1"))
+                .await
+                .unwrap();
+        let entry = decode(&entry);
+        let chunks = entry["chunks"].as_u64().unwrap();
+        assert!(chunks >= 2, "{chunks} chunks");
+        assert!(entry.len() < 1024 * 1024);
+        let indexed = c.plan(&[]).await;
+        let walked = c.plan(&["--walk"]).await;
+        assert_eq!(indexed["discovery"]["source"], json!("index"));
+        assert_eq!(deploy_paths(&indexed).len(), count);
+        assert_eq!(indexed["steps"], walked["steps"]);
     }
-    c.repo.commit(&[("many.zk", &text)]);
-    c.sync(&[]).await.assert_ok();
-    let generation = c.root().await.0["generation"].as_str().unwrap().to_string();
-    let (entry, _) =
-        c.h.client
-            .get_data(&format!("{INDEX}/{generation}/t-h1"))
-            .await
-            .unwrap();
-    let entry = decode(&entry);
-    let chunks = entry["chunks"].as_u64().unwrap();
-    assert!(chunks >= 2, "{chunks} chunks");
-    assert!(entry.len() < 1024 * 1024);
-    let indexed = c.plan(&[]).await;
-    let walked = c.plan(&["--walk"]).await;
-    assert_eq!(indexed["discovery"]["source"], json!("index"));
-    assert_eq!(deploy_paths(&indexed).len(), 3000);
-    assert_eq!(indexed["steps"], walked["steps"]);
 }
 
 /// A daemon woken by a sync reads the index with the new version, in the same round trip,
