@@ -51,6 +51,7 @@ pub mod monitor;
 pub mod notify;
 pub mod overview;
 pub mod packages;
+pub mod pause;
 pub mod resume;
 pub mod summary;
 pub mod sync;

@@ -67,6 +67,9 @@ pub struct Overview {
     pub synced: Value,
     /// `/hosts` `halt`.
     pub halt: Value,
+    /// The record of a pause made by `zkdeployment pause` (`{user, host, time, reason}`), or
+    /// null.
+    pub pause: Value,
     /// Hosts, by id.
     pub hosts: Vec<HostRow>,
     /// Locks that have a holder or waiters.
@@ -311,6 +314,11 @@ impl Overview {
             version,
             synced: hosts.props.get("synced").cloned().unwrap_or(Value::Null),
             halt: cluster.get("halt").cloned().unwrap_or(Value::Null),
+            pause: if crate::zk::halts::is_paused(&cluster) {
+                cluster[crate::zk::halts::PAUSE].clone()
+            } else {
+                Value::Null
+            },
             hosts: rows,
             locks,
             warnings,
@@ -392,6 +400,13 @@ impl Overview {
             out.push('\n');
         } else if self.version.is_null() {
             out.push_str("halted (no halt record)\n");
+        }
+        if let Some(p) = self.pause.as_object() {
+            out.push_str(&fit(&format!(
+                "{}; syncs keep it, `zkdeployment resume` ends it",
+                describe_pause(p)
+            )));
+            out.push('\n');
         }
         if let Some(why) = &self.mixed_fleet {
             out.push_str(&fit(&format!("mixed fleet: {why}")));
@@ -505,6 +520,29 @@ pub fn describe_halt(h: &serde_json::Map<String, Value>) -> (String, String) {
         ),
         field("error"),
     )
+}
+
+/// A pause record in words: `paused 5m ago by USER on HOST: REASON`.
+pub fn describe_pause(record: &serde_json::Map<String, Value>) -> String {
+    let text = |k: &str| {
+        record
+            .get(k)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    let ago = record
+        .get("time")
+        .and_then(Value::as_f64)
+        .map(|t| format!(" {} ago", duration(crate::files::now() - t)))
+        .unwrap_or_default();
+    let mut out = format!("paused{ago} by {}", text("user").unwrap_or("?"));
+    if let Some(host) = text("host") {
+        out.push_str(&format!(" on {host}"));
+    }
+    if let Some(reason) = text("reason") {
+        out.push_str(&format!(": {reason}"));
+    }
+    out
 }
 
 /// The width the text view fits in.
@@ -623,6 +661,7 @@ mod tests {
             synced: json!(rev),
             halt: json!({"host": "app01", "name": "app01.example.com", "version": rev,
                          "error": error, "time": 0.0}),
+            pause: Value::Null,
             hosts: vec![
                 host("app01", json!(rev), "error", json!(error)),
                 host(
@@ -677,5 +716,15 @@ mod tests {
         assert_eq!(short_revision("r1"), "r1");
         assert_eq!(duration(59.6), "60s");
         assert_eq!(duration(3600.0), "60m");
+    }
+
+    #[test]
+    fn a_pause_record_reads_as_words() {
+        let rec = crate::pause::record("ann", "ops1", 0.0, Some("holiday freeze"));
+        let text = describe_pause(rec.as_object().unwrap());
+        assert!(text.starts_with("paused "), "{text}");
+        assert!(text.ends_with(" by ann on ops1: holiday freeze"), "{text}");
+        let rec = crate::pause::record("bob", "", 0.0, None);
+        assert!(describe_pause(rec.as_object().unwrap()).ends_with(" by bob"));
     }
 }

@@ -1,11 +1,11 @@
-//! Ending a halt (`zkdeployment resume [--version V]`): sets `/hosts` `version` to V, or to the
-//! last synced revision, and clears the halt record, in one guarded write; on a protected
+//! Ending a halt or a pause (`zkdeployment resume [--version V]`): sets `/hosts` `version` to V,
+//! or to the last synced revision, and clears the halt and pause records, in one guarded write; on a protected
 //! cluster it first deletes the halt records hosts created under `/hosts-halt` (which takes
 //! the syncer's identity: `resume --auth`).
 
 use serde_json::Value;
 
-use crate::zk::halts::clear_halts;
+use crate::zk::halts::{clear_halts, PAUSE};
 use crate::zk::paths::HOSTS;
 use crate::zk::update::update_props;
 use crate::zk::{call, decode, Client, ZkError};
@@ -55,6 +55,8 @@ pub struct Resumed {
     /// `/hosts` first, then those under `/hosts-halt`, oldest first. A halt recorded after
     /// the operator looked is cleared too; this says so.
     pub cleared: Vec<Value>,
+    /// The pause record (`zkdeployment pause`) it ended, if the cluster was paused so.
+    pub pause: Option<Value>,
 }
 
 /// Resumes; returns the version set and the halt records cleared. `Some(null)` is refused
@@ -82,9 +84,12 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Resumed, 
     let mark = crate::zk::paths::version_set(&target);
     // The halt record the write that went through removed (the last change tried).
     let on_hosts = std::sync::Mutex::new(None);
+    // The pause record (`zkdeployment pause`) the write that went through removed.
+    let paused = std::sync::Mutex::new(None);
     let changed = update_props(client, HOSTS, |p| {
         p.insert("version".into(), set.clone());
         *on_hosts.lock().expect("halt on /hosts") = p.remove("halt");
+        *paused.lock().expect("pause on /hosts") = p.remove(PAUSE);
         // Resuming the version that was rolling out continues its roll-out.
         let same = p
             .get(crate::zk::paths::VERSION_SET)
@@ -114,6 +119,10 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Resumed, 
     Ok(Resumed {
         version: target,
         cleared,
+        pause: paused
+            .into_inner()
+            .expect("pause on /hosts")
+            .filter(Value::is_object),
     })
 }
 

@@ -179,6 +179,17 @@ pub const DOCS: &[CommandDoc] = &[
         files: &[AGENT_CFG],
     },
     CommandDoc {
+        path: &["pause"],
+        section: 1,
+        exit: &[DONE, FAILED, USAGE],
+        examples: &[(
+            "zkdeployment pause --reason freeze -c /etc/zkdeployment/agent.cfg",
+            "Pause every deployment; syncs go on importing the tree.",
+        )],
+        environment: &[CONNECTION_ENV, LOG_ENV],
+        files: &[AGENT_CFG],
+    },
+    CommandDoc {
         path: &["plan"],
         section: 1,
         exit: &[

@@ -71,9 +71,11 @@ enum Command {
     Monitor(monitor::MonitorArgs),
     /// Show the cluster: versions, halt, hosts, locks.
     Status(status::StatusArgs),
-    /// End a halt: set the cluster version (default: the last synced revision).
+    /// End a halt or a pause: set the cluster version (default: the last synced revision).
     #[command(disable_version_flag = true)]
     Resume(status::ResumeArgs),
+    /// Pause the cluster: no host starts a pass until `resume`, syncs included.
+    Pause(status::PauseArgs),
     /// Show what a revision of the tree would change on every registered host (writes nothing).
     Plan(plan::PlanArgs),
     /// Copy the tree from git into ZooKeeper and bump the cluster version (cron).
@@ -136,6 +138,7 @@ pub fn main() -> ExitCode {
         Command::Monitor(args) => monitor::run(args),
         Command::Status(args) => status::status(args),
         Command::Resume(args) => status::resume_cmd(args),
+        Command::Pause(args) => status::pause_cmd(args),
         Command::Plan(args) => plan::run(args),
         Command::Sync(args) => sync::run(args),
         Command::Tree(cmd) => tree::run(cmd),

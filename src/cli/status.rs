@@ -1,11 +1,13 @@
-//! `zkdeployment status [--json]` and `zkdeployment resume [--version V]`: the operator's view
-//! of the cluster (see [`crate::overview`]) and the end of a halt (see [`crate::resume`]).
+//! `zkdeployment status [--json]`, `zkdeployment resume [--version V]` and `zkdeployment pause
+//! [--reason TEXT]`: the operator's view of the cluster (see [`crate::overview`]), the end of a
+//! halt or a pause (see [`crate::resume`]) and the pause (see [`crate::pause`]).
 
 use clap::Args;
 
 use super::zkarg::{AuthArg, ConfigArg, Settings, ZkArg};
 use super::{runtime, Failure, Outcome};
-use crate::overview::Overview;
+use crate::overview::{describe_pause, Overview};
+use crate::pause::{operator, pause, record, PauseError};
 use crate::resume::{check_version, parse_version, resume, ResumeError};
 use crate::summary::Filter;
 use crate::sync::HOSTS;
@@ -14,7 +16,7 @@ use crate::zk::{call, Client};
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Print JSON (stable keys: version, synced, halt, hosts, locks, summary).
+    /// Print JSON (stable keys: version, synced, halt, pause, hosts, locks, summary).
     #[arg(long)]
     json: bool,
     /// Only hosts whose id or name matches this glob (`*`, `?`); the summary counts them alone.
@@ -51,6 +53,46 @@ pub struct ResumeArgs {
     config: ConfigArg,
     #[command(flatten)]
     zk: ZkArg,
+}
+
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// Why (shown by `status`, `resume` and the syncer's log).
+    #[arg(long, value_name = "TEXT")]
+    reason: Option<String>,
+    #[command(flatten)]
+    auth: AuthArg,
+    #[command(flatten)]
+    config: ConfigArg,
+    #[command(flatten)]
+    zk: ZkArg,
+}
+
+/// `zkdeployment pause`: the cluster version `false` and the pause record, in one write.
+pub fn pause_cmd(args: PauseArgs) -> Outcome {
+    let settings = Settings::resolve(&args.zk, Some(&args.auth), &args.config)?;
+    let (user, host) = operator();
+    let reason = args
+        .reason
+        .as_deref()
+        .map(str::trim)
+        .filter(|r| !r.is_empty());
+    let rec = record(&user, &host, crate::files::now(), reason);
+    runtime()?.block_on(async {
+        let client = settings.connect().await?;
+        let previous = pause(&client, &rec).await.map_err(|e| match e {
+            PauseError::NoHosts => Failure::Failed(format!("{e} ({})", settings.connection)),
+            e => Failure::Failed(e.to_string()),
+        })?;
+        if let Some(prev) = previous.as_ref().and_then(|p| p.as_object()) {
+            println!("replaced: {}", describe_pause(prev));
+        }
+        println!(
+            "cluster paused: no host starts a pass until `zkdeployment resume`; syncs import \
+             the tree and keep the pause"
+        );
+        Ok(0)
+    })
 }
 
 pub fn status(args: StatusArgs) -> Outcome {
@@ -117,6 +159,9 @@ pub fn resume_cmd(args: ResumeArgs) -> Outcome {
             "cluster version set to {}; halt cleared",
             py_str(&resumed.version)
         );
+        if let Some(p) = resumed.pause.as_ref().and_then(|p| p.as_object()) {
+            println!("ended: {}", describe_pause(p));
+        }
         // What was cleared, so that a halt recorded after the operator looked is seen.
         for record in &resumed.cleared {
             match record.as_object() {

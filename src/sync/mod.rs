@@ -5,7 +5,8 @@
 //! the ZooKeeper guards — `/hosts` created if missing, a halted cluster refused, an unchanged
 //! revision is nothing to do, unconverged hosts refused, `/hosts-lock` taken without blocking —
 //! and finally the new top-level nodes claimed in `synced-roots`, one diff applied, `/hosts`
-//! `version`, `synced` and `synced-roots` set last, in one write. With `--auth`, everything it
+//! `version`, `synced` and `synced-roots` set last, in one write (a cluster paused by
+//! `zkdeployment pause` keeps `version` `false`: only `resume` ends that pause). With `--auth`, everything it
 //! owns is protected ([`protect`]). A sync that dies while applying leaves `version` as it was,
 //! so no agent acts on a half-applied tree, and the next sync completes it. The deployment
 //! index ([`index`]) is invalidated before the tree changes; after the apply the tree is
@@ -27,7 +28,7 @@ use serde_json::{json, Value};
 use crate::tree::literal::py_str;
 use crate::tree::Props;
 use crate::zk::acl::{Kind, Protection};
-use crate::zk::halts::{clear_halts, effective, read_halts};
+use crate::zk::halts::{clear_halts, effective, is_paused, read_halts, PAUSE};
 use crate::zk::import::{apply_with_acl, plan, plan_delete, read_existing, ApplyError, Op};
 use crate::zk::index::INDEX;
 use crate::zk::lock::{try_lock, TryLock};
@@ -181,7 +182,7 @@ pub async fn run(opts: &Options) -> Result<Outcome, SyncError> {
     let mut refusal = None;
     if version.is_null() && !opts.force {
         refusal = Some(Refusal::Halted(hosts.get("halt").cloned()));
-    } else if version == Value::String(revision.clone()) && !opts.force {
+    } else if up_to_date(&hosts, &revision) && !opts.force {
         if let (Some(p), false) = (&protection, opts.dry_run) {
             protect::protect(&client, p, &desired, opts.open_hosts).await?;
         }
@@ -266,6 +267,13 @@ async fn apply_locked(
         revision: revision.to_string(),
         writes,
     })
+}
+
+/// True when `/hosts` (`hosts`) is at `revision`: its version, or, while it is paused by
+/// `zkdeployment pause`, the revision last synced.
+fn up_to_date(hosts: &Props, revision: &str) -> bool {
+    let at = |key: &str| hosts.get(key) == Some(&json!(revision));
+    at("version") || (is_paused(hosts) && at("synced"))
 }
 
 /// Reads `/hosts`, creating it with `version = "initial"` if missing (not in a dry run).
@@ -434,10 +442,19 @@ async fn set_version(
             return Err(SyncError::HaltedDuringSync);
         }
         let before = props.clone();
-        if props.get("version") != Some(&json!(revision)) {
-            props.insert(VERSION_SET.into(), version_set(&json!(revision)));
+        if is_paused(&props) {
+            // A pause made by `zkdeployment pause` outlasts syncs: only `resume` ends it.
+            tracing::warn!(
+                "the cluster is paused ({}): revision {revision} imported, the version stays \
+                 false until `zkdeployment resume`",
+                props[PAUSE]
+            );
+        } else {
+            if props.get("version") != Some(&json!(revision)) {
+                props.insert(VERSION_SET.into(), version_set(&json!(revision)));
+            }
+            props.insert("version".into(), json!(revision));
         }
-        props.insert("version".into(), json!(revision));
         props.insert("synced".into(), json!(revision));
         props.insert("synced-roots".into(), json!(desired.roots()));
         if props == before && index::is_live_for(client, revision, stat.mzxid).await? {

@@ -18,6 +18,8 @@ use crate::tree::Props;
 pub use super::paths::HALTS;
 /// The name prefix of a halt record (a sequential node).
 pub const HALT_PREFIX: &str = "halt-";
+/// `/hosts`' property holding the record of a pause made by `zkdeployment pause`.
+pub const PAUSE: &str = "pause";
 
 /// The halt records, oldest first (empty when [`HALTS`] is missing or has no children).
 pub async fn read_halts(client: &Client) -> Result<Vec<Value>, ZkError> {
@@ -98,6 +100,14 @@ pub fn effective(hosts: &mut Props, halts: &[Value]) {
     }
 }
 
+/// True when `/hosts`' properties hold a pause made by `pause` (a `false` version set by
+/// hand, as the original's operators did, has none: a sync ends it, as the original's did).
+pub fn is_paused(props: &Props) -> bool {
+    props
+        .get(PAUSE)
+        .is_some_and(|r| r.is_object() && props.get("version") == Some(&Value::Bool(false)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +130,23 @@ mod tests {
         let mut p = props(json!({"version": null, "halt": {"host": "h0"}}));
         effective(&mut p, &[rec]);
         assert_eq!(p["halt"], json!({"host": "h0"}));
+    }
+
+    #[test]
+    fn only_a_recorded_pause_with_a_false_version_is_a_pause() {
+        let rec = json!({"user": "ann", "host": "ops1", "time": 1.0, "reason": "freeze"});
+        let props = |v: Value, r: Option<Value>| {
+            let mut m = Props::new();
+            m.insert("version".into(), v);
+            if let Some(r) = r {
+                m.insert(PAUSE.into(), r);
+            }
+            m
+        };
+        assert!(is_paused(&props(json!(false), Some(rec.clone()))));
+        assert!(!is_paused(&props(json!(false), None)), "a hand-made pause");
+        assert!(!is_paused(&props(json!("r1"), Some(rec.clone()))));
+        assert!(!is_paused(&props(Value::Null, Some(rec))));
+        assert!(!is_paused(&props(json!(false), Some(Value::Null))));
     }
 }

@@ -41,6 +41,7 @@ mod monitor;
 mod notify;
 mod operations;
 mod packaging;
+mod pause;
 mod plan_report;
 mod probe;
 mod role_lock_faults;

@@ -975,7 +975,7 @@ async fn our_host_nodes_say_which_agent_wrote_them() {
     assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
 }
 
-const BAD: [(&str, &str); 5] = [
+const BAD: [(&str, &str); 9] = [
     ("max-parallel = 0", "Invalid max-parallel for /acme/a: 0"),
     ("max-parallel = -2", "Invalid max-parallel for /acme/a: -2"),
     (
@@ -987,6 +987,19 @@ const BAD: [(&str, &str); 5] = [
         "Invalid max-parallel for /acme/a: '150%'",
     ),
     ("canary = -1", "Invalid canary for /acme/a: -1"),
+    ("max-failures = -1", "Invalid max-failures for /acme/a: -1"),
+    (
+        "max-failures = '150%'",
+        "Invalid max-failures for /acme/a: '150%'",
+    ),
+    (
+        "max-failures = 'abc'",
+        "Invalid max-failures for /acme/a: 'abc'",
+    ),
+    (
+        "on-failure = 'stop'",
+        "Invalid on-failure for /acme/a: 'stop'",
+    ),
 ];
 
 #[tokio::test]
@@ -1033,7 +1046,7 @@ fn tree_check_reports_bad_values_with_file_and_line() {
     std::fs::write(
         &file,
         tree(
-            "max-parallel = '25%'\ncanary = 1\nhealth-deadline = 30.5",
+            "max-parallel = '25%'\ncanary = 1\nhealth-deadline = 30.5\nmax-failures = '5%'\non-failure = 'halt-node'",
             &["h1"],
         ),
     )
@@ -1047,32 +1060,43 @@ async fn sync_reports_bad_values_with_file_and_line_and_writes_nothing() {
     let client = support::connect(&conn).await;
     let repo = TestRepo::new();
     let work = tempfile::tempdir().unwrap();
-    let text = tree("max-parallel = '150%'", &["h1"]);
-    repo.commit(&[("acme.zk", text.as_str())]);
     let checkout = work.path().join("checkout");
     let lock = work.path().join("lock");
     let tomb = work.path().join("tombstone");
     let url = repo.url();
-    let run = support::run_async(&[
-        "sync",
-        "-u",
-        &url,
-        "-t",
-        checkout.to_str().unwrap(),
-        "--tombstone",
-        tomb.to_str().unwrap(),
-        "--lock-file",
-        lock.to_str().unwrap(),
-        "-z",
-        &conn,
-    ])
-    .await;
-    run.assert_code(1);
-    assert!(
-        run.stderr
-            .contains("acme.zk:2: Invalid max-parallel for /acme/a: '150%'"),
-        "{run}"
-    );
+    for (prop, message) in [
+        (
+            "max-parallel = '150%'",
+            "Invalid max-parallel for /acme/a: '150%'",
+        ),
+        (
+            "on-failure = 'stop'",
+            "Invalid on-failure for /acme/a: 'stop'",
+        ),
+        ("max-failures = -1", "Invalid max-failures for /acme/a: -1"),
+    ] {
+        let text = tree(prop, &["h1"]);
+        repo.commit(&[("acme.zk", text.as_str())]);
+        let run = support::run_async(&[
+            "sync",
+            "-u",
+            &url,
+            "-t",
+            checkout.to_str().unwrap(),
+            "--tombstone",
+            tomb.to_str().unwrap(),
+            "--lock-file",
+            lock.to_str().unwrap(),
+            "-z",
+            &conn,
+        ])
+        .await;
+        run.assert_code(1);
+        assert!(
+            run.stderr.contains(&format!("acme.zk:2: {message}")),
+            "{prop}: {run}"
+        );
+    }
     assert!(matches!(
         client.get_data("/acme").await,
         Err(zookeeper_client::Error::NoNode)
