@@ -32,7 +32,7 @@ pub fn hosts_line(hosts: &[String]) -> String {
 
 /// `count` hosts of which `hosts` are named: [`hosts_line`] when all are, else
 /// `N hosts, K that change: a, b` (or `N hosts` when none is).
-pub fn counted_line(count: usize, hosts: &[String]) -> String {
+pub(crate) fn counted_line(count: usize, hosts: &[String]) -> String {
     if hosts.len() == count {
         return hosts_line(hosts);
     }

@@ -167,7 +167,7 @@ pub fn add_in_place(
 
 /// Walks the tree and prepares the index for a sync's new version: the generation live before
 /// the sync (`previous`) as it is when it holds what the walk found; updated in place, in the
-/// transaction, when the writes that change it fit in [`IN_PLACE_BYTES`]; else a new
+/// transaction, when the writes that change it fit in `IN_PLACE_BYTES` (512 KiB); else a new
 /// generation, written now (as [`write_generation`]).
 pub async fn prepare(
     client: &Client,
@@ -244,9 +244,7 @@ async fn write_new(
 }
 
 /// How index nodes are created: with `acl`, or open.
-pub fn create_options(
-    acl: Option<&[zookeeper_client::Acl]>,
-) -> zookeeper_client::CreateOptions<'_> {
+fn create_options(acl: Option<&[zookeeper_client::Acl]>) -> zookeeper_client::CreateOptions<'_> {
     match acl {
         Some(acl) => {
             zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::new(acl))

@@ -25,7 +25,7 @@
 //! Updates: a sync walks the tree after its apply and compares the deploy-node paths found
 //! with the generation live before the sync (read whole). Equal: that generation is made live
 //! again for the new version (the root alone is written, with `/hosts`). Different: the
-//! entries and chunks that change ([`entry_writes`], at most [`IN_PLACE_BYTES`]) and the
+//! entries and chunks that change ([`entry_writes`], at most `IN_PLACE_BYTES`) and the
 //! generation's own node are written in that same transaction, so the index and `/hosts` move
 //! together and a reader never sees a half-updated generation; a reader that read the root
 //! before such a transaction and the entries after it finds the generation node newer than
@@ -38,7 +38,7 @@
 //!
 //! Reading ahead: a reader may send, in the multi-read of `/hosts` and the root, what it
 //! expects to read next ([`Guess`]): the entries of the generation it last used and of the
-//! one after it ([`guessed_generations`]), and the nodes it last needed. Where the root names
+//! one after it (`guessed_generations`), and the nodes it last needed. Where the root names
 //! one of those generations, its entries are not read again; the nodes are the caller's to
 //! use (the agent uses them when they are all it needs). A pass of an agent whose
 //! deployments did not change then finds them in one round trip instead of three, whether
@@ -150,7 +150,7 @@ pub fn generation_nodes(generation: &str, paths: &[String]) -> Vec<(String, Vec<
 }
 
 /// The data of a generation's own node.
-pub fn generation_data(targets: usize, paths: usize) -> Vec<u8> {
+pub(crate) fn generation_data(targets: usize, paths: usize) -> Vec<u8> {
     encode(&props(json!({
         "format": FORMAT,
         "targets": targets,
@@ -183,7 +183,7 @@ fn chunk_data(part: &[String]) -> Vec<u8> {
 /// Most bytes an in-place update of a generation may send in the one transaction that also
 /// sets `/hosts` (well under ZooKeeper's 1 MiB request limit); a bigger change writes a new
 /// generation.
-pub const IN_PLACE_BYTES: usize = 512 * 1024;
+pub(crate) const IN_PLACE_BYTES: usize = 512 * 1024;
 
 /// One write of an in-place update of a generation's entries.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -346,7 +346,7 @@ pub enum IndexAnswer {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Guess {
     /// The generation last used. Its entries and those of the generation after it are read
-    /// with the root ([`guessed_generations`]).
+    /// with the root (`guessed_generations`).
     pub generation: Option<String>,
     /// Nodes whose data the reader expects to need next (read "ahead", at the same point as
     /// the root: [`IndexRead::ahead`]).
@@ -367,7 +367,7 @@ impl Guess {
 /// that changes no deploy node, or updates the generation in place, keeps it live) and the
 /// one after it (a sync that writes a new generation numbers it one more than the highest
 /// there, and keeps only the live one and the one before).
-pub fn guessed_generations(guess: &Guess) -> Vec<String> {
+pub(crate) fn guessed_generations(guess: &Guess) -> Vec<String> {
     guess
         .generation
         .as_deref()
