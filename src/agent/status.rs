@@ -181,6 +181,11 @@ impl RunDir {
         self.dir.join("last-pass.json")
     }
 
+    /// The `host_version` file.
+    pub(crate) fn host_version_path(&self) -> PathBuf {
+        self.dir.join("host_version")
+    }
+
     /// `host_version`: the last deployed version (`None` if missing or unreadable).
     pub fn host_version(&self) -> Option<Value> {
         let text = std::fs::read_to_string(self.dir.join("host_version")).ok()?;

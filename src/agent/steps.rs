@@ -216,8 +216,7 @@ impl Step {
                         p.insert(DEPLOYED_AT.into(), at.clone());
                     })
                     .await?;
-                pass.mark_recorded();
-                Ok(())
+                pass.mark_recorded()
             }
             Step::After { command } => {
                 tracing::info!("Running after hook");

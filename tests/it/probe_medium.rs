@@ -1,0 +1,92 @@
+//! What a hostile probe found (issue 41's medium and low findings, second part): a full run
+//! directory, index entries that name the wrong node, lock-sharing node names and the canary,
+//! `sync`'s lock file, a huge frame from a server, export/import round trips.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+
+use support::agent::{v, TestHost};
+
+const TREE: &str = "
+/acme
+  /web : foo
+    version = '1.0'
+    /deploy
+      /h1
+";
+
+/// A small tmpfs mounted on a directory, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (mount's syntax) on `dir` (created if missing).
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount a tmpfs on {}", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+
+    /// Fills the file system: one file grows until the disk says it is full.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.0.join("filler")).unwrap();
+        let block = vec![b'x'; 4096];
+        loop {
+            match f.write_all(&block) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+                Err(e) => panic!("filling {}: {e}", self.0.display()),
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Item 15: a full run directory. `host_version` cannot be written, so the pass fails
+/// (exit 1, host node status `error` with an error naming the file) without halting the
+/// cluster; once there is room, the next pass records the version. Before the fix the pass
+/// ended `done`, exit 0, with warnings only.
+#[tokio::test]
+async fn a_full_run_directory_fails_the_pass_without_halting() {
+    let h = TestHost::fake("probe-full-rundir").await;
+    h.tree(TREE, v("r1")).await;
+    let disk = Tmpfs::mount(&h.run_dir(), "256k");
+    let run = h.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    // The properties snapshot is written already and not rewritten for r2.
+    disk.fill();
+    h.set_version(v("r2")).await;
+    let run = h.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let out = format!("{}{}", run.stdout, run.stderr);
+    assert!(
+        out.contains("cannot record the host version")
+            && out.contains("host_version")
+            && out.contains("No space left"),
+        "{out}"
+    );
+    let hosts = h.hosts().await;
+    assert_eq!(
+        hosts.get("version"),
+        Some(&v("r2")),
+        "the cluster is not halted"
+    );
+    drop(disk);
+    let run = h.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert_eq!(h.host_version().as_deref(), Some("\"r2\""));
+}
