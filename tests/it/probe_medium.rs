@@ -5,6 +5,7 @@
 use crate::support;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use support::agent::{v, TestHost};
 
@@ -15,6 +16,19 @@ const TREE: &str = "
     /deploy
       /h1
 ";
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Every descendant of `pid`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut family = vec![pid];
+    let mut i = 0;
+    while i < family.len() {
+        family.extend(support::agent::children_of(family[i]));
+        i += 1;
+    }
+    family.split_off(1)
+}
 
 /// A small tmpfs mounted on a directory, unmounted when dropped.
 struct Tmpfs(PathBuf);
