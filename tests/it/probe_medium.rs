@@ -104,3 +104,44 @@ async fn a_full_run_directory_fails_the_pass_without_halting() {
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     assert_eq!(h.host_version().as_deref(), Some("\"r2\""));
 }
+
+/// Item 18: `/a/b` and `/a,b` share the node lock `/agent-locks/a,b` (the contract's naming),
+/// where the canary record lives. A record `/a,b` left (its canary done for `foo 1.0`) does
+/// not count for `/a/b`: h1 deploys `/a/b` as its canary, and the record then names `/a/b`.
+#[tokio::test]
+async fn a_canary_record_of_another_node_sharing_the_lock_does_not_count() {
+    let h = TestHost::fake("probe-canary-path").await;
+    let tree = "
+/a
+  /b : foo
+    version = '1.0'
+    max-parallel = 2
+    canary = 1
+    /deploy
+      /h1
+      /h2
+";
+    h.tree(tree, v("r1")).await;
+    let open =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let _ = h.client.create("/agent-locks", b"", &open).await;
+    let other =
+        serde_json::json!({"canary": {"path": "/a,b", "version": "foo 1.0", "hosts": ["h9"]}});
+    h.client
+        .create(
+            "/agent-locks/a,b",
+            &serde_json::to_vec(&other).unwrap(),
+            &open,
+        )
+        .await
+        .unwrap();
+    let run = h.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let (data, _) = h.client.get_data("/agent-locks/a,b").await.unwrap();
+    let lock: serde_json::Value = serde_json::from_slice(&data).unwrap();
+    assert_eq!(
+        lock["canary"],
+        serde_json::json!({"path": "/a/b", "version": "foo 1.0", "hosts": ["h1"]}),
+        "{lock}"
+    );
+}
