@@ -33,6 +33,12 @@ pub enum StepError {
         /// What went wrong.
         source: std::io::Error,
     },
+    /// A path that must be a directory (`/etc/<app>`) is something else.
+    #[error("{} exists and is not a directory; move it away so that the agent can create the directory", path.display())]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
     /// The plan cannot be made (inconsistent versions).
     #[error(transparent)]
     Plan(#[from] PlanError),

@@ -145,3 +145,21 @@ async fn a_canary_record_of_another_node_sharing_the_lock_does_not_count() {
         "{lock}"
     );
 }
+
+/// Low: `/etc/<app>` that is a file: the pass fails saying so, naming the path, instead of
+/// "File exists (os error 17)".
+#[tokio::test]
+async fn an_etc_app_that_is_a_file_is_named_as_not_a_directory() {
+    let h = TestHost::fake("probe-etc-file").await;
+    h.tree(TREE, v("r1")).await;
+    let etc = h.root().join("etc");
+    std::fs::create_dir_all(&etc).unwrap();
+    std::fs::write(etc.join("foo"), "a file\n").unwrap();
+    let run = h.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let want = format!(
+        "{} exists and is not a directory",
+        etc.join("foo").display()
+    );
+    assert!(run.stderr.contains(&want), "{}", run.stderr);
+}
