@@ -163,3 +163,16 @@ async fn an_etc_app_that_is_a_file_is_named_as_not_a_directory() {
     );
     assert!(run.stderr.contains(&want), "{}", run.stderr);
 }
+
+/// Low: a version with a NUL (and a newline) reaches the status file encoded, never as is.
+#[tokio::test]
+async fn a_nul_in_the_version_does_not_reach_the_status_file() {
+    let h = TestHost::fake("probe-nul-version").await;
+    h.tree(TREE, v("r\u{0}1\n")).await;
+    h.deploy(&[]).await;
+    let status = std::fs::read(h.run_dir().join("status")).unwrap();
+    assert!(!status.contains(&0), "{status:?}");
+    let text = String::from_utf8(status).unwrap();
+    assert!(text.contains("r%001%0A"), "{text:?}");
+    assert_eq!(text.trim_end().lines().count(), 1, "{text:?}");
+}
