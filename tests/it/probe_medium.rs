@@ -176,3 +176,23 @@ async fn a_nul_in_the_version_does_not_reach_the_status_file() {
     assert!(text.contains("r%001%0A"), "{text:?}");
     assert_eq!(text.trim_end().lines().count(), 1, "{text:?}");
 }
+
+/// Low: a chain of property links longer than 64 hops fails naming where it was.
+#[tokio::test]
+async fn a_link_chain_too_long_names_a_node() {
+    let h = TestHost::fake("probe-link-chain").await;
+    let mut tree = String::from("/chain\n");
+    for i in 0..70 {
+        tree.push_str(&format!("  /n{i}\n    v => /chain/n{} v\n", i + 1));
+    }
+    tree.push_str("  /n70\n    v = '1.0'\n");
+    tree.push_str("/acme\n  /web : foo\n    version => /chain/n0 v\n    /deploy\n      /h1\n");
+    h.tree(&tree, v("r1")).await;
+    let run = h.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("links lead too far") && run.stderr.contains("/chain/n6"),
+        "{}",
+        run.stderr
+    );
+}
