@@ -1,11 +1,11 @@
 //! What a hostile probe found (issue 41's medium and low findings, second part): a full run
-//! directory, index entries that name the wrong node, lock-sharing node names and the canary,
-//! `sync`'s lock file, a huge frame from a server, export/import round trips.
+//! directory, lock-sharing node names and the canary, `/etc/<app>` that is a file, a NUL in a
+//! version, a property-link chain too long. (The index entry is in `index`, the lock file in
+//! `sync`.)
 
 use crate::support;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use support::agent::{v, TestHost};
 
@@ -16,19 +16,6 @@ const TREE: &str = "
     /deploy
       /h1
 ";
-
-const LIMIT: Duration = Duration::from_secs(60);
-
-/// Every descendant of `pid`.
-fn descendants(pid: u32) -> Vec<u32> {
-    let mut family = vec![pid];
-    let mut i = 0;
-    while i < family.len() {
-        family.extend(support::agent::children_of(family[i]));
-        i += 1;
-    }
-    family.split_off(1)
-}
 
 /// A small tmpfs mounted on a directory, unmounted when dropped.
 struct Tmpfs(PathBuf);
