@@ -183,6 +183,15 @@ impl Sim {
 
 fn main() {
     let args = args();
+    // `SIM_LOG=FILE`: every agent's log, one file (lines name hosts where the agent does).
+    if let Ok(path) = std::env::var("SIM_LOG") {
+        let file = std::fs::File::create(path).expect("SIM_LOG");
+        tracing_subscriber::fmt()
+            .with_writer(std::sync::Mutex::new(file))
+            .with_ansi(false)
+            .with_thread_names(true)
+            .init();
+    }
     // The servers' heap: every JVM of the ensemble starts with it.
     std::env::set_var("ZK_HEAP", &args.heap);
     let rt = tokio::runtime::Builder::new_multi_thread()
