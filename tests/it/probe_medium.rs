@@ -183,3 +183,74 @@ async fn a_link_chain_too_long_names_a_node() {
         run.stderr
     );
 }
+
+/// A "server" that answers every connection with a frame announcing 2 GiB and then sends
+/// zeros as fast as the client reads (256 MiB at most per connection).
+fn huge_frame_server() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut request = [0u8; 64];
+                let _ = conn.read(&mut request);
+                let _ = conn.write_all(&0x7fff_fff0_i32.to_be_bytes());
+                let zeros = vec![0u8; 1 << 20];
+                for _ in 0..256 {
+                    if conn.write_all(&zeros).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Peak resident memory (`VmHWM`, KiB) of a process, read until it exits; and its exit code.
+fn run_watching_memory(args: &[&str]) -> (u64, Option<i32>) {
+    let mut child = std::process::Command::new(support::bin())
+        .args(args)
+        .env_remove("ZC_ZK_CONNECTION_STRING")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak = 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        if let Some(kb) = std::fs::read_to_string(&status_file)
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        {
+            peak = peak.max(kb);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            return (peak, status.code());
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("zkdeployment {args:?} still runs after 120 s (peak {peak} KiB)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_server_announcing_a_huge_frame_costs_no_memory() {
+    let port = huge_frame_server();
+    let conn = format!("127.0.0.1:{port}");
+    let (peak_kib, code) = run_watching_memory(&["status", "-z", &conn]);
+    assert_eq!(code, Some(1), "status against a hostile server");
+    // The client used to buffer whatever the server sent of the announced frame.
+    assert!(
+        peak_kib < 150 * 1024,
+        "status held {peak_kib} KiB at its peak against a server announcing 2 GiB"
+    );
+}
