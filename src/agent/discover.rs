@@ -626,11 +626,19 @@ mod tests {
         }
     }
 
+    /// (tree, role, deploy nodes, deployments or the error)
+    type Case<'a> = (
+        String,
+        Option<&'a str>,
+        &'a [&'a str],
+        Result<Vec<&'a str>, &'a str>,
+    );
+
     #[test]
     fn deployments_follow_the_deploy_nodes_named_after_the_host() {
         let app = |props: &str| format!("/acme\n  /a : foo\n{props}    /deploy\n      /h1\n");
         // (tree, role, deploy nodes, deployments or the error)
-        let cases: Vec<(String, Option<&str>, &[&str], Result<Vec<&str>, &str>)> = vec![
+        let cases: Vec<Case> = vec![
             (app("    version = '1.0'\n"), None, &["/acme/a/deploy/h1"], Ok(vec!["/acme/a 0 foo 1.0"])),
             (
                 "/acme\n  /a : foo\n    version = '1.0'\n    /deploy\n      /h1\n        n = 2\n".into(),

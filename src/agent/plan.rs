@@ -583,11 +583,14 @@ mod tests {
         planned.steps.iter().map(ToString::to_string).collect()
     }
 
+    /// (wanted, installed packages, deployed instances, steps wanted but the last)
+    type Case<'a> = (&'a [&'a str], &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+
     #[test]
     fn the_plan_walks_from_what_the_host_has_to_what_the_tree_wants() {
         let git = "git:example.org/repo#main";
         // (wanted, installed packages, deployed instances, steps wanted but the last)
-        let cases: &[(&[&str], &[&str], &[&str], &[&str])] = &[
+        let cases: &[Case] = &[
             (&[], &[], &[], &[]),
             (
                 &["/a 0 foo 1.0"],
