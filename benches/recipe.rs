@@ -54,14 +54,22 @@ async fn lock_handoff(a: &Client, b: &Client, path: &str) -> (f64, i64) {
     let (got, (start, before)) = tokio::join!(waiting, release);
     let ms = start.elapsed().as_secs_f64() * 1000.0;
     let requests = packets() - before;
-    got.unwrap().expect("the waiter took the lock").release(b).await.unwrap();
+    got.unwrap()
+        .expect("the waiter took the lock")
+        .release(b)
+        .await
+        .unwrap();
     (ms, requests)
 }
 
 /// One lease hand-off with K = 1: ms from the release to the waiter holding, and the
 /// requests.
 async fn lease_handoff(a: &Client, b: &Client, path: &str) -> (f64, i64) {
-    let lease = match Semaphore::new(a, path, "a", 1).try_acquire(None).await.unwrap() {
+    let lease = match Semaphore::new(a, path, "a", 1)
+        .try_acquire(None)
+        .await
+        .unwrap()
+    {
         Attempt::Acquired(lease) => lease,
         Attempt::Busy(holders) => panic!("full: {holders:?}"),
     };
@@ -81,14 +89,23 @@ async fn lease_handoff(a: &Client, b: &Client, path: &str) -> (f64, i64) {
     let (got, (start, before)) = tokio::join!(waiting, release);
     let ms = start.elapsed().as_secs_f64() * 1000.0;
     let requests = packets() - before;
-    got.unwrap().expect("the waiter took a lease").release(b).await.unwrap();
+    got.unwrap()
+        .expect("the waiter took a lease")
+        .release(b)
+        .await
+        .unwrap();
     (ms, requests)
 }
 
 fn summary(mut v: Vec<f64>) -> String {
     v.sort_by(f64::total_cmp);
     let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    format!("median {:.2} ms, p90 {:.2} ms, max {:.2} ms", at(0.5), at(0.9), at(1.0))
+    format!(
+        "median {:.2} ms, p90 {:.2} ms, max {:.2} ms",
+        at(0.5),
+        at(0.9),
+        at(1.0)
+    )
 }
 
 fn main() {
