@@ -31,6 +31,7 @@ mod harness_selftest;
 mod health_session;
 mod host_node_writes;
 mod hostile;
+mod imports;
 mod index;
 mod index_differential;
 mod least_privilege;
