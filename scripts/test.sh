@@ -87,11 +87,26 @@ else
   cargo test --locked --no-fail-fast "$@" || tests_rc=$?
 fi
 
+sim_rc=0
+sim_result=skipped
+if [[ $# -eq 0 ]]; then
+  # The fleet simulator (a benchmark) once at 200 hosts, as a smoke test that it still
+  # works: it exits 1 if a host never converges, deploys twice or halts falsely.
+  zkd_step "smoke test of the fleet simulator: cargo test --locked --bench fleet_sim -- --hosts 200"
+  cargo test --locked --bench fleet_sim -- --hosts 200 --script-ms 50 --yum-ms 10 \
+    --scenarios idle,rollout,many,commands \
+    --idle-secs 2 --limit-secs 300 --heap 256m || sim_rc=$?
+  if ((sim_rc == 0)); then sim_result=passed; else sim_result="FAILED (exit $sim_rc)"; fi
+else
+  zkd_note "fleet simulator smoke test skipped because arguments were given"
+fi
+
 stop_zk
 rc=$tests_rc
 ((rc != 0)) || rc=$doc_rc
+((rc != 0)) || rc=$sim_rc
 if ((tests_rc == 0)); then test_result=passed; else test_result="FAILED (exit $tests_rc)"; fi
 if ((rc == 0)); then verdict=PASSED; else verdict=FAILED; fi
-printf '==> test.sh: %s: tests (%s) %s, doctests %s, in %ss\n' \
-  "$verdict" "$runner" "$test_result" "$doc_result" "$((SECONDS - started))"
+printf '==> test.sh: %s: tests (%s) %s, doctests %s, fleet simulator %s, in %ss\n' \
+  "$verdict" "$runner" "$test_result" "$doc_result" "$sim_result" "$((SECONDS - started))"
 exit "$rc"

@@ -2,6 +2,10 @@
 //! directory per command; stdout and stderr merged into one pipe read on a thread of its own,
 //! streamed to the log (never blocking) line by line as they come, and the tail kept (bounded)
 //! for reports and mail. A command is done when its process exits, whatever it left running.
+//!
+//! The fleet simulator (`benches/fleet_sim`) runs thousands of agents in one process: inside
+//! [`simulated`], a task's commands go to a [`Simulator`] instead of processes (yum and the
+//! deploy and health scripts become simulated durations); nothing else of the agent changes.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -115,6 +119,32 @@ const CHUNK: usize = 64 * 1024;
 /// How often the reader looks at whether it must stop, while the pipe is quiet.
 const WAKE_MS: i32 = 50;
 
+/// What runs a task's commands instead of processes (the fleet simulator's virtual hosts).
+pub trait Simulator: Send + Sync {
+    /// The command's outcome, after as long as it takes.
+    fn run<'a>(
+        &'a self,
+        cmd: &'a Cmd,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Output> + Send + 'a>>;
+}
+
+tokio::task_local! {
+    static SIMULATOR: std::sync::Arc<dyn Simulator>;
+}
+
+/// Runs `task` with every command it runs (on its own task) going to `simulator`.
+pub async fn simulated<F: std::future::Future>(
+    simulator: std::sync::Arc<dyn Simulator>,
+    task: F,
+) -> F::Output {
+    SIMULATOR.scope(simulator, task).await
+}
+
+/// True on a task inside [`simulated`] (one of many agents sharing the process).
+pub fn is_simulated() -> bool {
+    SIMULATOR.try_with(|_| ()).is_ok()
+}
+
 /// Runs a command to completion; `Ok` whatever its exit code (see [`run_checked`]).
 ///
 /// The command's stdout and stderr are one pipe, read on a thread of its own
@@ -137,6 +167,9 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
         )));
     }
     tracing::info!("{}", cmd.display());
+    if let Ok(simulator) = SIMULATOR.try_with(std::sync::Arc::clone) {
+        return Ok(simulator.run(cmd).await);
+    }
     let (read, write) = output_pipe().map_err(|e| CommandError::Spawn {
         program: program.clone(),
         reason: format!("cannot create a pipe for its output: {e}"),

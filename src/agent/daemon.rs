@@ -87,8 +87,12 @@ pub async fn start(
 }
 
 /// Gives the memory a pass used (the discovery walk of a big tree) back to the system, so an
-/// idle agent stays small.
+/// idle agent stays small. Not for one of the fleet simulator's agents: the heap is the whole
+/// process's, shared by thousands of them.
 pub fn release_memory() {
+    if crate::command::is_simulated() {
+        return;
+    }
     // SAFETY: malloc_trim only releases free heap pages; it is safe to call at any time.
     unsafe {
         nix::libc::malloc_trim(0);

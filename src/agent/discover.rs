@@ -64,8 +64,9 @@ impl Snapshot {
         );
     }
 
-    /// What the next pass may read with the index's root ([`Guess`]): the generation after
-    /// this one, and every node this snapshot read (found or missing).
+    /// What the next pass may read with the index's root ([`Guess`]): the entries of this
+    /// snapshot's generation and of the one after it, and every node this snapshot read
+    /// (found or missing).
     pub fn next_guess(&self) -> Guess {
         let mut nodes: Vec<String> = self.nodes.keys().chain(&self.absent).cloned().collect();
         nodes.sort();

@@ -198,10 +198,16 @@ pub const DOCS: &[CommandDoc] = &[
             USAGE,
             ("10", "Changes."),
         ],
-        examples: &[(
-            "zkdeployment plan --files acme.zk -c /etc/zkdeployment/agent.cfg",
-            "What these tree files would change on every host.",
-        )],
+        examples: &[
+            (
+                "zkdeployment plan --files acme.zk -c /etc/zkdeployment/agent.cfg",
+                "What these tree files would change on every host.",
+            ),
+            (
+                "zkdeployment plan --files acme.zk --json --per-host",
+                "The same as JSON, with every host's planned steps.",
+            ),
+        ],
         environment: &[CONNECTION_ENV, LOG_ENV],
         files: &[AGENT_CFG],
     },

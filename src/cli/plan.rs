@@ -1,8 +1,9 @@
-//! `zkdeployment plan (-u URL -t DIR [-b BRANCH] | --files PATH...) [--json] [-z CONN]`: what a
-//! revision of the tree would change on every registered host (see [`crate::fleet`]). The
-//! candidate is read and linted exactly as `sync` does (same errors, exit 1); nothing is
-//! written. Exit codes: 0 no change, 10 changes, 1 error (a bad tree, or a host whose pass
-//! would fail), 2 usage.
+//! `zkdeployment plan (-u URL -t DIR [-b BRANCH] | --files PATH...) [--json] [--per-host]
+//! [-z CONN]`: what a revision of the tree would change on every registered host (see
+//! [`crate::fleet`]). The candidate is read and linted exactly as `sync` does (same errors,
+//! exit 1); nothing is written. Hosts that only re-run what they have are counted, and named
+//! (with every host's steps) only with `--per-host`. Exit codes: 0 no change, 10 changes, 1
+//! error (a bad tree, or a host whose pass would fail), 2 usage.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -46,9 +47,13 @@ pub struct PlanArgs {
     /// Tree files (`.zk`, `.zkx`) to plan instead of a repository (a pre-merge check).
     #[arg(long, num_args = 1.., value_name = "PATH")]
     files: Vec<PathBuf>,
-    /// Print the plan as JSON (every host).
+    /// Print the plan as JSON.
     #[arg(long)]
     json: bool,
+    /// Name every host and show its steps, also the hosts that only re-run what they have
+    /// (by default those are counted, not listed).
+    #[arg(long)]
+    per_host: bool,
     #[command(flatten)]
     config: ConfigArg,
     #[command(flatten)]
@@ -118,20 +123,27 @@ pub fn run(args: PlanArgs) -> Outcome {
         let tree = build(&files).map_err(|e| tree_errors(e, &names))?.tree;
         drop(files);
         let client = settings.connect().await?;
-        let doc = plan_candidate(&client, &revision, &tree)
+        let mut doc = plan_candidate(&client, &revision, &tree)
             .await
             .map_err(|e| Failure::Failed(e.to_string()))?;
         drop(tree);
+        doc.per_host = args.per_host;
+        if !args.per_host {
+            doc.plan.only_changes();
+        }
         if args.json {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             serde_json::to_writer_pretty(&mut out, &doc)
                 .map_err(|e| Failure::Failed(format!("writing the plan: {e}")))?;
             writeln!(out).map_err(|e| Failure::Failed(format!("writing the plan: {e}")))?;
         } else {
-            print!("{}", render(&doc.plan, &doc.revision, &doc.cluster));
+            print!(
+                "{}",
+                render(&doc.plan, &doc.revision, &doc.cluster, args.per_host)
+            );
         }
         if doc.plan.has_failures() {
-            let failing: usize = doc.plan.failures.iter().map(|g| g.hosts.len()).sum();
+            let failing: usize = doc.plan.failures.iter().map(|g| g.count).sum();
             return Err(Failure::Failed(format!(
                 "the passes of {failing} host(s) would fail"
             )));

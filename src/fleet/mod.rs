@@ -33,6 +33,9 @@ pub struct Document {
     pub revision: String,
     /// The cluster version now (`null` when halted, on `/hosts` or by a halt record).
     pub cluster: Value,
+    /// True if every host is listed with its plan (`--per-host`); false if the lists of hosts
+    /// name only the hosts that change.
+    pub per_host: bool,
     /// The plan.
     #[serde(flatten)]
     pub plan: FleetPlan,
@@ -77,6 +80,7 @@ pub async fn plan_candidate(
     Ok(Document {
         revision: revision.to_string(),
         cluster,
+        per_host: true,
         plan,
     })
 }

@@ -10,7 +10,9 @@
 //!
 //! A step is a *change* unless it is the routine part of every pass: a deploy of an instance
 //! the host already has, and the refresh of a git checkout already at its version. Hosts with
-//! only routine steps are counted, not listed among the changes.
+//! only routine steps are counted, not listed among the changes: [`FleetPlan::only_changes`]
+//! keeps, in every list of hosts, the hosts that change (the counts stay whole); `plan
+//! --per-host` skips it and shows every host.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -175,8 +177,33 @@ pub struct Group<K> {
     /// What changes.
     #[serde(flatten)]
     pub what: K,
-    /// Ids of the hosts it changes, sorted.
+    /// How many hosts it concerns.
+    pub count: usize,
+    /// Ids of the hosts it concerns, sorted (only those that change, unless per host).
     pub hosts: Vec<String>,
+}
+
+impl<K> Group<K> {
+    fn of(what: K, hosts: Vec<String>) -> Self {
+        Group {
+            what,
+            count: hosts.len(),
+            hosts,
+        }
+    }
+}
+
+/// How many hosts are in each class (whether or not they are listed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Hosts with changes (or whose pass would fail).
+    pub changed: usize,
+    /// Hosts whose pass only re-runs what they have.
+    pub routine: usize,
+    /// Hosts with nothing to do at all.
+    pub idle: usize,
+    /// Hosts planned without an inventory.
+    pub without_inventory: usize,
 }
 
 /// A package change.
@@ -300,15 +327,18 @@ pub struct FleetPlan {
     pub mixed_fleet: Option<String>,
     /// The rollout of every application node deployed, with the hosts that deploy it.
     pub rollouts: Vec<Group<NodeRollout>>,
+    /// How many hosts change, only re-run, have nothing to do, have no inventory.
+    pub counts: Counts,
     /// Hosts with changes.
     pub changed: Vec<String>,
-    /// Hosts whose pass only re-runs what they have.
+    /// Hosts whose pass only re-runs what they have (empty unless per host).
     pub routine: Vec<String>,
-    /// Hosts with nothing to do at all.
+    /// Hosts with nothing to do at all (empty unless per host).
     pub idle: Vec<String>,
-    /// Hosts planned without an inventory (as if converged on the current tree).
+    /// Hosts planned without an inventory (as if converged on the current tree): those that
+    /// change, unless per host.
     pub without_inventory: Vec<String>,
-    /// Every host's plan, by id.
+    /// The hosts' plans, by id: those that change, unless per host.
     pub hosts: Vec<HostPlan>,
 }
 
@@ -321,6 +351,19 @@ impl FleetPlan {
     /// True if some host's pass would fail (the exit code 1).
     pub fn has_failures(&self) -> bool {
         !self.failures.is_empty()
+    }
+
+    /// Keeps, in every list of hosts, only the hosts that change (CONTRACT 12: hosts with
+    /// nothing but the routine re-run are counted, not listed); counts are left whole.
+    pub fn only_changes(&mut self) {
+        let changed: BTreeSet<&String> = self.changed.iter().collect();
+        self.hosts.retain(|h| changed.contains(&h.id));
+        self.without_inventory.retain(|id| changed.contains(id));
+        for group in &mut self.rollouts {
+            group.hosts.retain(|id| changed.contains(id));
+        }
+        self.routine = Vec::new();
+        self.idle = Vec::new();
     }
 }
 
@@ -555,10 +598,7 @@ pub fn property_changes(old: &Props, new: &Props) -> Vec<PropertyChange> {
 
 fn groups<K: Ord>(map: BTreeMap<K, BTreeSet<String>>) -> Vec<Group<K>> {
     map.into_iter()
-        .map(|(what, hosts)| Group {
-            what,
-            hosts: hosts.into_iter().collect(),
-        })
+        .map(|(what, hosts)| Group::of(what, hosts.into_iter().collect()))
         .collect()
 }
 
@@ -584,6 +624,7 @@ pub fn plan_fleet<N: TreeSource>(
         failures: Vec::new(),
         mixed_fleet: facts.mixed.clone(),
         rollouts: Vec::new(),
+        counts: Counts::default(),
         changed: Vec::new(),
         routine: Vec::new(),
         idle: Vec::new(),
@@ -705,13 +746,12 @@ pub fn plan_fleet<N: TreeSource>(
             }
         });
         if !changes.is_empty() {
-            out.properties.push(Group {
-                what: PropertiesChange {
-                    path: path.clone(),
-                    changes: changes.clone(),
-                },
-                hosts: hosts.iter().cloned().collect(),
-            });
+            let what = PropertiesChange {
+                path: path.clone(),
+                changes: changes.clone(),
+            };
+            out.properties
+                .push(Group::of(what, hosts.iter().cloned().collect()));
         }
     }
     for group in &out.properties {
@@ -721,12 +761,14 @@ pub fn plan_fleet<N: TreeSource>(
     }
     out.rollouts = rollouts
         .into_iter()
-        .map(|(path, what)| Group {
-            what,
-            hosts: deployers
-                .get(&path)
-                .map(|h| h.iter().cloned().collect())
-                .unwrap_or_default(),
+        .map(|(path, what)| {
+            let hosts = deployers.get(&path);
+            Group::of(
+                what,
+                hosts
+                    .map(|h| h.iter().cloned().collect())
+                    .unwrap_or_default(),
+            )
         })
         .collect();
     // A host re-running a deployment with new settings has changes too.
@@ -743,6 +785,12 @@ pub fn plan_fleet<N: TreeSource>(
             out.routine.push(hp.id.clone());
         }
     }
+    out.counts = Counts {
+        changed: out.changed.len(),
+        routine: out.routine.len(),
+        idle: out.idle.len(),
+        without_inventory: out.without_inventory.len(),
+    };
     out.packages = groups(packages);
     let rank = |c: &str| {
         ["install", "upgrade", "downgrade", "change", "remove"]
@@ -792,9 +840,13 @@ mod tests {
 
     /// `/acme/a` (foo) on h1–h5 with `settings`, `/acme/b` (bar) on h1.
     fn fleet_tree(settings: &str) -> Node {
-        tree(&format!(
+        tree(&fleet_text(settings))
+    }
+
+    fn fleet_text(settings: &str) -> String {
+        format!(
             "/acme\n  /a : foo\n    version = '1.0'\n{settings}    /deploy\n      /h1\n      /h2\n      /h3\n      /h4\n      /h5\n  /b : bar\n    version = '1.0'\n    /deploy\n      /h1\n"
-        ))
+        )
     }
 
     #[test]
@@ -896,7 +948,7 @@ mod tests {
             })
             .collect();
         assert_eq!(deploys, [2, 1]);
-        let text = super::super::render::render(&out, "files", &Value::from("r1"));
+        let text = super::super::render::render(&out, "files", &Value::from("r1"), false);
         assert!(
             text.contains("/acme/a [max-parallel 2, canary 1, health check unknown]"),
             "{text}"
@@ -915,12 +967,81 @@ mod tests {
         let why = "host h0 (h0.example.com) has no 'agent' property (the original's agent): every node uses the node lock, max-parallel 1";
         assert_eq!(out.mixed_fleet.as_deref(), Some(why));
         assert!(out.rollouts.iter().all(|g| g.what.parallel == 1));
-        let text = super::super::render::render(&out, "files", &Value::from("r1"));
+        let text = super::super::render::render(&out, "files", &Value::from("r1"), false);
         assert!(text.contains(&format!("mixed fleet: {why}")), "{text}");
         assert!(
             text.contains("max-parallel '30%' in the tree: 1 while the fleet is mixed"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn hosts_that_do_not_change_are_counted_not_listed() {
+        // /acme/b (on h1 only) gets a new version; h2–h5 only re-run /acme/a; h6 deploys
+        // nothing (and only records the version).
+        let current = fleet_tree("");
+        let candidate =
+            tree(&fleet_text("").replace("bar\n    version = '1.0'", "bar\n    version = '2.0'"));
+        let (ci, ni) = (TargetIndex::build(&current), TargetIndex::build(&candidate));
+        let cur = Indexed {
+            tree: &current,
+            index: &ci,
+        };
+        let cand = Indexed {
+            tree: &candidate,
+            index: &ni,
+        };
+        let hosts: Vec<Registered> = (1..=6)
+            .map(|i| registered(&format!("h{i}"), true))
+            .collect();
+        let paths: BTreeSet<String> = ["/acme/a".to_string(), "/acme/b".to_string()].into();
+        let facts = fleet_facts(&candidate, &paths, &hosts);
+        let full = plan_fleet(&cur, &cand, &hosts, &facts);
+        let counts = Counts {
+            changed: 1,
+            routine: 5,
+            idle: 0,
+            without_inventory: 6,
+        };
+        assert_eq!(full.counts, counts);
+        assert_eq!(full.hosts.len(), 6);
+        assert_eq!(full.routine, ["h2", "h3", "h4", "h5", "h6"]);
+        let mut plan = full.clone();
+        plan.only_changes();
+        assert_eq!(plan.counts, counts);
+        assert_eq!(plan.changed, ["h1"]);
+        assert!(plan.routine.is_empty() && plan.idle.is_empty(), "{plan:?}");
+        assert_eq!(plan.without_inventory, ["h1"]);
+        let ids: Vec<&str> = plan.hosts.iter().map(|h| h.id.as_str()).collect();
+        assert_eq!(ids, ["h1"]);
+        let a = &plan.rollouts[0];
+        assert_eq!((a.what.path.as_str(), a.count), ("/acme/a", 5));
+        assert_eq!(a.hosts, ["h1"]);
+        assert_eq!(plan.packages[0].count, 1);
+        assert_eq!(plan.packages[0].hosts, ["h1"]);
+        // Text: counted, the unchanged hosts never named.
+        let text = super::super::render::render(&plan, "files", &Value::from("r1"), false);
+        assert!(
+            text.contains(
+                "hosts that change: 1; that only re-run what they have: 5; with nothing to do: 0"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "planned as if converged on the current tree: 6 hosts, 1 that change: h1"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("h2"), "{text}");
+        // Per host: every host and its steps.
+        let text = super::super::render::render(&full, "files", &Value::from("r1"), true);
+        assert!(
+            text.contains("\n  h2 (re-runs what it has)\n      deploy /acme/a 0 (foo 1.0)\n"),
+            "{text}"
+        );
+        assert!(text.contains("\n  h6 (re-runs what it has)\n"), "{text}");
+        assert!(text.contains("\n  h1 (changes)\n"), "{text}");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The fleet plan for a terminal: a headline, then the changes grouped by kind, each with its
 //! host count and the first few host ids; property values as the tree writes them (Python
 //! literals), `old → new`; the rollout of each deployment that changes, when it is not a plain
-//! one (`[max-parallel K, canary C, health check]` as `deploy --dry-run` says it).
+//! one (`[max-parallel K, canary C, health check]` as `deploy --dry-run` says it). Hosts that
+//! do not change are counted, never named, unless the plan is per host; then every host's
+//! steps follow.
 
 use std::fmt::Write as _;
 
@@ -24,6 +26,21 @@ pub fn hosts_line(hosts: &[String]) -> String {
     );
     if hosts.len() > SHOWN {
         let _ = write!(out, " and {} more", hosts.len() - SHOWN);
+    }
+    out
+}
+
+/// `count` hosts of which `hosts` are named: [`hosts_line`] when all are, else
+/// `N hosts, K that change: a, b` (or `N hosts` when none is).
+pub(crate) fn counted_line(count: usize, hosts: &[String]) -> String {
+    if hosts.len() == count {
+        return hosts_line(hosts);
+    }
+    let mut out = format!("{count} host{}", if count == 1 { "" } else { "s" });
+    if !hosts.is_empty() {
+        let named = hosts_line(hosts);
+        let (_, ids) = named.split_once(": ").unwrap_or(("", &named));
+        let _ = write!(out, ", {} that change: {ids}", hosts.len());
     }
     out
 }
@@ -51,7 +68,8 @@ fn section<K>(out: &mut String, title: &str, groups: &[Group<K>], what: impl Fn(
     for (text, group) in lines {
         let mut parts = text.lines();
         let first = parts.next().unwrap_or("");
-        let _ = writeln!(out, "  {first:<width$}  {}", hosts_line(&group.hosts));
+        let hosts = counted_line(group.count, &group.hosts);
+        let _ = writeln!(out, "  {first:<width$}  {hosts}");
         for more in parts {
             let _ = writeln!(out, "      {more}");
         }
@@ -71,8 +89,9 @@ fn version(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("*")
 }
 
-/// The text form. `revision` names the candidate, `cluster` is the current cluster version.
-pub fn render(plan: &FleetPlan, revision: &str, cluster: &Value) -> String {
+/// The text form. `revision` names the candidate, `cluster` is the current cluster version;
+/// `per_host` adds every host's steps.
+pub fn render(plan: &FleetPlan, revision: &str, cluster: &Value, per_host: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -85,15 +104,13 @@ pub fn render(plan: &FleetPlan, revision: &str, cluster: &Value) -> String {
     let _ = writeln!(
         out,
         "  hosts that change: {}; that only re-run what they have: {}; with nothing to do: {}",
-        plan.changed.len(),
-        plan.routine.len(),
-        plan.idle.len()
+        plan.counts.changed, plan.counts.routine, plan.counts.idle
     );
-    if !plan.without_inventory.is_empty() {
+    if plan.counts.without_inventory > 0 {
         let _ = writeln!(
             out,
             "  without an inventory, planned as if converged on the current tree: {}",
-            hosts_line(&plan.without_inventory)
+            counted_line(plan.counts.without_inventory, &plan.without_inventory)
         );
     }
     if let Some(why) = &plan.mixed_fleet {
@@ -174,7 +191,30 @@ pub fn render(plan: &FleetPlan, revision: &str, cluster: &Value) -> String {
     if !plan.has_changes() && !plan.has_failures() {
         out.push_str("\nNo changes: every host would only re-run what it has.\n");
     }
+    if per_host {
+        hosts_section(&mut out, plan);
+    }
     out
+}
+
+/// Every host's steps (`plan --per-host`), as `deploy --dry-run` prints them.
+fn hosts_section(out: &mut String, plan: &FleetPlan) {
+    out.push_str("\nHosts:\n");
+    for host in &plan.hosts {
+        let how = if host.error.is_some() {
+            "fails"
+        } else if host.changes {
+            "changes"
+        } else if host.steps.is_empty() {
+            "nothing to do"
+        } else {
+            "re-runs what it has"
+        };
+        let _ = writeln!(out, "  {} ({how})", host.id);
+        for line in host.error.iter().chain(&host.lines) {
+            let _ = writeln!(out, "      {line}");
+        }
+    }
 }
 
 #[cfg(test)]
@@ -186,5 +226,12 @@ mod tests {
         let hosts: Vec<String> = (1..=7).map(|i| format!("h{i}")).collect();
         assert_eq!(hosts_line(&hosts), "7 hosts: h1, h2, h3, h4, h5 and 2 more");
         assert_eq!(hosts_line(&hosts[..1]), "1 host: h1");
+        assert_eq!(counted_line(7, &hosts), hosts_line(&hosts));
+        assert_eq!(
+            counted_line(9, &hosts),
+            "9 hosts, 7 that change: h1, h2, h3, h4, h5 and 2 more"
+        );
+        assert_eq!(counted_line(3, &hosts[..1]), "3 hosts, 1 that change: h1");
+        assert_eq!(counted_line(1, &[]), "1 host");
     }
 }

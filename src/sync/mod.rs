@@ -9,8 +9,11 @@
 //! `zkdeployment pause` keeps `version` `false`: only `resume` ends that pause). With `--auth`, everything it
 //! owns is protected ([`protect`]). A sync that dies while applying leaves `version` as it was,
 //! so no agent acts on a half-applied tree, and the next sync completes it. The deployment
-//! index ([`index`]) is invalidated before the tree changes, rewritten after, and made live by
-//! the same transaction that sets `version`.
+//! index ([`index`]) is invalidated before the tree changes; after the apply the tree is
+//! walked and compared with the generation live before: unchanged, that generation is made
+//! live again; changed, the entries that differ are written in place, or (a change too big for
+//! one transaction) a new generation is written. Either way the index goes live, and any
+//! in-place writes land, in the one transaction that sets `version`.
 
 pub mod desired;
 pub mod git;
@@ -416,8 +419,10 @@ async fn claim_roots(client: &Client, desired: &Desired) -> Result<(), SyncError
 
 /// Sets `version`, `synced` and `synced-roots` on `/hosts` in one guarded write (retried if
 /// an agent wrote `/hosts` meanwhile; a halt that happened meanwhile is left standing unless
-/// the sync was forced), in the same transaction that makes a new generation of the deployment
-/// index live. Nothing is written if `/hosts` already says so and the index is live for it.
+/// the sync was forced), in the same transaction that makes the deployment index live for it
+/// ([`index::prepare`]: the previous generation again, updated in place, or a new one).
+/// Nothing is written if `/hosts` already says so and the index is live for it. Returns the
+/// writes: `/hosts` and the index nodes.
 async fn set_version(
     client: &Client,
     desired: &Desired,
@@ -426,7 +431,7 @@ async fn set_version(
     previous: Option<String>,
     acl: Option<&[zookeeper_client::Acl]>,
 ) -> Result<usize, SyncError> {
-    let mut generation = None;
+    let mut prepared = None;
     for _ in 0..10 {
         let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
         let mut props = decode(&data);
@@ -455,62 +460,18 @@ async fn set_version(
         if props == before && index::is_live_for(client, revision, stat.mzxid).await? {
             return Ok(0);
         }
-        let live = match &generation {
-            Some(g) => g,
-            None => {
-                generation.insert(index::write_generation(client, acl, previous.as_deref()).await?)
-            }
+        let live = match &prepared {
+            Some(p) => p,
+            None => prepared.insert(index::prepare(client, acl, previous.as_deref()).await?),
         };
-        let index_data = index::live_data(&json!(revision), live);
-        let hosts_data = encode(&props);
-        let mut writer = client.new_multi_writer();
-        let added = writer
-            .add_set_data(HOSTS, &hosts_data, Some(stat.version))
-            .and_then(|_| writer.add_set_data(INDEX, &index_data, None));
-        if let Err(source) = added {
-            return Err(SyncError::Zk(ZkError::Op {
-                op: "set",
-                path: HOSTS.into(),
-                source,
-            }));
-        }
-        let result = match tokio::time::timeout(crate::zk::REQUEST_TIMEOUT, writer.commit()).await {
-            Ok(r) => r,
-            Err(_) => {
-                return Err(SyncError::Zk(ZkError::Timeout {
-                    op: "set",
-                    path: HOSTS.into(),
-                }))
-            }
-        };
-        match result {
-            Ok(_) => {
-                let keep: Vec<&str> = [Some(live.name.as_str()), previous.as_deref()]
-                    .into_iter()
-                    .flatten()
-                    .collect();
-                index::prune(client, &keep).await;
-                return Ok(1);
-            }
-            Err(MultiWriteError::OperationFailed {
-                index: 0,
-                source: zookeeper_client::Error::BadVersion,
-            }) => continue,
-            Err(MultiWriteError::OperationFailed { source, index }) => {
-                let path = if index == 0 { HOSTS } else { INDEX };
-                return Err(SyncError::Zk(ZkError::Op {
-                    op: "set",
-                    path: path.into(),
-                    source,
-                }));
-            }
-            Err(MultiWriteError::RequestFailed { source }) => {
-                return Err(SyncError::Zk(ZkError::Op {
-                    op: "set",
-                    path: HOSTS.into(),
-                    source,
-                }));
-            }
+        let hosts = (encode(&props), stat.version);
+        if commit_version(client, hosts, revision, live, acl).await? {
+            let keep: Vec<&str> = [Some(live.generation.name.as_str()), previous.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect();
+            let pruned = index::prune(client, &keep).await;
+            return Ok(1 + live.writes() + pruned);
         }
     }
     Err(SyncError::Zk(ZkError::Op {
@@ -518,4 +479,52 @@ async fn set_version(
         path: HOSTS.into(),
         source: zookeeper_client::Error::UnexpectedError("/hosts kept changing".into()),
     }))
+}
+
+/// The one transaction of a sync's end: `/hosts` (`hosts`: its data, guarded by its data
+/// version), the index's root naming `live`'s generation for `revision`, and `live`'s
+/// in-place writes. `Ok(false)`: `/hosts` changed meanwhile (nothing was written).
+async fn commit_version(
+    client: &Client,
+    hosts: (Vec<u8>, i32),
+    revision: &str,
+    live: &index::Prepared,
+    acl: Option<&[zookeeper_client::Acl]>,
+) -> Result<bool, SyncError> {
+    let root = index::live_data(&json!(revision), &live.generation);
+    // The paths written, in the order of the transaction's operations.
+    let mut paths = vec![HOSTS.to_string(), INDEX.to_string()];
+    let mut writer = client.new_multi_writer();
+    let mut added = writer
+        .add_set_data(HOSTS, &hosts.0, Some(hosts.1))
+        .and_then(|_| writer.add_set_data(INDEX, &root, None));
+    if let (Ok(()), Some(in_place)) = (&added, &live.in_place) {
+        added = index::add_in_place(&mut writer, &live.generation.name, in_place, acl)
+            .map(|more| paths.extend(more));
+    }
+    let failed = |index: usize, source| {
+        SyncError::Zk(ZkError::Op {
+            op: "write",
+            path: paths.get(index).map_or(HOSTS, String::as_str).to_string(),
+            source,
+        })
+    };
+    added.map_err(|source| failed(0, source))?;
+    let result = tokio::time::timeout(crate::zk::REQUEST_TIMEOUT, writer.commit())
+        .await
+        .map_err(|_| {
+            SyncError::Zk(ZkError::Timeout {
+                op: "set",
+                path: HOSTS.into(),
+            })
+        })?;
+    match result {
+        Ok(_) => Ok(true),
+        Err(MultiWriteError::OperationFailed {
+            index: 0,
+            source: zookeeper_client::Error::BadVersion,
+        }) => Ok(false),
+        Err(MultiWriteError::OperationFailed { source, index }) => Err(failed(index, source)),
+        Err(MultiWriteError::RequestFailed { source }) => Err(failed(0, source)),
+    }
 }

@@ -10,31 +10,39 @@
 //! /deployment-index/g7/t-<target>/c1 {"paths": [...]}        (chunks 1..K, only if K > 1)
 //! ```
 //!
-//! A generation is written once and never changed; the root names the live one. No node is
-//! called `deploy`, so the original agent's walk (which looks for `deploy` nodes) finds
-//! nothing here. A target's paths are sorted; they are split into chunks of at most
-//! [`CHUNK_BYTES`] of data each.
+//! The root names the live generation. No node is called `deploy`, so the original agent's
+//! walk (which looks for `deploy` nodes) finds nothing here. A target's paths are sorted;
+//! they are split into chunks of at most [`CHUNK_BYTES`] of data each.
 //!
 //! Trust rule: the root's `version` and `generation` are written by the same multi-op
 //! transaction that sets `/hosts` `version` (see [`crate::sync`]), so the two nodes then share
 //! their `mzxid`. An agent uses the index only if `/hosts` `mzxid` equals the root's `mzxid`
 //! (nothing wrote `/hosts` since: no resume, halt, foreign syncer or hand-made version bump),
-//! the root's `version` equals the `/hosts` version and the version the pass acts on, and the
-//! generation and all chunks it names exist. Anything else: walk.
+//! the root's `version` equals the `/hosts` version and the version the pass acts on, the
+//! generation and all chunks it names exist, and none of the index nodes it reads after the
+//! root was written after the root (`mzxid` no later than the root's). Anything else: walk.
 //!
-//! Reuse: a sync walks the tree after its apply, as for a new generation, and compares the
-//! deploy-node paths found with the generation live before the sync (read whole). When they
-//! are equal, that generation is made live again for the new version (the root alone is
-//! written, with `/hosts`, in one transaction) instead of writing a copy: its content is
-//! exactly what a new generation would hold, so the rule above stays sound. A generation the
-//! root no longer names (invalidated by `tree import` or a sync) is never reused.
+//! Updates: a sync walks the tree after its apply and compares the deploy-node paths found
+//! with the generation live before the sync (read whole). Equal: that generation is made live
+//! again for the new version (the root alone is written, with `/hosts`). Different: the
+//! entries and chunks that change ([`entry_writes`], at most `IN_PLACE_BYTES`) and the
+//! generation's own node are written in that same transaction, so the index and `/hosts` move
+//! together and a reader never sees a half-updated generation; a reader that read the root
+//! before such a transaction and the entries after it finds the generation node newer than
+//! the root, and walks. A bigger change writes a whole new generation, made live by the
+//! transaction. Either way the live generation holds exactly what the walk found. A
+//! generation the root no longer names (invalidated by `tree import` or a sync) is never
+//! reused. An agent of a version that does not compare `mzxid`s may, in that race, read
+//! the next version's entries (each one transaction's, with the tree at that version); the
+//! pass that version's change of `/hosts` wakes runs as always.
 //!
 //! Reading ahead: a reader may send, in the multi-read of `/hosts` and the root, what it
-//! expects to read next ([`Guess`]): the entries of the generation after the one it last
-//! used, and the nodes it last needed. Where the root names that generation, its entries are
-//! not read again; the nodes are the caller's to use (the agent uses them when they are all
-//! it needs). A pass of an agent whose deployments did not change then finds them in one
-//! round trip instead of three.
+//! expects to read next ([`Guess`]): the entries of the generation it last used and of the
+//! one after it (`guessed_generations`), and the nodes it last needed. Where the root names
+//! one of those generations, its entries are not read again; the nodes are the caller's to
+//! use (the agent uses them when they are all it needs). A pass of an agent whose
+//! deployments did not change then finds them in one round trip instead of three, whether
+//! the sync kept the generation, updated it in place or wrote a new one.
 
 use super::paths::RESERVED_ROOTS;
 use std::collections::BTreeMap;
@@ -133,31 +141,160 @@ pub fn generation_nodes(generation: &str, paths: &[String]) -> Vec<(String, Vec<
     let grouped = by_target(paths);
     let mut nodes = vec![(
         format!("{INDEX}/{generation}"),
-        encode(&props(json!({
-            "format": FORMAT,
-            "targets": grouped.len(),
-            "paths": paths.len(),
-        }))),
+        generation_data(grouped.len(), paths.len()),
     )];
     for (target, list) in &grouped {
-        let parts = chunks(list);
-        let node = target_node(generation, target);
-        nodes.push((
-            node.clone(),
-            encode(&props(json!({
-                "target": target,
-                "chunks": parts.len(),
-                "paths": parts[0],
-            }))),
-        ));
-        for (i, part) in parts.iter().enumerate().skip(1) {
-            nodes.push((
-                format!("{node}/c{i}"),
-                encode(&props(json!({ "paths": part }))),
-            ));
-        }
+        nodes.extend(entry_nodes(generation, target, &chunks(list)));
     }
     nodes
+}
+
+/// The data of a generation's own node.
+pub(crate) fn generation_data(targets: usize, paths: usize) -> Vec<u8> {
+    encode(&props(json!({
+        "format": FORMAT,
+        "targets": targets,
+        "paths": paths,
+    })))
+}
+
+/// The nodes of one target's entry, `parts` its paths in chunks: the entry, then its chunks.
+fn entry_nodes(generation: &str, target: &str, parts: &[Vec<String>]) -> Vec<(String, Vec<u8>)> {
+    let node = target_node(generation, target);
+    let mut nodes = vec![(node.clone(), entry_data(target, parts))];
+    for (i, part) in parts.iter().enumerate().skip(1) {
+        nodes.push((format!("{node}/c{i}"), chunk_data(part)));
+    }
+    nodes
+}
+
+fn entry_data(target: &str, parts: &[Vec<String>]) -> Vec<u8> {
+    encode(&props(json!({
+        "target": target,
+        "chunks": parts.len(),
+        "paths": parts.first().cloned().unwrap_or_default(),
+    })))
+}
+
+fn chunk_data(part: &[String]) -> Vec<u8> {
+    encode(&props(json!({ "paths": part })))
+}
+
+/// Most bytes an in-place update of a generation may send in the one transaction that also
+/// sets `/hosts` (well under ZooKeeper's 1 MiB request limit); a bigger change writes a new
+/// generation.
+pub(crate) const IN_PLACE_BYTES: usize = 512 * 1024;
+
+/// One write of an in-place update of a generation's entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryWrite {
+    /// A new entry or chunk.
+    Create {
+        /// The node.
+        path: String,
+        /// Its data.
+        data: Vec<u8>,
+    },
+    /// An entry or chunk whose paths change.
+    Set {
+        /// The node.
+        path: String,
+        /// Its new data.
+        data: Vec<u8>,
+    },
+    /// An entry or chunk no longer needed (chunks before their entry).
+    Delete {
+        /// The node.
+        path: String,
+    },
+}
+
+impl EntryWrite {
+    /// The node written.
+    pub fn path(&self) -> &str {
+        match self {
+            EntryWrite::Create { path, .. }
+            | EntryWrite::Set { path, .. }
+            | EntryWrite::Delete { path } => path,
+        }
+    }
+
+    /// What it costs in a request, roughly: path, data and a header.
+    pub fn bytes(&self) -> usize {
+        let data = match self {
+            EntryWrite::Create { data, .. } | EntryWrite::Set { data, .. } => data.len(),
+            EntryWrite::Delete { .. } => 0,
+        };
+        self.path().len() + data + 64
+    }
+}
+
+/// The writes that turn a generation holding `old` (per target, its paths as stored, in
+/// chunks) into one holding `paths`, in an order a transaction can apply (an entry before its
+/// chunks are created, after they are deleted). Targets whose paths are unchanged are not
+/// written.
+pub fn entry_writes(
+    generation: &str,
+    old: &BTreeMap<String, Vec<Vec<String>>>,
+    paths: &[String],
+) -> Vec<EntryWrite> {
+    let new: BTreeMap<String, Vec<Vec<String>>> = by_target(paths)
+        .into_iter()
+        .map(|(target, list)| (target, chunks(&list)))
+        .collect();
+    let empty = Vec::new();
+    let mut targets: Vec<&String> = old.keys().chain(new.keys()).collect();
+    targets.sort();
+    targets.dedup();
+    let mut out = Vec::new();
+    for target in targets {
+        let (before, after) = (
+            old.get(target).unwrap_or(&empty),
+            new.get(target).unwrap_or(&empty),
+        );
+        if before == after {
+            continue;
+        }
+        let node = target_node(generation, target);
+        let chunk = |i: usize| format!("{node}/c{i}");
+        let mut deletes: Vec<EntryWrite> = (after.len().max(1)..before.len())
+            .rev()
+            .map(|i| EntryWrite::Delete { path: chunk(i) })
+            .collect();
+        if after.is_empty() {
+            out.append(&mut deletes);
+            out.push(EntryWrite::Delete { path: node });
+            continue;
+        }
+        let data = entry_data(target, after);
+        if before.is_empty() {
+            out.push(EntryWrite::Create {
+                path: node.clone(),
+                data,
+            });
+        } else if before.len() != after.len() || before[0] != after[0] {
+            out.push(EntryWrite::Set {
+                path: node.clone(),
+                data,
+            });
+        }
+        for (i, part) in after.iter().enumerate().skip(1) {
+            let data = chunk_data(part);
+            match before.get(i) {
+                Some(was) if was == part => {}
+                Some(_) => out.push(EntryWrite::Set {
+                    path: chunk(i),
+                    data,
+                }),
+                None => out.push(EntryWrite::Create {
+                    path: chunk(i),
+                    data,
+                }),
+            }
+        }
+        out.append(&mut deletes);
+    }
+    out
 }
 
 fn props(v: Value) -> Props {
@@ -208,8 +345,8 @@ pub enum IndexAnswer {
 /// guessed is used only where the root proves it right.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Guess {
-    /// The generation expected live: the one after the last one used (`sync` numbers them
-    /// in order, each one more than the highest there).
+    /// The generation last used. Its entries and those of the generation after it are read
+    /// with the root (`guessed_generations`).
     pub generation: Option<String>,
     /// Nodes whose data the reader expects to need next (read "ahead", at the same point as
     /// the root: [`IndexRead::ahead`]).
@@ -220,12 +357,23 @@ impl Guess {
     /// The guess for the next read, after one that used `generation` and needed `nodes`.
     pub fn after(generation: Option<&str>, nodes: Vec<String>) -> Guess {
         Guess {
-            generation: generation
-                .and_then(generation_number)
-                .map(|n| format!("g{}", n + 1)),
+            generation: generation.map(String::from),
             nodes,
         }
     }
+}
+
+/// The generations whose entries a reader reads with the root: the one it last used (a sync
+/// that changes no deploy node, or updates the generation in place, keeps it live) and the
+/// one after it (a sync that writes a new generation numbers it one more than the highest
+/// there, and keeps only the live one and the one before).
+pub(crate) fn guessed_generations(guess: &Guess) -> Vec<String> {
+    guess
+        .generation
+        .as_deref()
+        .and_then(generation_number)
+        .map(|n| vec![format!("g{n}"), format!("g{}", n + 1)])
+        .unwrap_or_default()
 }
 
 /// What [`read_index`] read.
@@ -237,6 +385,9 @@ pub struct IndexRead {
     pub generation: Option<String>,
     /// The number of nodes read (index nodes and nodes read ahead).
     pub reads: usize,
+    /// True if the guess named the live generation: its entries came with the root, in one
+    /// round trip.
+    pub hit: bool,
     /// The guessed nodes read with the root, in one atomic snapshot with it (none when the
     /// guess named more than one multi-read holds).
     pub ahead: Vec<(String, MultiReadResult)>,
@@ -266,13 +417,10 @@ pub async fn read_index(
         wanted
     };
     // One multi-read: /hosts and the root are seen at the same point, and with them the
-    // guessed generation's entries and the nodes guessed (if they fit in one request).
-    let guessed = guess
-        .generation
-        .as_deref()
-        .filter(|g| generation_number(g).is_some());
+    // guessed generations' entries and the nodes guessed (if they fit in one request).
+    let guessed = guessed_generations(guess);
     let mut first = vec![super::paths::HOSTS.to_string(), INDEX.to_string()];
-    first.extend(guessed.map(entries).unwrap_or_default());
+    first.extend(guessed.iter().flat_map(|g| entries(g)));
     let fixed = first.len();
     if fixed + guess.nodes.len() <= BATCH {
         first.extend(guess.nodes.iter().cloned());
@@ -295,6 +443,7 @@ pub async fn read_index(
         answer: IndexAnswer::Unusable(String::new()),
         generation: None,
         reads: wants.len(),
+        hit: false,
         ahead,
         version: None,
     };
@@ -328,13 +477,26 @@ pub async fn read_index(
         return unusable(read, format!("bad generation name {generation:?}"));
     }
     let wanted = entries(generation);
-    if guessed != Some(generation) {
-        // Guessed wrong (or not at all): the entries of the live generation now.
-        got = read_data(client, &wanted).await?;
-        read.reads += wanted.len();
+    match guessed.iter().position(|g| g == generation) {
+        Some(i) => {
+            got = got
+                .drain(i * wanted.len()..(i + 1) * wanted.len())
+                .collect();
+            read.hit = true;
+        }
+        None => {
+            // Guessed wrong (or not at all): the entries of the live generation now.
+            got = read_data(client, &wanted).await?;
+            read.reads += wanted.len();
+        }
     }
     if got[0].is_none() {
         return unusable(read, format!("generation {generation} is gone"));
+    }
+    // A sync updates the live generation in place, in the transaction that moves the root:
+    // a node written after the root was read belongs to a later version.
+    if got.iter().flatten().any(|(_, mzxid)| *mzxid > root_mzxid) {
+        return unusable(read, "the index changed while it was read".into());
     }
     let mut paths = Vec::new();
     let mut more = Vec::new();
@@ -354,6 +516,12 @@ pub async fn read_index(
         let got = read_data(client, &more).await?;
         read.reads += more.len();
         for (node, entry) in more.iter().zip(got) {
+            match entry.as_ref() {
+                Some((_, mzxid)) if *mzxid > root_mzxid => {
+                    return unusable(read, "the index changed while it was read".into())
+                }
+                _ => {}
+            }
             match entry.as_ref().and_then(|(p, _)| path_list(p)) {
                 Some(list) => paths.extend(list),
                 None => return unusable(read, format!("index chunk {node} missing or malformed")),
@@ -414,6 +582,129 @@ mod tests {
         }
         assert_eq!(parts.concat(), paths);
         assert_eq!(chunks(&[]), vec![Vec::<String>::new()]);
+    }
+
+    /// A generation as nodes (path → data), as written whole.
+    fn nodes_of(paths: &[String]) -> BTreeMap<String, Vec<u8>> {
+        generation_nodes("g1", paths).into_iter().collect()
+    }
+
+    /// Applies `writes` to `nodes` as ZooKeeper would, in order: a create needs its parent
+    /// and no node, a set needs the node, a delete needs the node and no children.
+    fn applied(
+        mut nodes: BTreeMap<String, Vec<u8>>,
+        writes: &[EntryWrite],
+    ) -> BTreeMap<String, Vec<u8>> {
+        for w in writes {
+            let path = w.path().to_string();
+            let parent = path.rsplit_once('/').unwrap().0.to_string();
+            match w {
+                EntryWrite::Create { data, .. } => {
+                    assert!(nodes.contains_key(&parent), "{path}: no parent");
+                    assert!(
+                        nodes.insert(path.clone(), data.clone()).is_none(),
+                        "{path} exists"
+                    );
+                }
+                EntryWrite::Set { data, .. } => {
+                    assert!(
+                        nodes.insert(path.clone(), data.clone()).is_some(),
+                        "{path} missing"
+                    );
+                }
+                EntryWrite::Delete { .. } => {
+                    let prefix = format!("{path}/");
+                    assert!(
+                        !nodes.keys().any(|k| k.starts_with(&prefix)),
+                        "{path} has children"
+                    );
+                    assert!(nodes.remove(&path).is_some(), "{path} missing");
+                }
+            }
+        }
+        nodes
+    }
+
+    /// Stored entries (per target, its chunks) of a generation written whole.
+    fn stored(paths: &[String]) -> BTreeMap<String, Vec<Vec<String>>> {
+        by_target(paths)
+            .into_iter()
+            .map(|(t, list)| (t, chunks(&list)))
+            .collect()
+    }
+
+    #[test]
+    fn entry_writes_turn_one_generation_into_another_writing_only_what_changes() {
+        let many = |n: usize, target: &str| -> Vec<String> {
+            (0..n)
+                .map(|i| format!("/c/app{i:06}/deploy/{target}"))
+                .collect()
+        };
+        let base: Vec<String> = [many(3, "h1"), many(3, "h2"), many(20_000, "big")].concat();
+        let cases: Vec<(&str, Vec<String>)> = vec![
+            ("unchanged", base.clone()),
+            (
+                "one target gains a path",
+                [base.clone(), vec!["/z/deploy/h1".into()]].concat(),
+            ),
+            (
+                "a target goes",
+                base.iter()
+                    .filter(|p| !p.ends_with("/h2"))
+                    .cloned()
+                    .collect(),
+            ),
+            ("a target comes", [base.clone(), many(2, "h3")].concat()),
+            (
+                "a chunked target shrinks to one chunk",
+                [many(3, "h1"), many(3, "h2"), many(10, "big")].concat(),
+            ),
+            (
+                "a chunked target grows a chunk",
+                [base.clone(), many(30_000, "big")].concat(),
+            ),
+            (
+                "a chunked target's last chunk changes",
+                [base.clone(), vec!["/zz/deploy/big".into()]].concat(),
+            ),
+            ("everything goes", Vec::new()),
+        ];
+        for (what, new) in cases {
+            let mut new = new;
+            new.sort();
+            new.dedup();
+            let writes = entry_writes("g1", &stored(&base), &new);
+            let mut got = applied(nodes_of(&base), &writes);
+            // The generation's own node is written with the transaction, not here.
+            let own = format!("{INDEX}/g1");
+            let mut want = nodes_of(&new);
+            got.remove(&own);
+            want.remove(&own);
+            assert_eq!(got, want, "{what}");
+            // Only what changes: nothing for an unchanged target.
+            for w in &writes {
+                assert!(
+                    !w.path().contains("/t-h2") || what.ends_with(" goes"),
+                    "{what}: {w:?}"
+                );
+            }
+            if what == "unchanged" {
+                assert!(writes.is_empty());
+            }
+            if what == "one target gains a path" || what == "a chunked target's last chunk changes"
+            {
+                assert_eq!(writes.len(), 1, "{what}: {writes:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_guess_names_the_generation_last_used_and_the_next() {
+        let guess = Guess::after(Some("g7"), vec!["/a".into()]);
+        assert_eq!(guessed_generations(&guess), ["g7", "g8"]);
+        assert_eq!(guess.nodes, ["/a"]);
+        assert!(guessed_generations(&Guess::after(None, Vec::new())).is_empty());
+        assert!(guessed_generations(&Guess::after(Some("x"), Vec::new())).is_empty());
     }
 
     #[test]

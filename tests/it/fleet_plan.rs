@@ -3,7 +3,8 @@
 //! deployment, a role controller change, property changes, and a property-link change that
 //! changes a version is planned, then synced; the plan's per-host steps must be exactly what
 //! each agent then did (its `last-pass.json`). Also: nothing is written, lint errors are the
-//! syncer's, hosts whose discovery would fail, hosts without an inventory, exit codes.
+//! syncer's, hosts whose discovery would fail, hosts without an inventory, exit codes, and
+//! hosts that only re-run counted, not listed, unless `--per-host`.
 
 use crate::support;
 
@@ -208,8 +209,66 @@ async fn the_plan_is_what_the_agents_then_do() {
     same.assert_code(0);
     let doc: Value = serde_json::from_str(&same.stdout).unwrap();
     assert_eq!(doc["changed"], json!([]), "{}", same.stdout);
+    // Hosts that only re-run are counted, not listed (CONTRACT 12) ...
+    let counts = json!({"changed": 0, "routine": 5, "idle": 0, "without_inventory": 1});
+    assert_eq!(doc["counts"], counts);
+    assert_eq!(doc["per_host"], json!(false));
+    for list in ["routine", "idle", "without_inventory", "hosts"] {
+        assert_eq!(doc[list], json!([]), "{list}: {}", same.stdout);
+    }
+    for g in doc["rollouts"].as_array().unwrap() {
+        assert_eq!(g["hosts"], json!([]), "{g}");
+        assert!(g["count"].as_u64().unwrap() > 0, "{g}");
+    }
+    let text = plan(&conn, &["-u", &repo.url(), "-t", dir]).await;
+    text.assert_code(0);
+    assert!(
+        text.stdout
+            .contains("hosts that change: 0; that only re-run what they have: 5;"),
+        "{text}"
+    );
+    // (h5 is named once: as the reason the fleet is mixed.)
+    assert!(text.stdout.contains("current tree: 1 host\n"), "{text}");
+    for id in ["h1", "h2", "h3", "h4"] {
+        assert!(!text.stdout.contains(id), "{id} named in\n{text}");
+    }
+    // ... and listed, each with its plan, with --per-host.
+    let all = plan(
+        &conn,
+        &["-u", &repo.url(), "-t", dir, "--json", "--per-host"],
+    )
+    .await;
+    all.assert_code(0);
+    let doc: Value = serde_json::from_str(&all.stdout).unwrap();
+    assert_eq!(doc["counts"], counts);
+    assert_eq!(doc["per_host"], json!(true));
     assert_eq!(doc["routine"], json!(["h1", "h2", "h3", "h4", "h5"]));
     assert_eq!(doc["without_inventory"], json!(["h5"]));
+    let planned: Vec<&Value> = doc["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| &h["id"])
+        .collect();
+    assert_eq!(planned, ["h1", "h2", "h3", "h4", "h5"]);
+    let web = doc["rollouts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["path"] == json!("/acme/web"))
+        .unwrap();
+    assert_eq!(
+        (&web["count"], &web["hosts"]),
+        (&json!(3), &json!(["h1", "h2", "h4"]))
+    );
+    let text = plan(&conn, &["-u", &repo.url(), "-t", dir, "--per-host"]).await;
+    text.assert_code(0);
+    for line in [
+        "\n  h3 (re-runs what it has)\n",
+        "\n      deploy /acme/lib 0 (foo 1.0)\n",
+    ] {
+        assert!(text.stdout.contains(line), "{line:?} in\n{text}");
+    }
 
     let r2 = repo.commit(&[("acme.zk", &after()), ("locks.zkx", LOCKS)]);
     let before = hosts[0].zk_stats().await;
@@ -313,6 +372,16 @@ async fn the_plan_is_what_the_agents_then_do() {
     );
     assert_eq!(doc["failures"], json!([]));
     assert_eq!(doc["changed"], json!(["h1", "h2", "h3", "h4", "h5"]));
+    // Every change group carries its count and its hosts.
+    for kind in ["packages", "instances", "properties", "other", "rollouts"] {
+        for g in doc[kind].as_array().unwrap() {
+            assert_eq!(
+                g["count"],
+                json!(g["hosts"].as_array().unwrap().len()),
+                "{kind}: {g}"
+            );
+        }
+    }
     // h5 is the original's: a mixed fleet, every node one host at a time.
     assert!(
         doc["mixed_fleet"]
@@ -444,7 +513,7 @@ async fn hosts_whose_pass_would_fail_are_named_with_the_error() {
     assert_eq!(
         doc["failures"],
         json!([{"error": "Conflicting deployments for /acme/web. Can't deploy to h1.example.com and h1.",
-                "hosts": ["h1"]}])
+                "count": 1, "hosts": ["h1"]}])
     );
     assert_eq!(doc["hosts"][0]["error"], doc["failures"][0]["error"]);
     assert!(run.stderr.contains("1 host(s) would fail"), "{run}");

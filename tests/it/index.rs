@@ -9,6 +9,7 @@
 
 use crate::support;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -17,6 +18,8 @@ use support::agent::{Pm, TestHost};
 use support::git::{as_strs, sync_args, SyncPaths, TestRepo};
 use support::rpm::FakeYum;
 use support::Run;
+use zkdeployment::tree::Props;
+use zkdeployment::zk::index::{generation_nodes, walk_deploy_nodes};
 use zkdeployment::zk::snapshot::{read_subtree, ReadOptions, ZNode};
 use zkdeployment::zk::{decode, encode};
 use zookeeper_client::{Acls, CreateMode};
@@ -295,15 +298,213 @@ async fn a_sync_that_changes_no_deploy_node_writes_no_index_entry() {
         assert_eq!(children, vec![generation.clone()]);
         assert_eq!(c.source().await, "index");
     }
-    // A change of deploy nodes does write a new generation.
+    // A change of deploy nodes updates that generation in place (see
+    // a_sync_that_changes_a_few_deploy_nodes_writes_only_their_entries).
     let rev = c
         .repo
         .commit(&[("acme.zk", &acme("1.2")), ("filler.zk", &filler(61))]);
     c.sync(&[]).await.assert_ok();
     let (root, _) = c.root().await;
     assert_eq!(root["version"], json!(rev));
-    assert_ne!(live_entries(&c).await.0, generation);
+    let (name, now) = live_entries(&c).await;
+    assert_eq!(name, generation);
+    assert_ne!(now, entries);
     assert_eq!(c.source().await, "index");
+}
+
+/// The live generation's name, the root's `mzxid`, and every node of the generation with its
+/// properties and `mzxid`.
+async fn live_nodes(c: &Cluster) -> (String, i64, BTreeMap<String, (Props, i64)>) {
+    let (root, root_mzxid) = c.root().await;
+    let generation = root["generation"].as_str().unwrap().to_string();
+    let mut out = BTreeMap::new();
+    let mut todo = vec![format!("{INDEX}/{generation}")];
+    while let Some(p) = todo.pop() {
+        let (data, stat) = c.h.client.get_data(&p).await.unwrap();
+        let (children, _) = c.h.client.get_children(&p).await.unwrap();
+        todo.extend(children.iter().map(|ch| format!("{p}/{ch}")));
+        out.insert(p, (decode(&data), stat.mzxid));
+    }
+    (generation, root_mzxid, out)
+}
+
+/// What a full rebuild of the index would write as generation `name`: the syncer's walk of
+/// the tree as it is, laid out as a whole generation.
+async fn rebuilt(c: &Cluster, name: &str) -> BTreeMap<String, Props> {
+    let (paths, _) = walk_deploy_nodes(&c.h.client, &|_| true).await.unwrap();
+    generation_nodes(name, &paths)
+        .into_iter()
+        .map(|(p, d)| (p, decode(&d)))
+        .collect()
+}
+
+/// A sync that changes a few deploy nodes among many updates the live generation in place,
+/// in its transaction: the index then equals a full rebuild, the generation keeps its name,
+/// and only the generation's node and the entries that changed were written (their `mzxid`
+/// is the root's, every other entry's is as before). A running agent deploys what the change
+/// asks for, from the index.
+#[tokio::test]
+async fn a_sync_that_changes_a_few_deploy_nodes_writes_only_their_entries() {
+    let c = Cluster::new("index-in-place").await;
+    let first = c.commit_and_sync("1.0").await;
+    let mut agent = c.h.spawn("agent", &[], &[]);
+    let limit = Duration::from_secs(60);
+    c.h.wait_status(&first, &["done"], limit).await;
+    let (generation, _, mut before) = live_nodes(&c).await;
+    let props = |nodes: &BTreeMap<String, (Props, i64)>| -> BTreeMap<String, Props> {
+        nodes
+            .iter()
+            .map(|(p, (d, _))| (p.clone(), d.clone()))
+            .collect()
+    };
+    assert_eq!(props(&before), rebuilt(&c, &generation).await);
+    let extra = "  /extra : worker\n    version = '1.1'\n    /deploy\n      /h1\n";
+    // 1. h1 gains a deployment, other4 a filler application.
+    // 2. h1 loses it again, and /acme/jobs' only target (someone-else) goes.
+    let commits = [
+        (format!("{}{extra}", acme("1.0")), filler(61)),
+        (
+            acme("1.0").replace("    /deploy\n      /someone-else\n", ""),
+            filler(61),
+        ),
+    ];
+    let changed = [vec!["t-h1", "t-other4"], vec!["t-h1", "t-someone-else"]];
+    for ((acme_text, filler_text), changed) in commits.iter().zip(changed) {
+        let rev = c
+            .repo
+            .commit(&[("acme.zk", acme_text), ("filler.zk", filler_text)]);
+        c.sync(&[]).await.assert_ok();
+        let (name, root_mzxid, after) = live_nodes(&c).await;
+        assert_eq!(name, generation, "the live generation, updated in place");
+        assert_eq!(props(&after), rebuilt(&c, &generation).await, "{rev}");
+        let base = format!("{INDEX}/{generation}");
+        for (path, (data, mzxid)) in &after {
+            let entry = path
+                .strip_prefix(&format!("{base}/"))
+                .map(|e| e.split('/').next().unwrap());
+            let written = entry.is_none_or(|e| changed.contains(&e));
+            if written {
+                assert_eq!(*mzxid, root_mzxid, "{path} written with the root");
+            } else {
+                assert_eq!(
+                    Some(&(data.clone(), *mzxid)),
+                    before.get(path),
+                    "{path} untouched"
+                );
+            }
+        }
+        for gone in before.keys().filter(|p| !after.contains_key(*p)) {
+            assert!(
+                changed.iter().any(|t| gone.contains(&format!("/{t}"))),
+                "{gone} deleted"
+            );
+        }
+        c.h.wait_status(&rev, &["done"], limit).await;
+        assert_eq!(c.h.report()["discovery"]["source"], json!("index"), "{rev}");
+        if changed.contains(&"t-other4") {
+            // The first commit: worker deployed once.
+            assert_eq!(c.h.deploy_log("worker").len(), 1);
+        }
+        before = after;
+    }
+    // The second: /acme/extra undeployed.
+    let undeployed = c.h.report()["steps"].as_array().unwrap().iter().any(|s| {
+        s["step"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("undeploy /acme/extra 0"))
+    });
+    assert!(undeployed, "{}", c.h.report());
+    assert_eq!(c.source().await, "index");
+    agent.terminate();
+    assert_eq!(agent.wait(limit).await, 0, "{}", agent.output());
+}
+
+/// An index node written after the root (what a reader sees when a sync updates the live
+/// generation between its read of the root and its read of the entries) is not trusted:
+/// the pass walks, until the next sync.
+#[tokio::test]
+async fn an_index_entry_newer_than_the_root_is_walked() {
+    let c = Cluster::new("index-newer").await;
+    c.commit_and_sync("1.0").await;
+    assert_eq!(c.source().await, "index");
+    let (root, _) = c.root().await;
+    let entry = format!("{INDEX}/{}/t-h1", root["generation"].as_str().unwrap());
+    let (data, _) = c.h.client.get_data(&entry).await.unwrap();
+    c.h.client.set_data(&entry, &data, None).await.unwrap();
+    assert_eq!(c.source().await, "walk");
+    c.commit_and_sync("1.4").await;
+    assert_eq!(c.source().await, "index");
+}
+
+/// A reader's read-ahead guess (the generation of its last snapshot, `next_guess`) keeps
+/// naming the live generation across syncs: one that changes no deploy node (the generation
+/// made live again), one that changes a few (updated in place), and one after `tree import`
+/// (a new generation): each time its entries come with the root, and the deploy nodes are
+/// the walk's.
+#[tokio::test]
+async fn the_read_ahead_keeps_hitting_across_syncs() {
+    use zkdeployment::agent::discover::{read_snapshot_guessing, Mode};
+    use zkdeployment::agent::model::Host;
+    use zkdeployment::zk::index::{read_index, IndexAnswer};
+    let c = Cluster::new("index-guess-hits").await;
+    let first = c.commit_and_sync("1.0").await;
+    let host = Host {
+        id: c.h.id.clone(),
+        name: c.h.name.clone(),
+        role: None,
+    };
+    let client = &c.h.client;
+    let mut guess = read_snapshot_guessing(
+        client,
+        &host,
+        Mode::Index(&json!(first)),
+        &Default::default(),
+    )
+    .await
+    .unwrap()
+    .next_guess();
+    let import = c.path("more.zk");
+    std::fs::write(
+        &import,
+        "/more\n  /app : worker\n    version = '1.1'\n    /deploy\n      /h1\n",
+    )
+    .unwrap();
+    for step in ["reused", "in place", "new"] {
+        let rev = match step {
+            "reused" => c.commit_and_sync("1.4").await,
+            "in place" => {
+                let rev = c
+                    .repo
+                    .commit(&[("acme.zk", &acme("1.4")), ("filler.zk", &filler(61))]);
+                c.sync(&[]).await.assert_ok();
+                rev
+            }
+            _ => {
+                support::run_async(&["tree", "import", import.to_str().unwrap(), "-z", &c.h.conn])
+                    .await
+                    .assert_ok();
+                c.commit_and_sync("2.0").await
+            }
+        };
+        let version = json!(rev);
+        let read = read_index(client, &host.targets(), Some(&version), &guess)
+            .await
+            .unwrap();
+        let walked = read_snapshot_guessing(client, &host, Mode::Walk, &Default::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            read.answer,
+            IndexAnswer::Paths(walked.deploy_nodes.clone()),
+            "{step}"
+        );
+        assert!(read.hit, "{step}: {guess:?} missed {:?}", read.generation);
+        let snap = read_snapshot_guessing(client, &host, Mode::Index(&version), &guess)
+            .await
+            .unwrap();
+        assert_eq!(snap.deploy_nodes, walked.deploy_nodes, "{step}");
+        guess = snap.next_guess();
+    }
 }
 
 #[tokio::test]
@@ -489,33 +690,52 @@ async fn the_original_agents_walk_finds_no_deploy_node_in_the_index() {
     );
 }
 
+/// A target with many deploy nodes is chunked, and read whole: written in a new generation,
+/// updated in place (every chunk rewritten), and, when the change is more than one
+/// transaction may carry, written as a new generation again.
 #[tokio::test]
 async fn a_target_with_many_deploy_nodes_is_chunked_and_read_whole() {
     let c = Cluster::new("index-chunks").await;
-    let long = "x".repeat(90);
-    let mut text = String::from("/many\n");
-    for i in 0..3000 {
-        text.push_str(&format!(
-            "  /{long}{i:05} : webapp\n    version = '1.0'\n    /deploy\n      /h1\n"
-        ));
+    let many = |letter: &str, count: usize| {
+        let long = letter.repeat(90);
+        let mut text = String::from("/many\n");
+        for i in 0..count {
+            text.push_str(&format!(
+                "  /{long}{i:05} : webapp\n    version = '1.0'\n    /deploy\n      /h1\n"
+            ));
+        }
+        text
+    };
+    // Written whole; then every path renamed (about 340 KiB of entries: updated in place);
+    // then 5,000 paths (more than an in-place update may send: a new generation).
+    let mut first = None;
+    for (letter, count, same) in [("x", 3000, false), ("y", 3000, true), ("z", 5000, false)] {
+        c.repo.commit(&[("many.zk", &many(letter, count))]);
+        c.sync(&[]).await.assert_ok();
+        let generation = c.root().await.0["generation"].as_str().unwrap().to_string();
+        if let Some(first) = &first {
+            assert_eq!(
+                &generation == first,
+                same,
+                "{letter}: {first} then {generation}"
+            );
+        }
+        first.get_or_insert(generation.clone());
+        let (entry, _) =
+            c.h.client
+                .get_data(&format!("{INDEX}/{generation}/t-h1"))
+                .await
+                .unwrap();
+        let entry = decode(&entry);
+        let chunks = entry["chunks"].as_u64().unwrap();
+        assert!(chunks >= 2, "{chunks} chunks");
+        assert!(entry.len() < 1024 * 1024);
+        let indexed = c.plan(&[]).await;
+        let walked = c.plan(&["--walk"]).await;
+        assert_eq!(indexed["discovery"]["source"], json!("index"));
+        assert_eq!(deploy_paths(&indexed).len(), count);
+        assert_eq!(indexed["steps"], walked["steps"]);
     }
-    c.repo.commit(&[("many.zk", &text)]);
-    c.sync(&[]).await.assert_ok();
-    let generation = c.root().await.0["generation"].as_str().unwrap().to_string();
-    let (entry, _) =
-        c.h.client
-            .get_data(&format!("{INDEX}/{generation}/t-h1"))
-            .await
-            .unwrap();
-    let entry = decode(&entry);
-    let chunks = entry["chunks"].as_u64().unwrap();
-    assert!(chunks >= 2, "{chunks} chunks");
-    assert!(entry.len() < 1024 * 1024);
-    let indexed = c.plan(&[]).await;
-    let walked = c.plan(&["--walk"]).await;
-    assert_eq!(indexed["discovery"]["source"], json!("index"));
-    assert_eq!(deploy_paths(&indexed).len(), 3000);
-    assert_eq!(indexed["steps"], walked["steps"]);
 }
 
 /// A daemon woken by a sync reads the index with the new version, in the same round trip,

@@ -245,8 +245,8 @@ proptest! {
     }
 }
 
-/// A reader that guesses right (the generation after the one it last used, the nodes it last
-/// needed) reads the index's root, its entries and every node discovery needs in one
+/// A reader that guesses right (the generation it last used and the one after it, the nodes
+/// it last needed) reads the index's root, its entries and every node discovery needs in one
 /// multi-read, and sees the new generation's data; a wrong generation costs the entries' read
 /// again, a guess short of a node costs the nodes' read again, and neither changes the answer.
 #[tokio::test]
@@ -262,9 +262,11 @@ async fn a_right_guess_reads_the_index_and_the_nodes_at_once() {
         .await
         .unwrap();
     let guess = first.next_guess();
-    let (Some(g1), Some(g2)) = (&first.generation, &guess.generation) else {
-        panic!("no generation: {first:?} {guess:?}");
+    let Some(g1) = &first.generation else {
+        panic!("no generation: {first:?}");
     };
+    assert_eq!(guess.generation.as_ref(), Some(g1));
+    let g2 = format!("g{}", g1[1..].parse::<u64>().unwrap() + 1);
     assert_eq!(
         guess.nodes,
         ["/", "/a", "/a/deploy/h1"],
@@ -272,13 +274,14 @@ async fn a_right_guess_reads_the_index_and_the_nodes_at_once() {
     );
     // The next sync writes the next generation, as guessed.
     publish(&client, &tree("2.0")).await;
-    // Root and /hosts, the generation and its 2 targets' entries, the 3 nodes: 8, at once.
-    let at_once = 2 + 3 + 3;
+    // Root and /hosts, two generations and their 2 targets' entries, the 3 nodes: 11, at once.
+    let at_once = 2 + 2 * 3 + 3;
     let read = read_index(&client, &host.targets(), Some(&version), &guess)
         .await
         .unwrap();
-    assert_eq!(read.generation.as_ref(), Some(g2), "after {g1}");
+    assert_eq!(read.generation.as_ref(), Some(&g2), "after {g1}");
     assert_eq!(read.answer, IndexAnswer::Paths(vec!["/a/deploy/h1".into()]));
+    assert!(read.hit);
     assert_eq!(read.reads, at_once);
     assert_eq!(read.ahead.len(), 3);
     let snap = read_snapshot_guessing(&client, &host, Mode::Index(&version), &guess)
@@ -295,6 +298,7 @@ async fn a_right_guess_reads_the_index_and_the_nodes_at_once() {
         .await
         .unwrap();
     assert_eq!(read.answer, IndexAnswer::Paths(vec!["/a/deploy/h1".into()]));
+    assert!(!read.hit);
     assert_eq!(read.reads, at_once + 3);
     // Short of a node: the nodes are read again, all 3 (one snapshot).
     let short = Guess {
@@ -304,7 +308,7 @@ async fn a_right_guess_reads_the_index_and_the_nodes_at_once() {
     let snap = read_snapshot_guessing(&client, &host, Mode::Index(&version), &short)
         .await
         .unwrap();
-    assert_eq!(snap.reads, 2 + 3 + 1 + 3);
+    assert_eq!(snap.reads, 2 + 2 * 3 + 1 + 3);
     assert_eq!(snap.nodes["/a"]["version"], json!("2.0"));
     assert_eq!(snap.deploy_nodes, ["/a/deploy/h1"]);
 }

@@ -768,13 +768,13 @@ async fn the_syncers_credentials_never_show() {
     }
 }
 
-/// A new generation of the index is created with the syncer's ACL: no moment exists in which
-/// another client could write into it before a later repair (a write then would survive the
-/// repair, which only changes ACLs). Written without [`zkdeployment::sync::protect`], so only
+/// A new generation of the index, and an entry an in-place update adds, are created with the
+/// syncer's ACL: no moment exists in which another client could write into them before a
+/// later repair (a write then would survive the repair, which only changes ACLs). Written without [`zkdeployment::sync::protect`], so only
 /// the creation can have set these ACLs.
 #[tokio::test]
 async fn index_generations_are_created_protected() {
-    use zkdeployment::sync::index::write_generation;
+    use zkdeployment::sync::index::{add_in_place, prepare, write_generation};
     use zkdeployment::zk::acl::{Kind, Protection};
 
     let env = Env::new("lp-index-create").await;
@@ -792,6 +792,19 @@ async fn index_generations_are_created_protected() {
     let acl = Protection::new(&credentials).acl(Kind::Owned);
     let generation = write_generation(&syncer, Some(&acl), None).await.unwrap();
     assert_eq!(generation.paths, 1, "{generation:?}");
+    // A new target: the generation is updated in place, the new entry created protected too.
+    syncer
+        .create("/acme/web/deploy/h2", b"{}", &open)
+        .await
+        .unwrap();
+    let prepared = prepare(&syncer, Some(&acl), Some(&generation.name))
+        .await
+        .unwrap();
+    let in_place = prepared.in_place.expect("an in-place update");
+    let mut writer = syncer.new_multi_writer();
+    let written = add_in_place(&mut writer, &generation.name, &in_place, Some(&acl)).unwrap();
+    assert!(written.iter().any(|p| p.ends_with("/t-h2")), "{written:?}");
+    writer.commit().await.unwrap();
     let index = zkdeployment::zk::snapshot::read_subtree(
         &env.anon,
         "/deployment-index",
@@ -810,7 +823,7 @@ async fn index_generations_are_created_protected() {
             queue.push((format!("{path}/{name}"), child));
         }
     }
-    assert!(checked > 2, "root, generation and entries: {checked}");
+    assert!(checked > 3, "root, generation and entries: {checked}");
     assert_eq!(
         env.anon
             .set_data("/deployment-index", b"{}", None)
