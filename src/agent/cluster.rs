@@ -14,7 +14,7 @@ use super::model::{agent_id, Host};
 use crate::files::now;
 use crate::tree::Props;
 use crate::zk::halts::{record_halt, HALTS, HALT_PREFIX};
-use crate::zk::lock::ensure_node;
+use crate::zk::node::ensure_node;
 use crate::zk::paths::{host_path, registry_path, AGENT_PROPERTY, AGENT_REGISTRY, HOSTS};
 use crate::zk::update::update_props;
 use crate::zk::{call, call_retrying, decode, encode, Client, ZkError, REQUEST_TIMEOUT};

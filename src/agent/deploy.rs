@@ -22,10 +22,11 @@ use super::error::Interrupt;
 use super::pass::{Pass, StatusAnswer};
 use super::plan::{Lock, Rollout, Step};
 use super::rollout::{
-    add_canary, canary_key, dead_lease_holder, deploy_leased, died_in_flight,
-    execute_ready_halting, halt_for_dead_holder, halted, in_canary_phase, in_flight_record,
-    is_mine, look_before_locked_step, Canary, LookAfterTake, Looked,
+    dead_lease_holder, deploy_leased, died_in_flight, execute_ready_halting, halt_for_dead_holder,
+    halted, in_canary_phase, in_flight_record, is_mine, look_before_locked_step, LookAfterTake,
+    Looked,
 };
+use super::rollout_rule::{add_canary, canary_key, Canary};
 use crate::zk::encode;
 use crate::zk::lock::{
     acquire_queued_any_checking, first_contender, send_write_and_delete, try_lock_beside,

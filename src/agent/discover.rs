@@ -607,3 +607,106 @@ pub enum DiscoverFailure {
     #[error(transparent)]
     Zk(#[from] ZkError),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Discovery on `tree` (zc.zk text) for host `h1` (`web1.example.com`, role `role`) over
+    /// `deploy_nodes`: its deployments as `path n rpm version`, or its error.
+    fn found(tree: &str, role: Option<&str>, deploy_nodes: &[&str]) -> Result<Vec<String>, String> {
+        let tree = crate::tree::parse::parse(tree).unwrap();
+        let host = Host {
+            id: "h1".into(),
+            name: "web1.example.com".into(),
+            role: role.map(Into::into),
+        };
+        let nodes: Vec<String> = deploy_nodes.iter().map(|s| s.to_string()).collect();
+        match discover_in(&tree, &nodes, &host) {
+            Ok(found) => Ok(found
+                .deployments
+                .iter()
+                .map(|d| format!("{} {} {} {}", d.path, d.n, d.rpm, d.version))
+                .collect()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// (tree, role, deploy nodes, deployments or the error)
+    type Case<'a> = (
+        String,
+        Option<&'a str>,
+        &'a [&'a str],
+        Result<Vec<&'a str>, &'a str>,
+    );
+
+    #[test]
+    fn deployments_follow_the_deploy_nodes_named_after_the_host() {
+        let app = |props: &str| format!("/acme\n  /a : foo\n{props}    /deploy\n      /h1\n");
+        // (tree, role, deploy nodes, deployments or the error)
+        let cases: Vec<Case> = vec![
+            (app("    version = '1.0'\n"), None, &["/acme/a/deploy/h1"], Ok(vec!["/acme/a 0 foo 1.0"])),
+            (
+                "/acme\n  /a : foo\n    version = '1.0'\n    /deploy\n      /h1\n        n = 2\n".into(),
+                None,
+                &["/acme/a/deploy/h1"],
+                Ok(vec!["/acme/a 0 foo 1.0", "/acme/a 1 foo 1.0"]),
+            ),
+            (
+                "/acme\n  /a : foo-1.2\n    /deploy\n      /web1.example.com\n".into(),
+                None,
+                &["/acme/a/deploy/web1.example.com"],
+                Ok(vec!["/acme/a 0 foo-1.2 *"]),
+            ),
+            // A deploy node named after another host is not this host's.
+            (app("    version = '1.0'\n"), None, &["/acme/a/deploy/h2"], Ok(vec![])),
+            (app(""), None, &["/acme/a/deploy/h1"], Err("No version found for /acme/a")),
+            (
+                app("    version = 1\n"),
+                None,
+                &["/acme/a/deploy/h1"],
+                Err("Version of /acme/a is not a string: 1"),
+            ),
+            (
+                "/acme\n  /a\n    version = '1.0'\n    /deploy\n      /h1\n".into(),
+                None,
+                &["/acme/a/deploy/h1"],
+                Err("No type for /acme/a"),
+            ),
+            (
+                app("    version = '1.0'\n"),
+                Some("web"),
+                &["/acme/a/deploy/h1"],
+                Err("Found a host-based deployment at /acme/a/deploy/h1 but the host has a role, web."),
+            ),
+            (
+                "/acme\n  /a : foo\n    version = '1.0'\n    /deploy\n      /h1\n      /web1.example.com\n".into(),
+                None,
+                &["/acme/a/deploy/h1", "/acme/a/deploy/web1.example.com"],
+                Err("Conflicting deployments for /acme/a. Can't deploy to web1.example.com and h1."),
+            ),
+        ];
+        for (tree, role, nodes, wanted) in cases {
+            let got = found(&tree, role, nodes);
+            let wanted = wanted
+                .map(|v| v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .map_err(str::to_string);
+            assert_eq!(got, wanted, "{tree}");
+        }
+    }
+
+    #[test]
+    fn a_bad_rollout_property_is_an_error_known_before_acting() {
+        for bad in [
+            "max-parallel = 0",
+            "max-parallel = 'abc'",
+            "max-parallel = '150%'",
+        ] {
+            let tree = format!(
+                "/acme\n  /a : foo\n    version = '1.0'\n    {bad}\n    /deploy\n      /h1\n"
+            );
+            let got = found(&tree, None, &["/acme/a/deploy/h1"]);
+            assert!(got.is_err(), "{bad}: {got:?}");
+        }
+    }
+}

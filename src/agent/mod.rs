@@ -2,12 +2,12 @@
 //! ([`observe`]), every step between the two ([`plan`], pure), and walks that plan
 //! ([`execute`]; deployments under node locks are scheduled by [`deploy`], and each step
 //! runs itself, [`steps`]; rolling deploys, semaphore leases, canaries and health checks in
-//! [`rollout`] and [`health`]), reporting as it goes ([`status`]). Session state ([`session::Agent`]) is
+//! [`rollout`] and [`health`], the pure rollout rule in [`rollout_rule`]), reporting as it goes ([`status`]). Session state ([`session::Agent`]) is
 //! apart from the state of one pass ([`pass::Pass`]).
 //!
 //! Within the agent, modules depend downward only: `daemon` → `execute` → `deploy` →
 //! `rollout` → `steps` → `health` / `pass` → `session`, with `discover`, `observe`,
-//! `software`, `role`, `mixed` and `cluster` below them; `plan`, `model`, `error` and `status` are shared vocabulary at the
+//! `software`, `role`, `mixed` and `cluster` below them; `plan`, `rollout_rule`, `model`, `error` and `status` are shared vocabulary at the
 //! bottom.
 
 pub mod cluster;
@@ -25,6 +25,7 @@ pub mod pass;
 pub mod plan;
 pub mod role;
 pub mod rollout;
+pub mod rollout_rule;
 pub mod session;
 pub mod software;
 pub mod status;

@@ -526,3 +526,226 @@ pub fn plan(inputs: Inputs<'_>) -> Result<Plan, PlanError> {
     }
     Ok(Plan { steps, mixed: None })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::model::{Deployment, Installed, InstalledDeployment, Wanted};
+
+    /// `path n rpm version` (version `*` = any).
+    fn wanted(spec: &str) -> Deployment {
+        let w: Vec<&str> = spec.split(' ').collect();
+        Deployment {
+            path: w[0].into(),
+            n: w[1].parse().unwrap(),
+            rpm: w[2].into(),
+            app: crate::agent::model::app_name(w[2]).into(),
+            subtype: None,
+            version: match w[3] {
+                "*" => Wanted::Any,
+                v => Wanted::Exact(v.into()),
+            },
+        }
+    }
+
+    /// A host with `packages` installed (`rpm=version`) and `deployed` (`path n rpm`).
+    fn host(packages: &[&str], deployed: &[&str]) -> Installed {
+        let mut installed = Installed::default();
+        for p in packages {
+            let (rpm, version) = p.split_once('=').unwrap();
+            installed.packages.push(rpm.into());
+            installed
+                .app_dirs
+                .push(crate::agent::model::app_name(rpm).into());
+            installed.versions.insert(rpm.into(), Some(version.into()));
+        }
+        for d in deployed {
+            let w: Vec<&str> = d.split(' ').collect();
+            installed.deployments.push(InstalledDeployment {
+                app: crate::agent::model::app_name(w[2]).into(),
+                rpm: w[2].into(),
+                path: w[0].into(),
+                n: w[1].parse().unwrap(),
+            });
+        }
+        installed
+    }
+
+    fn steps(wanted: &[Deployment], installed: &Installed) -> Vec<String> {
+        let inputs = Inputs {
+            wanted,
+            controller: None,
+            role: None,
+            installed,
+            after: None,
+        };
+        let planned = plan(inputs).unwrap();
+        planned.steps.iter().map(ToString::to_string).collect()
+    }
+
+    /// (wanted, installed packages, deployed instances, steps wanted but the last)
+    type Case<'a> = (&'a [&'a str], &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+
+    #[test]
+    fn the_plan_walks_from_what_the_host_has_to_what_the_tree_wants() {
+        let git = "git:example.org/repo#main";
+        // (wanted, installed packages, deployed instances, steps wanted but the last)
+        let cases: &[Case] = &[
+            (&[], &[], &[], &[]),
+            (
+                &["/a 0 foo 1.0"],
+                &[],
+                &[],
+                &["install foo 1.0 (installed: none)", "deploy /a 0 (foo 1.0)"],
+            ),
+            (
+                &["/a 0 foo 1.0"],
+                &["foo=1.0"],
+                &["/a 0 foo"],
+                &["deploy /a 0 (foo 1.0)"],
+            ),
+            (
+                &["/a 0 foo 2.0"],
+                &["foo=1.0"],
+                &["/a 0 foo"],
+                &["install foo 2.0 (installed: 1.0)", "deploy /a 0 (foo 2.0)"],
+            ),
+            (&["/a 0 foo *"], &["foo=1.0"], &[], &["deploy /a 0 (foo *)"]),
+            (
+                &["/b 1 foo 1.0", "/b 0 foo 1.0", "/a 0 foo 1.0"],
+                &["foo=1.0"],
+                &[],
+                &[
+                    "deploy /a 0 (foo 1.0)",
+                    "deploy /b 0 (foo 1.0)",
+                    "deploy /b 1 (foo 1.0)",
+                ],
+            ),
+            (
+                &[],
+                &["foo=1.0"],
+                &["/a 0 foo", "/a 1 foo"],
+                &[
+                    "undeploy /a 0 (foo)",
+                    "undeploy /a 1 (foo)",
+                    "uninstall foo",
+                    "remove /etc/foo",
+                ],
+            ),
+            (
+                &["/a 0 bar 1.0"],
+                &["foo=1.0", "bar=1.0"],
+                &["/a 0 foo"],
+                &[
+                    "undeploy /a 0 (foo)",
+                    "deploy /a 0 (bar 1.0)",
+                    "uninstall foo",
+                    "remove /etc/foo",
+                ],
+            ),
+        ];
+        for &(want, packages, deployed, expected) in cases {
+            let want: Vec<Deployment> = want.iter().map(|s| wanted(s)).collect();
+            let got = steps(&want, &host(packages, deployed));
+            let (last, rest) = got.split_last().unwrap();
+            assert_eq!(last, "record the version", "{got:?}");
+            assert_eq!(
+                rest, expected,
+                "wanted {want:?} on {packages:?} {deployed:?}"
+            );
+        }
+        // A checkout is brought up to date every pass.
+        let checkout = [wanted(&format!("/a 0 foo {git}"))];
+        let got = steps(&checkout, &host(&[&format!("foo={git}")], &["/a 0 foo"]));
+        assert_eq!(got[0], format!("install foo {git} (installed: {git})"));
+    }
+
+    #[test]
+    fn deployments_run_under_node_locks_or_the_role_lock() {
+        let want = [wanted("/acme/a 0 foo 1.0")];
+        let installed = host(&["foo=1.0"], &[]);
+        let controller = ("ctl".to_string(), "2.0".to_string());
+        // (controller and role, the lock, the steps)
+        let cases: &[(bool, Lock, &[&str])] = &[
+            (
+                false,
+                Lock::Node("/agent-locks/acme,a".into()),
+                &["deploy /acme/a 0 (foo 1.0)", "record the version"],
+            ),
+            (
+                true,
+                Lock::Role("/role-locks/web".into()),
+                &[
+                    "role controller install ctl 2.0",
+                    "starting-deployments /roles/web (ctl)",
+                    "deploy /acme/a 0 (foo 1.0)",
+                    "ending-deployments /roles/web (ctl)",
+                    "record the version",
+                ],
+            ),
+        ];
+        for (role, lock, expected) in cases {
+            let inputs = Inputs {
+                wanted: &want,
+                controller: role.then_some(&controller),
+                role: role.then_some("web"),
+                installed: &installed,
+                after: Some(&["true".to_string()]),
+            };
+            let planned = plan(inputs).unwrap();
+            let shown: Vec<String> = planned.steps.iter().map(ToString::to_string).collect();
+            assert_eq!(shown[..shown.len() - 1], **expected, "role {role}");
+            assert_eq!(shown.last().map(String::as_str), Some("after hook"));
+            let locks: Vec<&Lock> = planned
+                .steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Deploy { lock, .. } => Some(lock),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(locks, [lock], "role {role}");
+            assert_eq!(planned.role_lock().is_some(), *role);
+        }
+    }
+
+    #[test]
+    fn one_package_wants_one_version() {
+        // (versions wanted of foo in discovery order, the error, if any)
+        let cases: &[(&[&str], Option<&str>)] = &[
+            (&["1.0", "1.0"], None),
+            (&["*", "*"], None),
+            (
+                &["1.0", "2.0"],
+                Some("Inconsistent versions for foo. '2.0' != '1.0'"),
+            ),
+            (
+                &["1.0", "*"],
+                Some("Inconsistent versions for foo. <any> != '1.0'"),
+            ),
+        ];
+        for &(versions, error) in cases {
+            let want: Vec<Deployment> = versions
+                .iter()
+                .enumerate()
+                .map(|(i, v)| wanted(&format!("/a{i} 0 foo {v}")))
+                .collect();
+            let got = package_versions(&want).err().map(|e| e.to_string());
+            assert_eq!(got.as_deref(), error, "{versions:?}");
+        }
+    }
+
+    #[test]
+    fn satisfies_follows_the_wanted_version() {
+        let cases = [
+            (Wanted::Any, Some("1"), true),
+            (Wanted::Any, None, false),
+            (Wanted::Exact("1".into()), Some("1"), true),
+            (Wanted::Exact("1".into()), Some("2"), false),
+            (Wanted::Exact("1".into()), None, false),
+        ];
+        for (wanted, installed, ok) in cases {
+            assert_eq!(satisfies(&wanted, installed), ok, "{wanted} {installed:?}");
+        }
+    }
+}

@@ -1,6 +1,5 @@
-//! Rolling deploys in a pass (docs/design.md, "Exclusion"): what each application node's rollout
-//! properties mean on this fleet now ([`RolloutPlan`]), and the exclusion a deployment runs
-//! under.
+//! Rolling deploys in a pass (docs/design.md, "Exclusion"): the exclusion a deployment runs
+//! under (the rule itself, pure, is [`super::rollout_rule`]).
 //!
 //! - K = 1 (`max-parallel` unset or 1, or a mixed fleet): the node lock `/agent-locks/<name>`
 //!   of section 4, unchanged.
@@ -36,7 +35,7 @@ use super::plan::{Rollout, Step};
 use super::steps::ReadyScript;
 use crate::files::now;
 use crate::tree::literal::py_str;
-use crate::tree::rollout::{self as settings, Rollout as Settings};
+use crate::tree::rollout::Rollout as Settings;
 use crate::tree::Props;
 use crate::zk::halts::HALTS;
 use crate::zk::multiread::{self, Want};
@@ -49,98 +48,9 @@ use crate::zk::{call_retrying, decode, join, list_or_empty, Client, ZkError};
 pub use super::mixed::{mixed_fleet, mixed_fleet_and_stats, mixed_reason, MixedCache};
 pub use crate::zk::paths::AGENT_PROPERTY;
 
-/// The rollout of every application node of a pass.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RolloutPlan {
-    /// By application node path.
-    pub nodes: BTreeMap<String, Rollout>,
-    /// Why every node falls back to the node lock with K = 1, if it does.
-    pub mixed: Option<String>,
-}
-
-/// The rollout settings of a node as discovered (its properties with links followed).
-pub fn node_settings(found: &Discovered, path: &str) -> Settings {
-    let props = found.properties.get(path);
-    settings::parse(path, |k| props.and_then(|p| p.get(k)).cloned()).unwrap_or_default()
-}
-
-/// What the rollout of a pass's deployments depends on beyond the tree: read from ZooKeeper
-/// by the agent ([`read_fleet_facts`]), or taken from what `zkdeployment plan` read
-/// (`crate::fleet`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct FleetFacts {
-    /// Why the fleet is mixed, if it is (it matters only when a node wants K > 1).
-    pub mixed: Option<String>,
-    /// The number of deploy targets (children of `<node>/deploy`) of application nodes whose
-    /// `max-parallel` is a percentage; a node not here counts 0.
-    pub targets: BTreeMap<String, usize>,
-}
-
-/// The application nodes among `steps`' deployments, each with its package and its rollout
-/// settings as discovered (a bad value reads as the defaults: discovery reported it).
-pub fn wanted_rollouts<'a>(
-    found: &Discovered,
-    steps: &'a [Step],
-) -> BTreeMap<&'a str, (&'a str, Settings)> {
-    let mut wanted = BTreeMap::new();
-    for step in steps {
-        if let Step::Deploy { path, rpm, .. } = step {
-            wanted.insert(path.as_str(), (rpm.as_str(), node_settings(found, path)));
-        }
-    }
-    wanted
-}
-
-/// True if a node of `wanted` asks for K > 1: only then does the mixed-fleet rule matter
-/// (and the agent reads the host nodes).
-pub fn wants_parallel(wanted: &BTreeMap<&str, (&str, Settings)>) -> bool {
-    wanted
-        .values()
-        .any(|(_, r)| r.max_parallel != settings::Parallel::Count(1))
-}
-
-/// The nodes of `wanted` whose `max-parallel` is a percentage (of their deploy targets).
-pub fn percent_nodes<'a>(wanted: &BTreeMap<&'a str, (&'a str, Settings)>) -> Vec<&'a str> {
-    wanted
-        .iter()
-        .filter(|(_, (_, r))| r.max_parallel.is_percent())
-        .map(|(path, _)| *path)
-        .collect()
-}
-
-/// The rollout of every application node among `steps`' deployments, pure: from the
-/// discovered settings, what is known of the fleet (`facts`), and `health` (whether a package
-/// has a health check). The mixed-fleet note is kept only when a node wants K > 1.
-pub fn plan_rollouts(
-    found: &Discovered,
-    steps: &[Step],
-    facts: &FleetFacts,
-    mut health: impl FnMut(&str) -> bool,
-) -> RolloutPlan {
-    let wanted = wanted_rollouts(found, steps);
-    let mut plan = RolloutPlan {
-        mixed: facts.mixed.clone().filter(|_| wants_parallel(&wanted)),
-        ..RolloutPlan::default()
-    };
-    for (path, (rpm, r)) in wanted {
-        let parallel = if plan.mixed.is_some() {
-            1
-        } else {
-            r.max_parallel
-                .effective(facts.targets.get(path).copied().unwrap_or(0))
-        };
-        plan.nodes.insert(
-            path.to_string(),
-            Rollout {
-                parallel,
-                canary: r.canary,
-                health: health(rpm),
-                health_deadline_ms: (r.health_deadline * 1000.0) as u64,
-            },
-        );
-    }
-    plan
-}
+use super::rollout_rule::{
+    canary_count, canary_key, node_settings, percent_nodes, wants_parallel, FleetFacts,
+};
 
 /// Reads what [`plan_rollouts`] needs of the fleet for the application nodes at `paths`
 /// (a pass's discovered deployments, before it knows which it will run): whether the fleet
@@ -178,53 +88,6 @@ pub async fn read_fleet_facts(
     Ok(facts)
 }
 
-/// The canary record a deployment counts in: its node's path and its version key (package
-/// and version). Two nodes whose lock names collide (`/a/b`, `/a,b`) share a lock node, so
-/// the record names the path; a record without one (written by an agent that did not name
-/// it) is taken as this node's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Canary {
-    /// The application node's path.
-    pub(crate) path: String,
-    /// `<rpm> <version>`.
-    pub(crate) key: String,
-}
-
-impl Canary {
-    /// True if the node lock's canary record `c` is this deployment's.
-    fn matches(&self, c: &serde_json::Map<String, Value>) -> bool {
-        c.get("version").and_then(Value::as_str) == Some(self.key.as_str())
-            && c.get("path")
-                .is_none_or(|p| p.as_str() == Some(self.path.as_str()))
-    }
-}
-
-/// The canary count of a deployment, from the node lock's data.
-fn canary_count(lock_props: &crate::tree::Props, canary: &Canary) -> usize {
-    match lock_props.get("canary") {
-        Some(Value::Object(c)) if canary.matches(c) => {
-            c.get("hosts").and_then(Value::as_array).map_or(0, Vec::len)
-        }
-        _ => 0,
-    }
-}
-
-/// The canary record of a deployment: its node's path, its package and version.
-pub(crate) fn canary_key(step: &Step) -> Canary {
-    match step {
-        Step::Deploy {
-            rpm, version, path, ..
-        } => Canary {
-            path: path.clone(),
-            key: format!("{rpm} {}", version.as_deref().unwrap_or("*")),
-        },
-        _ => Canary {
-            path: String::new(),
-            key: String::new(),
-        },
-    }
-}
-
 /// Reads the node lock's data (`{}` if it does not exist yet).
 async fn lock_data(client: &Client, lock: &str) -> Result<crate::tree::Props, ZkError> {
     match call_retrying("get", lock, || client.get_data(lock)).await {
@@ -248,24 +111,6 @@ pub async fn in_canary_phase(
     };
     let props = lock_data(client, &lock_path(path)).await?;
     Ok(canary_count(&props, &canary_key(step)) < node.canary as usize)
-}
-
-/// Adds this host to the canaries of `canary` in the node lock's data `p` (a record of
-/// another node or version is replaced).
-pub(crate) fn add_canary(p: &mut crate::tree::Props, canary: &Canary, host_id: &str) {
-    let mut hosts: Vec<Value> = match p.get("canary") {
-        Some(Value::Object(c)) if canary.matches(c) => c
-            .get("hosts")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default(),
-        _ => Vec::new(),
-    };
-    if !hosts.iter().any(|h| h.as_str() == Some(host_id)) {
-        hosts.push(json!(host_id));
-    }
-    let record = json!({"path": canary.path, "version": canary.key, "hosts": hosts});
-    p.insert("canary".into(), record);
 }
 
 /// One deployment holding a lease of the semaphore `sem` (its in-flight record made with
@@ -812,6 +657,7 @@ async fn clear_lease_record(client: &Client, guard: &str, name: &str) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::rollout_rule::{add_canary, Canary};
 
     fn canary(path: &str) -> Canary {
         Canary {

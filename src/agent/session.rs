@@ -46,8 +46,8 @@ pub struct Agent {
     /// version would have one fail and read the node again, and two reads and writes at
     /// once may land in either order.
     pub host_node: tokio::sync::Mutex<Option<(Props, i32)>>,
-    /// Whether the fleet is mixed, as last found (see [`super::rollout::mixed_fleet`]).
-    pub mixed: super::rollout::MixedCache,
+    /// Whether the fleet is mixed, as last found (see [`super::mixed::mixed_fleet`]).
+    pub mixed: super::mixed::MixedCache,
     /// What the next discovery reads with the index's root: what the last one read
     /// ([`crate::zk::index::Guess`]).
     pub read_guess: std::sync::Mutex<crate::zk::index::Guess>,

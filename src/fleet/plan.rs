@@ -25,7 +25,8 @@ use crate::agent::discover::{discover_in, resolved_props, Discovered, TreeSource
 use crate::agent::inventory::{Inventory, UNKNOWN_VERSION};
 use crate::agent::model::{is_git, Host, Installed, InstalledDeployment, Wanted};
 use crate::agent::plan::{plan, Inputs, Plan, Rollout, Step};
-use crate::agent::rollout::{mixed_reason, plan_rollouts, FleetFacts};
+use crate::agent::rollout::mixed_reason;
+use crate::agent::rollout_rule::{plan_rollouts, FleetFacts};
 use crate::tree::rollout::{self as settings, Parallel};
 use crate::tree::{Node, Props};
 

@@ -24,7 +24,7 @@ use zookeeper_client::CreateMode;
 use super::desired::Desired;
 use crate::zk::acl::{repair, Kind, Protection};
 use crate::zk::halts::HALTS;
-use crate::zk::lock::ensure_node;
+use crate::zk::node::ensure_node;
 use crate::zk::paths::AGENT_REGISTRY;
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
 use crate::zk::{call, join, Client, ZkError};

@@ -19,7 +19,8 @@ use futures::FutureExt;
 use zookeeper_client::{Acls, CreateMode, EventType, MultiReadResult, OneshotWatcher, Stat};
 
 use super::multiread::{self, Want};
-use super::{call, call_retrying, join, open_persistent, Client, ZkError, LOSS_RETRIES};
+use super::node::{delete_own, make_missing_node};
+use super::{call, call_retrying, join, Client, ZkError, LOSS_RETRIES};
 
 /// The marker between the contender's prefix and its sequence number.
 pub const LOCK_MARKER: &str = "__lock__";
@@ -1327,42 +1328,6 @@ fn first_of(names: &[String]) -> Option<(i64, &String)> {
 /// Most looks at a lock's queue in one [`decide`], and most tries in one
 /// [`try_lock_beside`] (each removes a leftover of ours, or finds the first contender gone).
 const DECIDE_ROUNDS: usize = 20;
-
-/// Deletes a node of ours; already gone is fine.
-pub(crate) async fn delete_own(client: &Client, node: &str) -> Result<(), ZkError> {
-    match call_retrying("delete", node, || client.delete(node, None)).await {
-        Err(e) if e.is_no_node() => Ok(()),
-        other => other,
-    }
-}
-
-/// Creates a persistent (empty) node and its ancestors if missing.
-pub async fn ensure_node(client: &Client, path: &str) -> Result<(), ZkError> {
-    if call_retrying("stat", path, || client.check_stat(path))
-        .await?
-        .is_some()
-    {
-        return Ok(());
-    }
-    make_missing_node(client, path).await
-}
-
-/// Creates a persistent (empty) node, and its ancestors, that a request just found missing:
-/// [`ensure_node`] without its first look (one round trip fewer when only the node is
-/// missing). One made meanwhile by another process is fine; a create refused for want of
-/// permission is looked at again (a node there, made by another, is fine too).
-pub async fn make_missing_node(client: &Client, path: &str) -> Result<(), ZkError> {
-    // `mkdir` counts a node already there as made.
-    match call("create", path, client.mkdir(path, &open_persistent())).await {
-        Err(e) if e.is_no_auth() => {
-            match call_retrying("stat", path, || client.check_stat(path)).await? {
-                Some(_) => Ok(()),
-                None => Err(e),
-            }
-        }
-        other => other,
-    }
-}
 
 /// Waits until one of the given contender nodes goes away (or changes), or `limit` passes:
 /// how a process that found every lock it wants busy waits, on watches rather than polling.

@@ -2,8 +2,9 @@
 //! [`crate::tree::encoding`]), where things live ([`paths`]), the guarded property update
 //! ([`update`]), reading subtrees with pipelined requests ([`snapshot`], [`multiread`]),
 //! symbolic and property links ([`links`]), importing a parsed tree as a minimal diff
-//! ([`import`]), exporting it back ([`export`]), the kazoo-compatible lock and semaphore
-//! recipes ([`lock`], [`semaphore`]), the persistent role lock ([`role_lock`]), closing
+//! ([`import`]), exporting it back ([`export`]), kazoo's lock and semaphore recipes, plain
+//! ([`recipe`]; the agent's present lock and semaphore with lease passing: [`lock`],
+//! [`semaphore`]), generic node helpers ([`node`]), the persistent role lock ([`role_lock`]), closing
 //! sessions on exit ([`session`]), ACLs of a protected tree ([`acl`]) and the halt records
 //! hosts create when they may not write `/hosts` ([`halts`]).
 
@@ -16,7 +17,9 @@ pub mod index;
 pub mod links;
 pub mod lock;
 pub mod multiread;
+pub mod node;
 pub mod paths;
+pub mod recipe;
 pub mod role_lock;
 pub mod semaphore;
 pub mod session;

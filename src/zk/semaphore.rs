@@ -63,9 +63,10 @@ use std::time::Duration;
 use zookeeper_client::{Acls, CreateMode, EventType, OneshotWatcher};
 
 use super::lock::{
-    acquire_queued, acquire_queued_checking_after, delete_own, ensure_node, listed_beside,
-    make_missing_node, sequence_of, takes_batons, Extra, Held, Passed,
+    acquire_queued, acquire_queued_checking_after, listed_beside, sequence_of, takes_batons, Extra,
+    Held, Passed,
 };
+use super::node::{delete_own, ensure_node, make_missing_node};
 use super::{
     call, call_retrying, join, list_or_empty, open_persistent, Client, ZkError, LOSS_RETRIES,
 };

@@ -265,7 +265,7 @@ async fn a_leftover_of_this_session_first_in_the_queue_is_removed() {
     let conn = support::chroot("lock-leftover").await;
     let path = "/agent-locks/left";
     let me = support::connect(&conn).await;
-    zkdeployment::zk::lock::ensure_node(&me, path)
+    zkdeployment::zk::node::ensure_node(&me, path)
         .await
         .unwrap();
     // A contender this very session left (an attempt interrupted after its create).
@@ -456,7 +456,7 @@ async fn a_change_in_one_queue_sets_no_watch_again_in_the_others() {
 /// refusal.
 #[tokio::test]
 async fn a_missing_node_is_made_at_once_and_an_existing_one_under_a_closed_parent_is_found() {
-    use zkdeployment::zk::lock::make_missing_node;
+    use zkdeployment::zk::node::make_missing_node;
     let conn = support::chroot("make-missing").await;
     let client = support::connect(&conn).await;
     make_missing_node(&client, "/a/b/c").await.unwrap();

@@ -27,7 +27,7 @@ use support::rpm::FakeYum;
 use support::smtp::{Mail, SmtpServer};
 use zkdeployment::tree::parse::parse;
 use zkdeployment::zk::import::{import_tree, Trim};
-use zkdeployment::zk::lock::ensure_node;
+use zkdeployment::zk::node::ensure_node;
 use zkdeployment::zk::{decode, Client};
 use zookeeper_client::{Acls, CreateMode};
 

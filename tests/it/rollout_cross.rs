@@ -10,7 +10,7 @@ use crate::support;
 use std::time::Duration;
 
 use support::agent::{fleet, lines, v, wait_for, TestHost};
-use zkdeployment::zk::lock::ensure_node;
+use zkdeployment::zk::node::ensure_node;
 use zookeeper_client::{Acls, CreateMode};
 
 const LIMIT: Duration = Duration::from_secs(90);
