@@ -44,6 +44,7 @@ mod packaging;
 mod pause;
 mod plan_report;
 mod probe;
+mod probe_checks;
 mod role_lock_faults;
 mod roles;
 mod rollout;

@@ -1,0 +1,82 @@
+//! What a hostile probe found (issue 41, items 7 to 12): lints `tree check` missed, host ids
+//! ZooKeeper cannot store, a wrong chroot taken for an empty cluster, malformed host nodes
+//! anyone may create, tree files that are links, and requests over the server's limit.
+
+use crate::support;
+
+use std::path::Path;
+
+use support::git::TestRepo;
+use support::Run;
+
+/// A sync of `repo` into `conn`, with its own checkout, lock file and tombstone in `work`.
+async fn sync(repo: &TestRepo, conn: &str, work: &Path) -> Run {
+    let url = repo.url();
+    let checkout = work.join("checkout").display().to_string();
+    let tombstone = work.join("tombstone").display().to_string();
+    let lock = work.join("lock").display().to_string();
+    let args = [
+        "sync",
+        "-u",
+        &url,
+        "-t",
+        &checkout,
+        "--tombstone",
+        &tombstone,
+        "--lock-file",
+        &lock,
+        "-z",
+        conn,
+    ];
+    support::run_async(&args).await
+}
+
+async fn tree_check(files: &[&Path]) -> Run {
+    let mut args = vec!["tree".to_string(), "check".to_string()];
+    args.extend(files.iter().map(|f| f.display().to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    support::run_async(&args).await
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. `tree check` runs every lint of `sync` that needs no ZooKeeper.
+
+/// Two deployments of `foo` at two versions for host h1, in two files.
+const WEB: &str = "/web\n  /a : foo\n    version = '1.0'\n    /deploy\n      /h1\n";
+const API: &str = "/api\n  /b : foo\n    version = '2.0'\n    /deploy\n      /h1\n";
+
+#[tokio::test]
+async fn tree_check_refuses_two_versions_of_one_package_for_one_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = dir.path().join("one.zk");
+    std::fs::write(&one, format!("{WEB}{API}")).unwrap();
+    let run = tree_check(&[&one]).await;
+    run.assert_code(1);
+    assert!(
+        run.stdout.contains("one.zk:2: inconsistent versions for foo on h1"),
+        "{run}"
+    );
+    // Across files, as `sync` merges them: and a top-level node in two files.
+    let (web, api) = (dir.path().join("web.zk"), dir.path().join("api.zk"));
+    std::fs::write(&web, WEB).unwrap();
+    std::fs::write(&api, API).unwrap();
+    let run = tree_check(&[&web, &api]).await;
+    run.assert_code(1);
+    assert!(run.stdout.contains("inconsistent versions for foo on h1"), "{run}");
+    let again = dir.path().join("again.zk");
+    std::fs::write(&again, WEB).unwrap();
+    let run = tree_check(&[&web, &again]).await;
+    run.assert_code(1);
+    assert!(run.stdout.contains("duplicate top-level node /web"), "{run}");
+    // The same check in `sync`, with the same message.
+    let conn = support::chroot("versions").await;
+    let repo = TestRepo::new();
+    repo.commit(&[("web.zk", WEB), ("api.zk", API)]);
+    let work = tempfile::tempdir().unwrap();
+    let run = sync(&repo, &conn, work.path()).await;
+    run.assert_code(1);
+    assert!(run.stderr.contains("inconsistent versions for foo on h1"), "{run}");
+    // One version passes.
+    std::fs::write(&api, API.replace("2.0", "1.0")).unwrap();
+    tree_check(&[&web, &api]).await.assert_ok();
+}
