@@ -80,3 +80,40 @@ async fn tree_check_refuses_two_versions_of_one_package_for_one_host() {
     std::fs::write(&api, API.replace("2.0", "1.0")).unwrap();
     tree_check(&[&web, &api]).await.assert_ok();
 }
+
+// ---------------------------------------------------------------------------------------------
+// 12. The size lint counts the request: path and data.
+
+#[tokio::test]
+async fn a_value_under_the_limit_on_a_long_path_is_refused_naming_the_node() {
+    let long = "n".repeat(99);
+    let deep = format!("/{long}/{long}/{long}");
+    // The data alone is 100 bytes under the limit; with the 300-byte path the request is not.
+    let limit = zkdeployment::zk::MAX_NODE_DATA;
+    let value = "v".repeat(limit - 100 - "{\"x\":\"\"}".len());
+    let node = |name: &str, depth: usize| format!("{}/{name}\n", "  ".repeat(depth));
+    let prop = format!("      x = '{value}'\n");
+    let text = format!("{}{}{}{prop}", node(&long, 0), node(&long, 1), node(&long, 2));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("long.zk");
+    std::fs::write(&file, &text).unwrap();
+    let run = tree_check(&[&file]).await;
+    run.assert_code(1);
+    let expected = format!("long.zk:3: writing {deep} would send {} bytes", limit + 200);
+    assert!(run.stdout.contains(&expected), "{run}");
+    // `tree import` under a node: the imported path is longer than the file's.
+    let short = format!("{}{}{}{prop}", node("a", 0), node("b", 1), node("c", 2));
+    std::fs::write(&file, &short).unwrap();
+    tree_check(&[&file]).await.assert_ok();
+    let conn = support::chroot("long-path").await;
+    let client = support::connect(&conn).await;
+    let under = format!("/{long}");
+    let mode = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    client.create(&under, b"", &mode).await.unwrap();
+    let args = ["tree", "import", file.to_str().unwrap(), &under, "-z", &conn];
+    let run = support::run_async(&args).await;
+    run.assert_code(1);
+    assert!(run.stderr.contains(&format!("{under}/a/b/c: ")), "{run}");
+    assert!(run.stderr.contains("bytes of path and data"), "{run}");
+    assert_eq!(client.list_children(&under).await.unwrap(), Vec::<String>::new());
+}
