@@ -117,3 +117,44 @@ async fn a_value_under_the_limit_on_a_long_path_is_refused_naming_the_node() {
     assert!(run.stderr.contains("bytes of path and data"), "{run}");
     assert_eq!(client.list_children(&under).await.unwrap(), Vec::<String>::new());
 }
+
+// ---------------------------------------------------------------------------------------------
+// 8. `host-id` and `role` by ZooKeeper's path rules.
+
+#[tokio::test]
+async fn a_host_id_or_role_zookeeper_cannot_store_exits_2_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = support::chroot("host-id").await;
+    let base = format!(
+        "[zkdeployment]\nrun-directory = {}\nzookeeper = {conn}\n",
+        dir.path().join("run").display()
+    );
+    let cases = [
+        ("host-id", "😀"),
+        ("host-id", "web\u{e000}1"),
+        ("host-id", "web\u{fff0}"),
+        ("role", "db😀"),
+        ("role", "x\u{f8ff}"),
+    ];
+    for (i, (key, value)) in cases.iter().enumerate() {
+        let text = if *key == "host-id" {
+            format!("{base}host-id = {value}\n")
+        } else {
+            format!("{base}host-id = h1\nrole = {value}\n")
+        };
+        let path = dir.path().join(format!("{i}.cfg"));
+        std::fs::write(&path, text).unwrap();
+        let config = path.to_str().unwrap();
+        for args in [vec!["agent", config], vec!["deploy", config, "--dry-run"]] {
+            let run = support::run_async(&args).await;
+            run.assert_code(2);
+            assert!(run.stderr.contains(key), "{value:?} {args:?}: {run}");
+            assert!(run.stderr.contains("ZooKeeper node name"), "{value:?}: {run}");
+        }
+    }
+    // A name the server takes is accepted.
+    let path = dir.path().join("ok.cfg");
+    std::fs::write(&path, format!("{base}host-id = web-é中\n")).unwrap();
+    let run = support::run_async(&["deploy", path.to_str().unwrap(), "--dry-run"]).await;
+    assert_ne!(run.code, 2, "{run}");
+}
