@@ -158,3 +158,59 @@ async fn a_host_id_or_role_zookeeper_cannot_store_exits_2_naming_the_key() {
     let run = support::run_async(&["deploy", path.to_str().unwrap(), "--dry-run"]).await;
     assert_ne!(run.code, 2, "{run}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// 11. Tree files that are links.
+
+/// Commits `files` on master of `repo`, then `links` (name, target) as symbolic links.
+fn commit_with_links(repo: &TestRepo, files: &[(&str, &str)], links: &[(&str, &str)]) {
+    repo.commit(files);
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let mut index = git.index().unwrap();
+    for (name, target) in links {
+        std::os::unix::fs::symlink(target, repo.path().join(name)).unwrap();
+        index.add_path(Path::new(name)).unwrap();
+    }
+    index.write().unwrap();
+    let tree = git.find_tree(index.write_tree().unwrap()).unwrap();
+    let sig = git2::Signature::now("test", "test@example.com").unwrap();
+    let parent = git.head().unwrap().peel_to_commit().unwrap();
+    git.commit(Some("HEAD"), &sig, &sig, "links", &tree, &[&parent])
+        .unwrap();
+}
+
+#[tokio::test]
+async fn tree_files_that_are_links_are_read_inside_the_repository_and_refused_outside() {
+    let conn = support::chroot("links").await;
+    let client = support::connect(&conn).await;
+    let prod = "/prod\n  /a : foo\n    version = '1.0'\n    /deploy\n      /h1\n";
+    // A link inside the repository is read as the file it names; a directory named like a
+    // tree file is skipped with a warning.
+    let repo = TestRepo::new();
+    let files = [("common/prod.zk", prod), ("dir.zk/x", "x")];
+    commit_with_links(&repo, &files, &[("prod.zk", "common/prod.zk")]);
+    let work = tempfile::tempdir().unwrap();
+    let run = sync(&repo, &conn, work.path()).await;
+    run.assert_ok();
+    assert!(run.stderr.contains("skipped dir.zk: a directory"), "{run}");
+    let (data, _) = client.get_data("/prod/a").await.unwrap();
+    assert_eq!(zkdeployment::zk::decode(&data)["version"], "1.0");
+    // A link out of the repository is an error naming the file; nothing is written.
+    let repo = TestRepo::new();
+    commit_with_links(&repo, &[], &[("evil.zk", "/prodx")]);
+    let conn = support::chroot("links-out").await;
+    let client = support::connect(&conn).await;
+    let run = sync(&repo, &conn, tempfile::tempdir().unwrap().path()).await;
+    run.assert_code(1);
+    assert!(
+        run.stderr.contains("tree file evil.zk: a link out of the repository (/prodx)"),
+        "{run}"
+    );
+    assert_eq!(client.list_children("/").await.unwrap(), Vec::<String>::new());
+    let repo = TestRepo::new();
+    commit_with_links(&repo, &[], &[("up.zk", "../x/prod.zk")]);
+    let run = sync(&repo, &conn, tempfile::tempdir().unwrap().path()).await;
+    run.assert_code(1);
+    assert!(run.stderr.contains("up.zk: a link out of the repository"), "{run}");
+    assert_eq!(client.list_children("/").await.unwrap(), Vec::<String>::new());
+}
