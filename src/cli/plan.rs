@@ -123,6 +123,7 @@ pub fn run(args: PlanArgs) -> Outcome {
         let tree = build(&files).map_err(|e| tree_errors(e, &names))?.tree;
         drop(files);
         let client = settings.connect().await?;
+        super::status::require_hosts(&client, &settings.connection).await?;
         let mut doc = plan_candidate(&client, &revision, &tree)
             .await
             .map_err(|e| Failure::Failed(e.to_string()))?;

@@ -77,6 +77,7 @@ pub fn run(cmd: TreeCommand) -> Outcome {
             let settings = Settings::resolve(&zk, None, &config)?;
             runtime()?.block_on(async {
                 let client = settings.connect().await?;
+                super::status::require_chroot(&client, &settings.connection).await?;
                 let text = export_tree(&client, &node, ephemeral, name.as_deref())
                     .await
                     .map_err(|e| Failure::Failed(e.to_string()))?;
@@ -104,6 +105,7 @@ pub fn run(cmd: TreeCommand) -> Outcome {
             };
             runtime()?.block_on(async {
                 let client = settings.connect().await?;
+                super::status::require_chroot(&client, &settings.connection).await?;
                 let acl = match &settings.auth {
                     Some(id) => Some(protection(&client, id).await?.acl(Kind::Owned)),
                     None => None,

@@ -214,3 +214,55 @@ async fn tree_files_that_are_links_are_read_inside_the_repository_and_refused_ou
     assert!(run.stderr.contains("up.zk: a link out of the repository"), "{run}");
     assert_eq!(client.list_children("/").await.unwrap(), Vec::<String>::new());
 }
+
+// ---------------------------------------------------------------------------------------------
+// 9. A chroot that does not exist is named, never taken for an empty cluster.
+
+#[tokio::test]
+async fn a_missing_chroot_is_named_by_every_command_that_reads_the_cluster() {
+    let conn = support::chroot("no-chroot").await;
+    let (server, chroot) = support::split_chroot(&conn);
+    let missing = format!("{server}{chroot}/missing");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.zk");
+    std::fs::write(&file, WEB).unwrap();
+    let run = support::run_async(&["plan", "--files", file.to_str().unwrap(), "-z", &missing]).await;
+    run.assert_code(1);
+    assert!(run.stderr.contains("not initialised") && run.stderr.contains(&missing), "{run}");
+    assert!(!run.stdout.contains("No changes"), "{run}");
+    let repo = TestRepo::new();
+    repo.commit(&[("web.zk", WEB)]);
+    for dry in [false, true] {
+        let work = tempfile::tempdir().unwrap();
+        let run = if dry {
+            let url = repo.url();
+            let checkout = work.path().join("c").display().to_string();
+            let lock = work.path().join("l").display().to_string();
+            let tomb = work.path().join("t").display().to_string();
+            let args = ["sync", "-d", "-u", &url, "-t", &checkout, "--lock-file", &lock,
+                "--tombstone", &tomb, "-z", &missing];
+            support::run_async(&args).await
+        } else {
+            sync(&repo, &missing, work.path()).await
+        };
+        run.assert_code(1);
+        assert!(run.stderr.contains(&format!("the chroot of {missing} does not exist")), "{run}");
+    }
+    let client = support::connect(&conn).await;
+    assert_eq!(client.list_children("/").await.unwrap(), Vec::<String>::new());
+    for args in [vec!["status", "-z", &missing], vec!["resume", "-z", &missing]] {
+        let run = support::run_async(&args).await;
+        run.assert_code(1);
+        assert!(run.stderr.contains("not initialised"), "{args:?}: {run}");
+    }
+    let file = file.to_str().unwrap();
+    for args in [
+        vec!["tree", "export", "-z", &missing],
+        vec!["tree", "import", file, "-z", &missing],
+    ] {
+        let run = support::run_async(&args).await;
+        run.assert_code(1);
+        let expected = format!("the chroot of {missing} does not exist");
+        assert!(run.stderr.contains(&expected), "{args:?}: {run}");
+    }
+}
