@@ -138,10 +138,8 @@ pub fn run(args: PlanArgs) -> Outcome {
                 .map_err(|e| Failure::Failed(format!("writing the plan: {e}")))?;
             writeln!(out).map_err(|e| Failure::Failed(format!("writing the plan: {e}")))?;
         } else {
-            print!(
-                "{}",
-                render(&doc.plan, &doc.revision, &doc.cluster, args.per_host)
-            );
+            let text = render(&doc.plan, &doc.revision, &doc.cluster, args.per_host);
+            print!("{}", crate::overview::cut_lines(&text));
         }
         if doc.plan.has_failures() {
             let failing: usize = doc.plan.failures.iter().map(|g| g.count).sum();

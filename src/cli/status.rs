@@ -123,7 +123,7 @@ pub fn status(args: StatusArgs) -> Outcome {
                 serde_json::to_string_pretty(&overview).expect("serialisable")
             );
         } else {
-            print!("{}", overview.render());
+            print!("{}", crate::overview::cut_lines(&overview.render()));
         }
         Ok(0)
     })

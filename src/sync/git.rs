@@ -239,9 +239,9 @@ fn tree_files(repo: &Repository, tree: &git2::Tree) -> Step<(Vec<SourceFile>, Ve
             Some(git2::ObjectType::Blob) if entry.filemode() == LINK_MODE => {
                 read_link(repo, tree, name, &entry)?
             }
-            Some(git2::ObjectType::Blob) => step("read", repo.find_blob(entry.id()))?
-                .content()
-                .to_vec(),
+            Some(git2::ObjectType::Blob) => {
+                step("read", repo.find_blob(entry.id()))?.content().to_vec()
+            }
             Some(git2::ObjectType::Commit) => {
                 skipped.push(format!("skipped {name}: a submodule, not a file"));
                 continue;

@@ -53,7 +53,8 @@ async fn tree_check_refuses_two_versions_of_one_package_for_one_host() {
     let run = tree_check(&[&one]).await;
     run.assert_code(1);
     assert!(
-        run.stdout.contains("one.zk:2: inconsistent versions for foo on h1"),
+        run.stdout
+            .contains("one.zk:2: inconsistent versions for foo on h1"),
         "{run}"
     );
     // Across files, as `sync` merges them: and a top-level node in two files.
@@ -62,12 +63,18 @@ async fn tree_check_refuses_two_versions_of_one_package_for_one_host() {
     std::fs::write(&api, API).unwrap();
     let run = tree_check(&[&web, &api]).await;
     run.assert_code(1);
-    assert!(run.stdout.contains("inconsistent versions for foo on h1"), "{run}");
+    assert!(
+        run.stdout.contains("inconsistent versions for foo on h1"),
+        "{run}"
+    );
     let again = dir.path().join("again.zk");
     std::fs::write(&again, WEB).unwrap();
     let run = tree_check(&[&web, &again]).await;
     run.assert_code(1);
-    assert!(run.stdout.contains("duplicate top-level node /web"), "{run}");
+    assert!(
+        run.stdout.contains("duplicate top-level node /web"),
+        "{run}"
+    );
     // The same check in `sync`, with the same message.
     let conn = support::chroot("versions").await;
     let repo = TestRepo::new();
@@ -75,7 +82,10 @@ async fn tree_check_refuses_two_versions_of_one_package_for_one_host() {
     let work = tempfile::tempdir().unwrap();
     let run = sync(&repo, &conn, work.path()).await;
     run.assert_code(1);
-    assert!(run.stderr.contains("inconsistent versions for foo on h1"), "{run}");
+    assert!(
+        run.stderr.contains("inconsistent versions for foo on h1"),
+        "{run}"
+    );
     // One version passes.
     std::fs::write(&api, API.replace("2.0", "1.0")).unwrap();
     tree_check(&[&web, &api]).await.assert_ok();
@@ -93,7 +103,12 @@ async fn a_value_under_the_limit_on_a_long_path_is_refused_naming_the_node() {
     let value = "v".repeat(limit - 100 - "{\"x\":\"\"}".len());
     let node = |name: &str, depth: usize| format!("{}/{name}\n", "  ".repeat(depth));
     let prop = format!("      x = '{value}'\n");
-    let text = format!("{}{}{}{prop}", node(&long, 0), node(&long, 1), node(&long, 2));
+    let text = format!(
+        "{}{}{}{prop}",
+        node(&long, 0),
+        node(&long, 1),
+        node(&long, 2)
+    );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("long.zk");
     std::fs::write(&file, &text).unwrap();
@@ -108,14 +123,25 @@ async fn a_value_under_the_limit_on_a_long_path_is_refused_naming_the_node() {
     let conn = support::chroot("long-path").await;
     let client = support::connect(&conn).await;
     let under = format!("/{long}");
-    let mode = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let mode =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
     client.create(&under, b"", &mode).await.unwrap();
-    let args = ["tree", "import", file.to_str().unwrap(), &under, "-z", &conn];
+    let args = [
+        "tree",
+        "import",
+        file.to_str().unwrap(),
+        &under,
+        "-z",
+        &conn,
+    ];
     let run = support::run_async(&args).await;
     run.assert_code(1);
     assert!(run.stderr.contains(&format!("{under}/a/b/c: ")), "{run}");
     assert!(run.stderr.contains("bytes of path and data"), "{run}");
-    assert_eq!(client.list_children(&under).await.unwrap(), Vec::<String>::new());
+    assert_eq!(
+        client.list_children(&under).await.unwrap(),
+        Vec::<String>::new()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -149,7 +175,10 @@ async fn a_host_id_or_role_zookeeper_cannot_store_exits_2_naming_the_key() {
             let run = support::run_async(&args).await;
             run.assert_code(2);
             assert!(run.stderr.contains(key), "{value:?} {args:?}: {run}");
-            assert!(run.stderr.contains("ZooKeeper node name"), "{value:?}: {run}");
+            assert!(
+                run.stderr.contains("ZooKeeper node name"),
+                "{value:?}: {run}"
+            );
         }
     }
     // A name the server takes is accepted.
@@ -203,16 +232,26 @@ async fn tree_files_that_are_links_are_read_inside_the_repository_and_refused_ou
     let run = sync(&repo, &conn, tempfile::tempdir().unwrap().path()).await;
     run.assert_code(1);
     assert!(
-        run.stderr.contains("tree file evil.zk: a link out of the repository (/prodx)"),
+        run.stderr
+            .contains("tree file evil.zk: a link out of the repository (/prodx)"),
         "{run}"
     );
-    assert_eq!(client.list_children("/").await.unwrap(), Vec::<String>::new());
+    assert_eq!(
+        client.list_children("/").await.unwrap(),
+        Vec::<String>::new()
+    );
     let repo = TestRepo::new();
     commit_with_links(&repo, &[], &[("up.zk", "../x/prod.zk")]);
     let run = sync(&repo, &conn, tempfile::tempdir().unwrap().path()).await;
     run.assert_code(1);
-    assert!(run.stderr.contains("up.zk: a link out of the repository"), "{run}");
-    assert_eq!(client.list_children("/").await.unwrap(), Vec::<String>::new());
+    assert!(
+        run.stderr.contains("up.zk: a link out of the repository"),
+        "{run}"
+    );
+    assert_eq!(
+        client.list_children("/").await.unwrap(),
+        Vec::<String>::new()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -226,9 +265,13 @@ async fn a_missing_chroot_is_named_by_every_command_that_reads_the_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("t.zk");
     std::fs::write(&file, WEB).unwrap();
-    let run = support::run_async(&["plan", "--files", file.to_str().unwrap(), "-z", &missing]).await;
+    let run =
+        support::run_async(&["plan", "--files", file.to_str().unwrap(), "-z", &missing]).await;
     run.assert_code(1);
-    assert!(run.stderr.contains("not initialised") && run.stderr.contains(&missing), "{run}");
+    assert!(
+        run.stderr.contains("not initialised") && run.stderr.contains(&missing),
+        "{run}"
+    );
     assert!(!run.stdout.contains("No changes"), "{run}");
     let repo = TestRepo::new();
     repo.commit(&[("web.zk", WEB)]);
@@ -239,18 +282,40 @@ async fn a_missing_chroot_is_named_by_every_command_that_reads_the_cluster() {
             let checkout = work.path().join("c").display().to_string();
             let lock = work.path().join("l").display().to_string();
             let tomb = work.path().join("t").display().to_string();
-            let args = ["sync", "-d", "-u", &url, "-t", &checkout, "--lock-file", &lock,
-                "--tombstone", &tomb, "-z", &missing];
+            let args = [
+                "sync",
+                "-d",
+                "-u",
+                &url,
+                "-t",
+                &checkout,
+                "--lock-file",
+                &lock,
+                "--tombstone",
+                &tomb,
+                "-z",
+                &missing,
+            ];
             support::run_async(&args).await
         } else {
             sync(&repo, &missing, work.path()).await
         };
         run.assert_code(1);
-        assert!(run.stderr.contains(&format!("the chroot of {missing} does not exist")), "{run}");
+        assert!(
+            run.stderr
+                .contains(&format!("the chroot of {missing} does not exist")),
+            "{run}"
+        );
     }
     let client = support::connect(&conn).await;
-    assert_eq!(client.list_children("/").await.unwrap(), Vec::<String>::new());
-    for args in [vec!["status", "-z", &missing], vec!["resume", "-z", &missing]] {
+    assert_eq!(
+        client.list_children("/").await.unwrap(),
+        Vec::<String>::new()
+    );
+    for args in [
+        vec!["status", "-z", &missing],
+        vec!["resume", "-z", &missing],
+    ] {
         let run = support::run_async(&args).await;
         run.assert_code(1);
         assert!(run.stderr.contains("not initialised"), "{args:?}: {run}");
@@ -264,5 +329,56 @@ async fn a_missing_chroot_is_named_by_every_command_that_reads_the_cluster() {
         run.assert_code(1);
         let expected = format!("the chroot of {missing} does not exist");
         assert!(run.stderr.contains(&expected), "{args:?}: {run}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. Host nodes anyone may create: a malformed inventory is no inventory; long values are cut.
+
+#[tokio::test]
+async fn a_malformed_host_node_is_planned_as_converged_and_long_values_are_cut() {
+    let conn = support::chroot("bad-inventory").await;
+    let client = support::connect(&conn).await;
+    let mode =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let hosts = serde_json::json!({"version": "r1"}).to_string();
+    client
+        .create("/hosts", hosts.as_bytes(), &mode)
+        .await
+        .unwrap();
+    let long = "x".repeat(300_000);
+    let nodes = [
+        ("nope", serde_json::json!({"inventory": "nope"})),
+        (
+            "long",
+            serde_json::json!({"inventory": long.clone(), "name": long.clone(), "role": long}),
+        ),
+    ];
+    for (id, props) in nodes {
+        let data = props.to_string();
+        client
+            .create(&format!("/hosts/{id}"), data.as_bytes(), &mode)
+            .await
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.zk");
+    std::fs::write(&file, WEB).unwrap();
+    let run = support::run_async(&["plan", "--files", file.to_str().unwrap(), "-z", &conn]).await;
+    run.assert_ok();
+    assert!(
+        run.stderr.contains("nope") && run.stderr.contains("inventory"),
+        "{run}"
+    );
+    for out in [&run.stdout, &run.stderr] {
+        assert!(out.lines().all(|l| l.len() < 2000), "plan: a long line");
+    }
+    let run = support::run_async(&["status", "-z", &conn]).await;
+    for out in [&run.stdout, &run.stderr] {
+        assert!(
+            out.lines().all(|l| l.len() < 2000),
+            "status: a long line: {}",
+            out.len()
+        );
     }
 }
