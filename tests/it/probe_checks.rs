@@ -330,6 +330,22 @@ async fn a_missing_chroot_is_named_by_every_command_that_reads_the_cluster() {
         let expected = format!("the chroot of {missing} does not exist");
         assert!(run.stderr.contains(&expected), "{args:?}: {run}");
     }
+    // A pass by hand, run or dry run.
+    let cfg = dir.path().join("agent.cfg");
+    let run_dir = dir.path().join("run");
+    let text = format!(
+        "[zkdeployment]\nhost-id = h1\nrun-directory = {}\nzookeeper = {missing}\n",
+        run_dir.display()
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    for args in [vec!["deploy", cfg], vec!["deploy", cfg, "--dry-run"]] {
+        let run = support::run_async(&args).await;
+        run.assert_code(1);
+        let expected =
+            format!("/hosts does not exist at {missing}: the cluster is not initialised");
+        assert!(run.stderr.contains(&expected), "{args:?}: {run}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
