@@ -95,7 +95,7 @@ if [[ $# -eq 0 ]]; then
   zkd_step "smoke test of the fleet simulator: cargo test --locked --bench fleet_sim -- --hosts 200"
   cargo test --locked --bench fleet_sim -- --hosts 200 --script-ms 50 --yum-ms 10 \
     --scenarios idle,rollout,many,commands \
-    --idle-secs 2 --heap 256m || sim_rc=$?
+    --idle-secs 2 --limit-secs 300 --heap 256m || sim_rc=$?
   if ((sim_rc == 0)); then sim_result=passed; else sim_result="FAILED (exit $sim_rc)"; fi
 else
   zkd_note "fleet simulator smoke test skipped because arguments were given"

@@ -248,7 +248,10 @@ impl Fleet {
                     .map(|i| (i, wakes[i].clone()))
                     .collect();
                 let (shared, stop, started) = (shared.clone(), stop.clone(), started.clone());
-                std::thread::spawn(move || run_thread(mine, &shared, stop, started))
+                std::thread::Builder::new()
+                    .name(format!("hosts-{t}"))
+                    .spawn(move || run_thread(mine, &shared, stop, started))
+                    .unwrap()
             })
             .collect();
         Fleet {

@@ -4,7 +4,8 @@
 //! sync` from a real git repository. Only yum and the deploy scripts are simulated durations.
 //!
 //! `cargo bench --bench fleet_sim -- --hosts N [--script-ms 1000] [--yum-ms 200]
-//! [--fail-rate 0] [--idle-secs 60] [--heap 2g] [--scenarios idle,rollout,many,leader,commands]`
+//! [--fail-rate 0] [--idle-secs 60] [--limit-secs 3600] [--heap 2g]
+//! [--scenarios idle,rollout,many,leader,commands]`
 //!
 //! Scenarios (each prints one JSON line and a table):
 //! 1. `idle`: the fleet converged and idle: ensemble CPU, memory and requests per second.
@@ -45,6 +46,7 @@ struct Args {
     yum_ms: u64,
     fail_rate: f64,
     idle_secs: u64,
+    limit_secs: u64,
     heap: String,
     scenarios: Vec<String>,
 }
@@ -56,6 +58,7 @@ fn args() -> Args {
         yum_ms: 200,
         fail_rate: 0.0,
         idle_secs: 60,
+        limit_secs: 3600,
         heap: "2g".into(),
         scenarios: ["idle", "rollout", "many", "leader", "commands"]
             .map(String::from)
@@ -71,6 +74,7 @@ fn args() -> Args {
             "--yum-ms" => a.yum_ms = value().parse().expect("--yum-ms MS"),
             "--fail-rate" => a.fail_rate = value().parse().expect("--fail-rate P"),
             "--idle-secs" => a.idle_secs = value().parse().expect("--idle-secs S"),
+            "--limit-secs" => a.limit_secs = value().parse().expect("--limit-secs S"),
             "--heap" => a.heap = value(),
             "--scenarios" => a.scenarios = value().split(',').map(String::from).collect(),
             // cargo bench passes --bench.
@@ -122,6 +126,12 @@ struct Sim {
 }
 
 impl Sim {
+    /// The longest wait for every host to be done (`--limit-secs`): a scenario still
+    /// unfinished then reports its pending hosts (and the bench exits 1).
+    fn limit(&self) -> Duration {
+        Duration::from_secs(self.args.limit_secs)
+    }
+
     fn check(&self, line: &serde_json::Value) {
         let scenario = line["scenario"].as_str().unwrap_or("?").to_string();
         let mut problems = self.problems.lock().unwrap();
@@ -183,6 +193,15 @@ impl Sim {
 
 fn main() {
     let args = args();
+    // `SIM_LOG=FILE`: every agent's log, one file (lines name hosts where the agent does).
+    if let Ok(path) = std::env::var("SIM_LOG") {
+        let file = std::fs::File::create(path).expect("SIM_LOG");
+        tracing_subscriber::fmt()
+            .with_writer(std::sync::Mutex::new(file))
+            .with_ansi(false)
+            .with_thread_names(true)
+            .init();
+    }
     // The servers' heap: every JVM of the ensemble starts with it.
     std::env::set_var("ZK_HEAP", &args.heap);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -215,7 +234,7 @@ async fn run(args: Args) {
     };
     let (r0, _) = sim.commit_and_sync("1.0", "1.0");
     start_hosts(&mut sim).await;
-    let pending = sim.all_done(&r0, Duration::from_secs(1800)).await;
+    let pending = sim.all_done(&r0, sim.limit()).await;
     assert_eq!(
         pending, 0,
         "{pending} hosts never converged on the first revision"
@@ -275,9 +294,16 @@ async fn start_hosts(sim: &mut Sim) {
 
 async fn stop_hosts(sim: &mut Sim) {
     if let Some(fleet) = sim.fleet.take() {
-        tokio::task::spawn_blocking(move || fleet.stop())
+        let stopped = tokio::task::spawn_blocking(move || fleet.stop());
+        if tokio::time::timeout(Duration::from_secs(60), stopped)
             .await
-            .unwrap();
+            .is_err()
+        {
+            sim.problems
+                .lock()
+                .unwrap()
+                .push("the agents did not stop within 60 s".into());
+        }
     }
 }
 
@@ -319,7 +345,7 @@ async fn rollout(sim: &mut Sim, version: u32, kill_leader: bool) {
     if kill_leader {
         back_s = Some(kill_at_half(sim, &revision, "/sim/all").await);
     }
-    let pending = sim.all_done(&revision, Duration::from_secs(3600)).await;
+    let pending = sim.all_done(&revision, sim.limit()).await;
     let sampled = sampler.stop().await;
     let after = Figures::read(&sim.servers());
     let d = after.since(&synced);
@@ -356,7 +382,7 @@ async fn many(sim: &Sim, version: u32) {
     let start = Instant::now();
     let (revision, sync_s) = sim.commit_and_sync("2.0", &format!("{version}.0"));
     let synced = Figures::read(&servers);
-    let pending = sim.all_done(&revision, Duration::from_secs(3600)).await;
+    let pending = sim.all_done(&revision, sim.limit()).await;
     let after = Figures::read(&sim.servers());
     let d = after.since(&synced);
     let by_sync = synced.since(&before);

@@ -24,7 +24,7 @@ use super::plan::{Lock, Rollout, Step};
 use super::rollout::{
     add_canary, canary_key, dead_lease_holder, deploy_leased, died_in_flight,
     execute_ready_halting, halt_for_dead_holder, halted, in_canary_phase, in_flight_record,
-    is_mine, look_before_locked_step, LookAfterTake, Looked,
+    is_mine, look_before_locked_step, Canary, LookAfterTake, Looked,
 };
 use crate::zk::encode;
 use crate::zk::lock::{
@@ -54,7 +54,7 @@ const MAX_QUEUES: usize = 16;
 /// How a host entered an application node, or why it could not.
 enum Entry {
     /// Its node lock (K = 1, or a canary: then the canary version key).
-    Lock { held: Held, canary: Option<String> },
+    Lock { held: Held, canary: Option<Canary> },
     /// A lease of its semaphore (K > 1), with what was read right after it was taken, if
     /// the reads went with it ([`LookAfterTake`]).
     Lease {
@@ -687,7 +687,7 @@ async fn deploy_locked<'a>(
     pass: &mut Pass<'a>,
     node: &NodeLocked<'_>,
     mut held: Held,
-    canary: Option<String>,
+    canary: Option<Canary>,
 ) -> Result<Option<Releasing<'a>>, Interrupt> {
     let read = match (held.read.take(), held.read_before.take()) {
         (Some((data, stat)), _) => LockData::Fresh(data, stat),
@@ -722,7 +722,7 @@ enum Leave {
     /// (then only if the record there is still `record`: never another holder's).
     Clear {
         known: Option<(crate::tree::Props, i32)>,
-        canary: Option<String>,
+        canary: Option<Canary>,
         record: Value,
     },
 }
@@ -809,7 +809,7 @@ async fn locked<'a>(
     pass: &mut Pass<'a>,
     node: &NodeLocked<'_>,
     read: LockData,
-    canary: Option<String>,
+    canary: Option<Canary>,
     leaving: &mut Leaving,
 ) -> (Result<(), Interrupt>, Leave) {
     let mut said = None;
@@ -830,7 +830,7 @@ async fn holding<'a>(
     pass: &mut Pass<'a>,
     node: &NodeLocked<'_>,
     read: LockData,
-    canary: Option<String>,
+    canary: Option<Canary>,
     leaving: &mut Leaving,
     said: &mut Option<StatusAnswer<'a>>,
 ) -> (Result<(), Interrupt>, Leave) {
@@ -1037,7 +1037,7 @@ fn leave_lock<'a>(
         return Box::pin(async move { held.release(client).await });
     };
     let sent = known.map(|(mut props, version)| {
-        clear_record(&mut props, canary.as_deref(), host_id);
+        clear_record(&mut props, canary.as_ref(), host_id);
         send_write_and_delete(client, &lock, &encode(&props), version, &held.node)
     });
     Box::pin(async move {
@@ -1046,16 +1046,16 @@ fn leave_lock<'a>(
                 return held.leaving.finish(client).await;
             }
         }
-        finish_release(client, &lock, held, &record, canary.as_deref(), host_id).await
+        finish_release(client, &lock, held, &record, canary.as_ref(), host_id).await
     })
 }
 
 /// Removes our in-flight record from the lock node's data `p` (and, for a canary that
 /// succeeded, counts this host).
-fn clear_record(p: &mut crate::tree::Props, canary: Option<&str>, host_id: &str) {
+fn clear_record(p: &mut crate::tree::Props, canary: Option<&Canary>, host_id: &str) {
     p.remove("in-flight");
-    if let Some(key) = canary {
-        add_canary(p, key, host_id);
+    if let Some(canary) = canary {
+        add_canary(p, canary, host_id);
     }
 }
 
@@ -1066,7 +1066,7 @@ async fn finish_release(
     lock: &str,
     held: Held,
     record: &Value,
-    canary: Option<&str>,
+    canary: Option<&Canary>,
     host_id: &str,
 ) -> Result<(), ZkError> {
     update_props(client, lock, |p| {

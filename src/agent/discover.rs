@@ -580,16 +580,21 @@ async fn discover_reading(
     host: &Host,
     mut snap: Snapshot,
 ) -> Result<(Discovered, Snapshot), DiscoverFailure> {
+    let mut last = Vec::new();
     for _ in 0..MAX_ROUNDS {
         match discover(&snap, host) {
-            Err(DiscoverError::Unread(paths)) => read_nodes(client, &mut snap, paths).await?,
+            Err(DiscoverError::Unread(paths)) => {
+                last.clone_from(&paths);
+                read_nodes(client, &mut snap, paths).await?
+            }
             Ok(found) => return Ok((found, snap)),
             Err(e) => return Err(DiscoverFailure::Tree(e.to_string())),
         }
     }
-    Err(DiscoverFailure::Tree(
-        "links lead too far (more than 64 hops of reads)".into(),
-    ))
+    Err(DiscoverFailure::Tree(format!(
+        "links lead too far (more than {MAX_ROUNDS} hops of reads); the last links read led to {}",
+        last.join(", ")
+    )))
 }
 
 /// Discovery failed: the tree is wrong, or ZooKeeper failed.

@@ -33,6 +33,12 @@ pub enum StepError {
         /// What went wrong.
         source: std::io::Error,
     },
+    /// A path that must be a directory (`/etc/<app>`) is something else.
+    #[error("{} exists and is not a directory; move it away so that the agent can create the directory", path.display())]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
     /// The plan cannot be made (inconsistent versions).
     #[error(transparent)]
     Plan(#[from] PlanError),
@@ -52,6 +58,23 @@ pub enum StepError {
     /// (`Health check failed for PATH N: ...`).
     #[error("{0}")]
     Unhealthy(String),
+    /// The run directory's `host_version` could not be written (a full or read-only run
+    /// directory): the pass fails without halting the cluster, and the next pass tries again.
+    #[error("cannot record the host version in {}: {source}", path.display())]
+    HostVersion {
+        /// The `host_version` file.
+        path: PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+}
+
+impl StepError {
+    /// False for a failure of this host's own disk that no other host shares (the host
+    /// version not recorded): the pass fails, the cluster is not halted for it.
+    pub(crate) fn halts(&self) -> bool {
+        !matches!(self, StepError::HostVersion { .. })
+    }
 }
 
 /// A failed pass: its error, and whether the cluster was already halted for it.

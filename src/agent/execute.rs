@@ -230,7 +230,7 @@ impl Agent {
         if version == self.host_version && !force {
             // The host version may come from a legacy host node: keep it for the next start.
             if self.run_dir.host_version().as_ref() != Some(&version) {
-                write_host_version(self, &version);
+                let _ = write_host_version(self, &version);
             }
             pass.status("done").await;
             pass.metrics.converged = true;
@@ -257,7 +257,7 @@ impl Agent {
             let inventory = self.take_inventory(&version, basis.take(), true);
             match pass.final_done_recording(inventory, at).await {
                 Ok(()) => done_written = true,
-                Err(e) => result = Err(Interrupt::Lost(e)),
+                Err(e) => result = Err(e),
             }
         }
         let (outcome, report_outcome, error) = match result {
@@ -535,7 +535,7 @@ async fn fail(pass: &mut Pass<'_>, failure: Failure) -> Result<String, ZkError> 
     let version = pass.version.clone();
     let message = failure.error.to_string();
     tracing::error!("FAILED deploying version {}: {message}", py_str(&version));
-    if !failure.halted {
+    if !failure.halted && failure.error.halts() {
         halt(&agent.client, &agent.host, &version, &message).await?;
     }
     let error = json!(message);

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::cluster::cluster_version;
 use super::discover::DiscoveryReport;
-use super::error::Interrupt;
+use super::error::{Failure, Interrupt, StepError};
 use super::plan::Step;
 use super::session::{write_metrics, Agent};
 use super::status::{Report, ReportOutcome, StepReport};
@@ -164,25 +164,36 @@ impl<'a> Pass<'a> {
 
     /// Notes that the pass's version is recorded on the host node: in the pass, and in the
     /// run directory's `host_version`.
-    pub fn mark_recorded(&mut self) {
+    /// A `host_version` that cannot be written fails the pass (the version stays unrecorded
+    /// in the session, so the next pass records it again).
+    pub fn mark_recorded(&mut self) -> Result<(), StepError> {
+        write_host_version(self.agent, &self.version)?;
         self.recorded = true;
-        write_host_version(self.agent, &self.version);
+        Ok(())
     }
 
     /// The final status `done` of a pass whose version record was left for it
     /// ([`Self::record_at`]): the report so far, then one write of the record, the status
     /// and the inventory. An error of that write is the pass's, as the record's own write's
-    /// would have been; once it went through, the version is recorded.
+    /// would have been; once it went through, the version is recorded. A `host_version` that
+    /// cannot be written fails the pass (the status file does not say `done`).
     pub async fn final_done_recording(
         &mut self,
         inventory: Option<Value>,
         at: Value,
-    ) -> Result<(), ZkError> {
+    ) -> Result<(), Interrupt> {
         self.write_report_draft(ReportOutcome::Done, None);
         // `host_version` is written between the host node's answer and the status file
         // (`write_status`), so whoever sees `done` finds the version recorded there too.
-        self.status_recording("done", inventory, Some(&at)).await?;
+        let version = self.version.clone();
+        let record = Some((version.clone(), at));
+        self.agent
+            .update_host_node(status_change("done", inventory, record))
+            .await
+            .map_err(Interrupt::Lost)?;
+        write_host_version(self.agent, &version).map_err(Failure::from)?;
         self.recorded = true;
+        write_status_file(self.agent, &version, "done");
         Ok(())
     }
 
@@ -323,8 +334,9 @@ async fn write_status(
     agent
         .update_host_node(status_change(text, inventory, record))
         .await?;
-    write_host_version(agent, version);
-    write_status_file(agent, version, text);
+    if write_host_version(agent, version).is_ok() {
+        write_status_file(agent, version, text);
+    }
     Ok(())
 }
 
@@ -374,12 +386,14 @@ fn status_change(
     }
 }
 
-/// Writes the run directory's `host_version` (a failure is logged: the host node holds the
-/// version too).
-pub(super) fn write_host_version(agent: &Agent, version: &Value) {
-    if let Err(e) = agent.run_dir.set_host_version(version) {
-        tracing::warn!("cannot write host_version: {e}");
-    }
+/// Writes the run directory's `host_version`; a failure is logged and given back (it fails
+/// the pass: a restarted agent would otherwise deploy from an older version).
+pub(super) fn write_host_version(agent: &Agent, version: &Value) -> Result<(), StepError> {
+    agent.run_dir.set_host_version(version).map_err(|source| {
+        let path = agent.run_dir.host_version_path();
+        tracing::error!("cannot write {}: {source}", path.display());
+        StepError::HostVersion { path, source }
+    })
 }
 
 /// Writes the status file, and tells systemd.

@@ -15,7 +15,7 @@
 //!   `{"in-flight": {<lease>: record}}`: they are read there too, with the same rule.)
 //! - `canary = C` (with K > 1): while fewer than C hosts have deployed the node's package
 //!   version (health check included), hosts deploy it one at a time under the node lock; the
-//!   count lives in the node lock's data, `{"canary": {"version": "<rpm> <version>",
+//!   count lives in the node lock's data, `{"canary": {"path": P, "version": "<rpm> <version>",
 //!   "hosts": [ids]}}`, and a canary adds itself (in the same write that clears its in-flight
 //!   record) only after its step succeeded, still holding the lock. A failing canary halts
 //!   the cluster, so no other host starts that version; the next version starts a new count.
@@ -178,23 +178,50 @@ pub async fn read_fleet_facts(
     Ok(facts)
 }
 
-/// The canary count of a node's version key, from the node lock's data.
-fn canary_count(lock_props: &crate::tree::Props, key: &str) -> usize {
+/// The canary record a deployment counts in: its node's path and its version key (package
+/// and version). Two nodes whose lock names collide (`/a/b`, `/a,b`) share a lock node, so
+/// the record names the path; a record without one (written by an agent that did not name
+/// it) is taken as this node's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Canary {
+    /// The application node's path.
+    pub(crate) path: String,
+    /// `<rpm> <version>`.
+    pub(crate) key: String,
+}
+
+impl Canary {
+    /// True if the node lock's canary record `c` is this deployment's.
+    fn matches(&self, c: &serde_json::Map<String, Value>) -> bool {
+        c.get("version").and_then(Value::as_str) == Some(self.key.as_str())
+            && c.get("path")
+                .is_none_or(|p| p.as_str() == Some(self.path.as_str()))
+    }
+}
+
+/// The canary count of a deployment, from the node lock's data.
+fn canary_count(lock_props: &crate::tree::Props, canary: &Canary) -> usize {
     match lock_props.get("canary") {
-        Some(Value::Object(c)) if c.get("version").and_then(Value::as_str) == Some(key) => {
+        Some(Value::Object(c)) if canary.matches(c) => {
             c.get("hosts").and_then(Value::as_array).map_or(0, Vec::len)
         }
         _ => 0,
     }
 }
 
-/// The canary version key of a deployment: its package and version.
-pub fn canary_key(step: &Step) -> String {
+/// The canary record of a deployment: its node's path, its package and version.
+pub(crate) fn canary_key(step: &Step) -> Canary {
     match step {
-        Step::Deploy { rpm, version, .. } => {
-            format!("{rpm} {}", version.as_deref().unwrap_or("*"))
-        }
-        _ => String::new(),
+        Step::Deploy {
+            rpm, version, path, ..
+        } => Canary {
+            path: path.clone(),
+            key: format!("{rpm} {}", version.as_deref().unwrap_or("*")),
+        },
+        _ => Canary {
+            path: String::new(),
+            key: String::new(),
+        },
     }
 }
 
@@ -223,10 +250,11 @@ pub async fn in_canary_phase(
     Ok(canary_count(&props, &canary_key(step)) < node.canary as usize)
 }
 
-/// Adds this host to the canaries of `key` in the node lock's data `p`.
-pub fn add_canary(p: &mut crate::tree::Props, key: &str, host_id: &str) {
+/// Adds this host to the canaries of `canary` in the node lock's data `p` (a record of
+/// another node or version is replaced).
+pub(crate) fn add_canary(p: &mut crate::tree::Props, canary: &Canary, host_id: &str) {
     let mut hosts: Vec<Value> = match p.get("canary") {
-        Some(Value::Object(c)) if c.get("version").and_then(Value::as_str) == Some(key) => c
+        Some(Value::Object(c)) if canary.matches(c) => c
             .get("hosts")
             .and_then(Value::as_array)
             .cloned()
@@ -236,7 +264,8 @@ pub fn add_canary(p: &mut crate::tree::Props, key: &str, host_id: &str) {
     if !hosts.iter().any(|h| h.as_str() == Some(host_id)) {
         hosts.push(json!(host_id));
     }
-    p.insert("canary".into(), json!({"version": key, "hosts": hosts}));
+    let record = json!({"path": canary.path, "version": canary.key, "hosts": hosts});
+    p.insert("canary".into(), record);
 }
 
 /// One deployment holding a lease of the semaphore `sem` (its in-flight record made with
@@ -778,4 +807,32 @@ async fn clear_lease_record(client: &Client, guard: &str, name: &str) -> Result<
     update_props(client, guard, |p| clear_record(p, name))
         .await
         .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canary(path: &str) -> Canary {
+        Canary {
+            path: path.into(),
+            key: "foo 1.0".into(),
+        }
+    }
+
+    #[test]
+    fn a_canary_record_counts_for_its_own_path_or_one_without_a_path() {
+        let mut p = crate::tree::Props::new();
+        add_canary(&mut p, &canary("/a,b"), "h1");
+        assert_eq!(canary_count(&p, &canary("/a,b")), 1);
+        assert_eq!(canary_count(&p, &canary("/a/b")), 0);
+        add_canary(&mut p, &canary("/a/b"), "h2");
+        assert_eq!(
+            p["canary"],
+            json!({"path": "/a/b", "version": "foo 1.0", "hosts": ["h2"]})
+        );
+        let old = json!({"version": "foo 1.0", "hosts": ["h1", "h3"]});
+        p.insert("canary".into(), old);
+        assert_eq!(canary_count(&p, &canary("/a/b")), 2);
+    }
 }

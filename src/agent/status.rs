@@ -18,7 +18,9 @@ pub fn version_token(version: &Value) -> String {
     for c in py_str(version).chars() {
         match c {
             '%' => out.push_str("%25"),
-            c if c.is_whitespace() => out.push_str(&format!("%{:02X}", c as u32 & 0xff)),
+            c if c.is_whitespace() || c.is_control() => {
+                out.push_str(&format!("%{:02X}", c as u32 & 0xff))
+            }
             c => out.push(c),
         }
     }
@@ -44,7 +46,10 @@ pub struct StatusLine {
 
 /// Formats a status line.
 pub fn format_status(time: f64, pid: u32, version: &Value, status: &str) -> String {
-    let status = status.replace(['\n', '\r'], " ");
+    let status: String = status
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     format!("{time:.2} {pid} {} {status}", version_token(version))
 }
 
@@ -181,6 +186,11 @@ impl RunDir {
         self.dir.join("last-pass.json")
     }
 
+    /// The `host_version` file.
+    pub(crate) fn host_version_path(&self) -> PathBuf {
+        self.dir.join("host_version")
+    }
+
     /// `host_version`: the last deployed version (`None` if missing or unreadable).
     pub fn host_version(&self) -> Option<Value> {
         let text = std::fs::read_to_string(self.dir.join("host_version")).ok()?;
@@ -255,6 +265,9 @@ mod tests {
         assert_eq!(version_token(&json!(false)), "False");
         assert_eq!(version_token(&json!(21)), "21");
         assert_eq!(version_token(&json!("a b%")), "a%20b%25");
+        assert_eq!(version_token(&json!("r\u{0}1")), "r%001");
+        let line = format_status(1.0, 1, &json!("v"), "deploying r\u{0}1\n");
+        assert!(!line.contains('\0') && !line.contains('\n'), "{line:?}");
         assert!(parse_status("garbage").is_err());
         assert!(parse_status("x 1 v done").is_err());
         assert!(parse_status("1.0 -1 v done").is_err());

@@ -216,8 +216,7 @@ impl Step {
                         p.insert(DEPLOYED_AT.into(), at.clone());
                     })
                     .await?;
-                pass.mark_recorded();
-                Ok(())
+                pass.mark_recorded()
             }
             Step::After { command } => {
                 tracing::info!("Running after hook");
@@ -285,6 +284,9 @@ fn ready_script(pass: &Pass<'_>, d: &Instance<'_>) -> Result<ReadyScript, StepEr
     let props_dir = props_file.parent().unwrap_or(&run_dir).to_path_buf();
     let props = pass.properties.get(d.path).cloned().unwrap_or_default();
     // Each failure names the path that failed (a read-only run directory is not /etc).
+    if std::fs::metadata(&etc).is_ok_and(|m| !m.is_dir()) {
+        return Err(StepError::NotADirectory { path: etc });
+    }
     std::fs::create_dir_all(&etc).map_err(|source| StepError::File {
         path: etc.clone(),
         source,

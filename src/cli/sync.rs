@@ -32,7 +32,9 @@ pub struct SyncArgs {
     /// unchanged revision.
     #[arg(short = 'f', long = "force")]
     force: bool,
-    /// Local lock file (an exclusive flock; if busy, exit 0 quietly).
+    /// Local lock file (an exclusive flock; if busy, exit 0 quietly). A link, or a file of
+    /// another user than root or this one, is an error (exit 1): keep it in a directory only
+    /// root can write.
     #[arg(long, value_name = "P", default_value = DEFAULT_LOCK_FILE)]
     lock_file: PathBuf,
     /// Tombstone: present while a sync runs, left with the reason if it did not succeed; a

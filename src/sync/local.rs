@@ -1,5 +1,6 @@
 //! The syncer's local guards: the lock file (an exclusive, non-blocking `flock`, so two cron
-//! runs never overlap; [`lock_holder`] tells who holds it since when, so that one held too
+//! runs never overlap; opened without following a link, and refused unless it is a regular
+//! file owned by root or the running user; [`lock_holder`] tells who holds it since when, so that one held too
 //! long is reported) and the tombstone (written when a run starts, removed when it ends in
 //! success or nothing-to-do, left holding the reason otherwise, for a monitor to alert on),
 //! with its success stamp `<tombstone>.last-success` (`TIME REVISION`, rewritten at every run
@@ -28,14 +29,86 @@ pub struct LockFile {
     _lock: Flock<File>,
 }
 
-/// Takes the lock file without blocking: `Ok(None)` if another process holds it.
-pub fn lock_file(path: &Path) -> Result<Option<LockFile>, String> {
+/// Why the lock file cannot be taken. Each names the file: a lock file any local user could
+/// have planted is an error, never a quiet "busy".
+#[derive(Debug, thiserror::Error)]
+pub enum LockFileError {
+    /// It could not be opened or created.
+    #[error("{}: {source}", path.display())]
+    Open {
+        /// The lock file.
+        path: PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+    /// It is a symbolic link (never followed).
+    #[error("{} is a symbolic link; remove it (a lock file is never opened through a link)", path.display())]
+    Link {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// It is not a regular file, or has other hard links (it would be truncated).
+    #[error("{} is not a regular file with a single link", path.display())]
+    NotFile {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// It belongs to another user, who could hold it and silence every sync.
+    #[error(
+        "{} is owned by uid {uid}, not by root or this user; remove it, or use --lock-file \
+         in a directory only root can write",
+        path.display()
+    )]
+    Owner {
+        /// The lock file.
+        path: PathBuf,
+        /// Its owner.
+        uid: u32,
+    },
+    /// `flock` failed (not because another process holds it).
+    #[error("{}: {source}", path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// What went wrong.
+        source: nix::errno::Errno,
+    },
+}
+
+/// Takes the lock file without blocking: `Ok(None)` if another process holds it. It is
+/// opened without following a link (nor blocking on a FIFO), and must be a regular file
+/// owned by root or by the running user.
+pub fn lock_file(path: &Path) -> Result<Option<LockFile>, LockFileError> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
         .open(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|source| match source.raw_os_error() {
+            Some(nix::libc::ELOOP) => LockFileError::Link { path: path.into() },
+            _ => LockFileError::Open {
+                path: path.into(),
+                source,
+            },
+        })?;
+    let meta = file.metadata().map_err(|source| LockFileError::Open {
+        path: path.into(),
+        source,
+    })?;
+    if !meta.is_file() || meta.nlink() > 1 {
+        return Err(LockFileError::NotFile { path: path.into() });
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != 0 && meta.uid() != me {
+        let uid = meta.uid();
+        return Err(LockFileError::Owner {
+            path: path.into(),
+            uid,
+        });
+    }
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
             let _ = lock.set_len(0);
@@ -43,7 +116,10 @@ pub fn lock_file(path: &Path) -> Result<Option<LockFile>, String> {
             Ok(Some(LockFile { _lock: lock }))
         }
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
-        Err((_, e)) => Err(format!("{}: {e}", path.display())),
+        Err((_, source)) => Err(LockFileError::Lock {
+            path: path.into(),
+            source,
+        }),
     }
 }
 

@@ -498,42 +498,115 @@ pub async fn read_index(
     if got.iter().flatten().any(|(_, mzxid)| *mzxid > root_mzxid) {
         return unusable(read, "the index changed while it was read".into());
     }
-    let mut paths = Vec::new();
-    let mut more = Vec::new();
-    for (node, entry) in wanted.iter().zip(got.drain(..)).skip(1) {
-        let Some((props, _)) = entry else { continue };
-        let Some(list) = path_list(&props) else {
-            return unusable(read, format!("malformed index node {node}"));
-        };
-        paths.extend(list);
-        let count = props.get("chunks").and_then(Value::as_u64).unwrap_or(0);
-        if count == 0 || count > 100_000 {
-            return unusable(read, format!("malformed index node {node}"));
-        }
-        more.extend((1..count).map(|i| format!("{node}/c{i}")));
-    }
-    if !more.is_empty() {
-        let got = read_data(client, &more).await?;
-        read.reads += more.len();
-        for (node, entry) in more.iter().zip(got) {
-            match entry.as_ref() {
-                Some((_, mzxid)) if *mzxid > root_mzxid => {
-                    return unusable(read, "the index changed while it was read".into())
-                }
-                _ => {}
-            }
-            match entry.as_ref().and_then(|(p, _)| path_list(p)) {
-                Some(list) => paths.extend(list),
-                None => return unusable(read, format!("index chunk {node} missing or malformed")),
-            }
-        }
-    }
+    let entries: Vec<_> = wanted.iter().skip(1).zip(got.drain(..).skip(1)).collect();
+    let mut paths = match entry_paths(client, entries, &seen, root_mzxid, &mut read.reads).await? {
+        Ok(paths) => paths,
+        Err(Distrust::Stale(why)) => return unusable(read, why),
+        Err(Distrust::Wrong(why)) => return wrong(read, why),
+    };
     paths.sort();
     paths.dedup();
     read.answer = IndexAnswer::Paths(paths);
     read.generation = Some(generation.to_string());
     read.version = Some(version.clone());
     Ok(read)
+}
+
+/// Why an index reading is not used: stale or malformed (logged as information), or wrong,
+/// naming what the walk could not find (logged as a warning).
+enum Distrust {
+    Stale(String),
+    Wrong(String),
+}
+
+/// The deploy-node paths of the targets' `entries` (each entry node with what was read of it,
+/// in the order of `targets`) and of their chunks, read here (counted in `reads`).
+async fn entry_paths(
+    client: &Client,
+    entries: Vec<(&String, Option<(Props, i64)>)>,
+    targets: &[&str],
+    root_mzxid: i64,
+    reads: &mut usize,
+) -> Result<Result<Vec<String>, Distrust>, ZkError> {
+    let malformed = |node: &str| Ok(Err(Distrust::Stale(format!("malformed index node {node}"))));
+    let mut paths = Vec::new();
+    let mut more = Vec::new();
+    for ((node, entry), target) in entries.into_iter().zip(targets) {
+        let Some((props, _)) = entry else { continue };
+        let Some(list) = path_list(&props) else {
+            return malformed(node);
+        };
+        if let Some(why) = wrong_entry(node, target, &list) {
+            return Ok(Err(Distrust::Wrong(why)));
+        }
+        paths.extend(list);
+        let count = props.get("chunks").and_then(Value::as_u64).unwrap_or(0);
+        if count == 0 || count > 100_000 {
+            return malformed(node);
+        }
+        more.extend((1..count).map(|i| (format!("{node}/c{i}"), *target)));
+    }
+    if more.is_empty() {
+        return Ok(Ok(paths));
+    }
+    let nodes: Vec<String> = more.iter().map(|(n, _)| n.clone()).collect();
+    let got = read_data(client, &nodes).await?;
+    *reads += more.len();
+    for ((node, target), entry) in more.iter().zip(got) {
+        let Some((props, mzxid)) = entry else {
+            return Ok(Err(Distrust::Stale(format!("index chunk {node} missing"))));
+        };
+        if mzxid > root_mzxid {
+            return Ok(Err(Distrust::Stale(
+                "the index changed while it was read".into(),
+            )));
+        }
+        let Some(list) = path_list(&props) else {
+            return Ok(Err(Distrust::Stale(format!(
+                "index chunk {node} malformed"
+            ))));
+        };
+        if let Some(why) = wrong_entry(node, target, &list) {
+            return Ok(Err(Distrust::Wrong(why)));
+        }
+        paths.extend(list);
+    }
+    Ok(Ok(paths))
+}
+
+/// An index reading whose entry names what the walk could not find: unusable, and said as a
+/// warning (the index is wrong, not merely stale).
+fn wrong(mut read: IndexRead, why: String) -> Result<IndexRead, ZkError> {
+    tracing::warn!("the deployment index is wrong: {why}");
+    read.answer = IndexAnswer::Unusable(why);
+    Ok(read)
+}
+
+/// Why the paths of index node `node` (target `target`'s entry or chunk) are not what the
+/// walk finds: a path that is not `<app>/deploy/<target>` (`<app>` a node path outside the
+/// reserved roots, without empty, `.` or `..` names). `None` when every path is.
+pub(crate) fn wrong_entry(node: &str, target: &str, paths: &[String]) -> Option<String> {
+    let bad = paths.iter().find(|p| !is_deploy_node_of(p, target))?;
+    Some(format!(
+        "index node {node} names {bad:?}, which is not <app>/deploy/{target}"
+    ))
+}
+
+/// True if `path` is `<app>/deploy/<target>` as the walk finds deploy nodes.
+fn is_deploy_node_of(path: &str, target: &str) -> bool {
+    let Some(app) = path
+        .strip_suffix(target)
+        .and_then(|p| p.strip_suffix("/deploy/"))
+    else {
+        return false;
+    };
+    let names: Vec<&str> = app.split('/').skip(1).collect();
+    app.starts_with('/')
+        && !names.is_empty()
+        && names
+            .iter()
+            .all(|n| !n.is_empty() && *n != "." && *n != "..")
+        && !super::paths::is_reserved_root(names[0])
 }
 
 /// An index node's `paths`: absolute node paths, or `None` if missing or malformed.
@@ -705,6 +778,30 @@ mod tests {
         assert_eq!(guess.nodes, ["/a"]);
         assert!(guessed_generations(&Guess::after(None, Vec::new())).is_empty());
         assert!(guessed_generations(&Guess::after(Some("x"), Vec::new())).is_empty());
+    }
+
+    #[test]
+    fn an_entry_naming_anything_but_a_deploy_node_of_its_target_is_wrong() {
+        let ok = |p: &str| wrong_entry("/deployment-index/g1/t-h1", "h1", &[p.into()]).is_none();
+        assert!(ok("/acme/web/deploy/h1"));
+        assert!(ok("/a/deploy/h1"));
+        for bad in [
+            "/acme/web/h1",
+            "/acme/web/deploy/h2",
+            "/acme/web/deploy/xh1",
+            "/deploy/h1",
+            "/hosts/deploy/h1",
+            "/acme//deploy/h1",
+            "/acme/../deploy/h1",
+            "/acme/web/deploy/h1/x",
+        ] {
+            assert!(!ok(bad), "{bad}");
+        }
+        let why = wrong_entry("/deployment-index/g1/t-h1", "h1", &["/x/h1".into()]).unwrap();
+        assert!(
+            why.contains("/deployment-index/g1/t-h1") && why.contains("/x/h1"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -436,6 +436,42 @@ async fn an_index_entry_newer_than_the_root_is_walked() {
     assert_eq!(c.source().await, "index");
 }
 
+/// An entry naming a node that is not `<app>/deploy/<target>`, written in the transaction
+/// that writes `/hosts` and the root (so every `mzxid` check passes), is not trusted: the
+/// pass walks (the same steps as `--walk`: foo deployed, not uninstalled) and warns naming
+/// the entry.
+#[tokio::test]
+async fn an_index_entry_naming_no_deploy_node_is_walked_with_a_warning() {
+    let c = Cluster::new("index-wrong-entry").await;
+    c.commit_and_sync("1.0").await;
+    let (root, _) = c.root().await;
+    let entry = format!("{INDEX}/{}/t-h1", root["generation"].as_str().unwrap());
+    let (data, _) = c.h.client.get_data(&entry).await.unwrap();
+    let mut props: Props = decode(&data);
+    assert_eq!(props["paths"], json!(["/acme/web/deploy/h1"]), "{props:?}");
+    props.insert("paths".into(), json!(["/acme/config"]));
+    let (hosts, _) = c.h.client.get_data("/hosts").await.unwrap();
+    let (root_data, _) = c.h.client.get_data(INDEX).await.unwrap();
+    let mut writer = c.h.client.new_multi_writer();
+    writer.add_set_data("/hosts", &hosts, None).unwrap();
+    writer.add_set_data(INDEX, &root_data, None).unwrap();
+    writer.add_set_data(&entry, &encode(&props), None).unwrap();
+    writer.commit().await.unwrap();
+    assert_eq!(c.source().await, "walk");
+    let plan = c.plan(&[]).await;
+    assert_eq!(
+        deploy_paths(&plan),
+        ["/acme/db 0", "/acme/web 0", "/acme/web 1"]
+    );
+    let run = c.h.deploy(&["--dry-run", "--json", "--force"]).await;
+    assert!(
+        run.stderr.contains("WARN")
+            && run.stderr.contains(&entry)
+            && run.stderr.contains("/acme/config"),
+        "{run}"
+    );
+}
+
 /// A reader's read-ahead guess (the generation of its last snapshot, `next_guess`) keeps
 /// naming the live generation across syncs: one that changes no deploy node (the generation
 /// made live again), one that changes a few (updated in place), and one after `tree import`

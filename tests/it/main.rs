@@ -45,6 +45,7 @@ mod pause;
 mod plan_report;
 mod probe;
 mod probe_checks;
+mod probe_medium;
 mod role_lock_faults;
 mod roles;
 mod rollout;

@@ -183,6 +183,7 @@ async fn the_rpm_installs_with_dnf_and_works_as_installed() {
         .unwrap_or_else(|e| panic!("the cron line does not parse: {e}"));
     assert!(
         command.contains("--tombstone /var/lib/zkdeployment/sync-tombstone")
+            && command.contains("--lock-file /var/lib/zkdeployment/sync.lock")
             && command.contains("--config /etc/zkdeployment/agent.cfg"),
         "{line}"
     );

@@ -504,6 +504,46 @@ async fn guard_cluster_lock_busy_refuses() {
     );
 }
 
+/// A lock file any local user could have planted (in `/var/tmp`, the default) is an error
+/// naming it (exit 1), never a quiet "busy": a symbolic link (not followed: its target is
+/// neither created nor written), a file owned by another user, a second hard link.
+#[tokio::test]
+async fn guard_lock_file_planted_by_another_user_is_an_error_naming_it() {
+    let env = Env::new("sync-lockfile-planted").await;
+    env.repo.commit(&[("acme.zk", ACME)]);
+    let lock = env.lock_file();
+    let target = env.work.path().join("target");
+    std::os::unix::fs::symlink(&target, &lock).unwrap();
+    let run = env.sync(&[]).await;
+    assert_eq!(run.code, 1, "{run}");
+    assert!(
+        run.stderr.contains(&lock.display().to_string()) && run.stderr.contains("symbolic link"),
+        "{run}"
+    );
+    assert!(!target.exists(), "nothing written through the link");
+    std::fs::remove_file(&lock).unwrap();
+    std::fs::write(&lock, "").unwrap();
+    std::os::unix::fs::chown(&lock, Some(65534), Some(65534)).unwrap();
+    let run = env.sync(&[]).await;
+    assert_eq!(run.code, 1, "{run}");
+    assert!(
+        run.stderr.contains(&lock.display().to_string()) && run.stderr.contains("uid 65534"),
+        "{run}"
+    );
+    std::fs::remove_file(&lock).unwrap();
+    std::fs::write(&target, "keep\n").unwrap();
+    std::fs::hard_link(&target, &lock).unwrap();
+    let run = env.sync(&[]).await;
+    assert_eq!(run.code, 1, "{run}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep\n");
+    assert!(
+        env.client.check_stat("/hosts").await.unwrap().is_none(),
+        "nothing was synced"
+    );
+    std::fs::remove_file(&lock).unwrap();
+    env.sync(&[]).await.assert_ok();
+}
+
 #[tokio::test]
 async fn guard_lock_file_busy_exits_zero_quietly() {
     let env = Env::new("sync-lockfile").await;

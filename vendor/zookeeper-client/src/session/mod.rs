@@ -468,6 +468,7 @@ impl Session {
     }
 
     fn handle_recv_buf(&mut self, recved: &mut Vec<u8>, depot: &mut Depot) -> Result<(), Error> {
+        check_frame_len(recved)?;
         let mut reading = recved.as_slice();
         if self.session_state == SessionState::Disconnected {
             if let Some(body) = record::try_deserialize::<&[u8]>(&mut reading)? {
@@ -482,6 +483,7 @@ impl Session {
         }
         let consumed_bytes = recved.len() - reading.len();
         recved.drain(..consumed_bytes);
+        check_frame_len(recved)?;
         self.last_recv = Instant::now();
         Ok(())
     }
@@ -731,4 +733,23 @@ impl Session {
         }
         Err(last_error)
     }
+}
+
+/// Largest frame accepted from a server: a frame announcing more is refused before it is
+/// buffered (a server announcing, and sending, gigabytes would otherwise have the client hold
+/// them all). 128 MiB + 64 KiB: above any answer of a multi-read of 128 nodes of ZooKeeper's
+/// default `jute.maxbuffer` (1 MiB) each.
+pub const MAX_FRAME_LEN: usize = 128 * 1024 * 1024 + 64 * 1024;
+
+/// Refuses a frame at the head of `buf` whose announced length is out of range.
+fn check_frame_len(buf: &[u8]) -> Result<(), Error> {
+    if let Some(len) = buf.get(..4) {
+        let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+        if len < 0 || len as usize > MAX_FRAME_LEN {
+            return Err(Error::UnexpectedError(format!(
+                "the server announced a frame of {len} bytes (the limit is {MAX_FRAME_LEN})"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,256 @@
+//! What a hostile probe found (issue 41's medium and low findings, second part): a full run
+//! directory, lock-sharing node names and the canary, `/etc/<app>` that is a file, a NUL in a
+//! version, a property-link chain too long. (The index entry is in `index`, the lock file in
+//! `sync`.)
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+
+use support::agent::{v, TestHost};
+
+const TREE: &str = "
+/acme
+  /web : foo
+    version = '1.0'
+    /deploy
+      /h1
+";
+
+/// A small tmpfs mounted on a directory, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (mount's syntax) on `dir` (created if missing).
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount a tmpfs on {}", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+
+    /// Fills the file system: one file grows until the disk says it is full.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.0.join("filler")).unwrap();
+        let block = vec![b'x'; 4096];
+        loop {
+            match f.write_all(&block) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+                Err(e) => panic!("filling {}: {e}", self.0.display()),
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Item 15: a full run directory. `host_version` cannot be written, so the pass fails
+/// (exit 1, host node status `error` with an error naming the file) without halting the
+/// cluster; once there is room, the next pass records the version. Before the fix the pass
+/// ended `done`, exit 0, with warnings only.
+#[tokio::test]
+async fn a_full_run_directory_fails_the_pass_without_halting() {
+    let h = TestHost::fake("probe-full-rundir").await;
+    h.tree(TREE, v("r1")).await;
+    let disk = Tmpfs::mount(&h.run_dir(), "256k");
+    let run = h.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    // The properties snapshot is written already and not rewritten for r2.
+    disk.fill();
+    h.set_version(v("r2")).await;
+    let run = h.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let out = format!("{}{}", run.stdout, run.stderr);
+    assert!(
+        out.contains("cannot record the host version")
+            && out.contains("host_version")
+            && out.contains("No space left"),
+        "{out}"
+    );
+    let hosts = h.hosts().await;
+    assert_eq!(
+        hosts.get("version"),
+        Some(&v("r2")),
+        "the cluster is not halted"
+    );
+    drop(disk);
+    let run = h.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert_eq!(h.host_version().as_deref(), Some("\"r2\""));
+}
+
+/// Item 18: `/a/b` and `/a,b` share the node lock `/agent-locks/a,b` (the contract's naming),
+/// where the canary record lives. A record `/a,b` left (its canary done for `foo 1.0`) does
+/// not count for `/a/b`: h1 deploys `/a/b` as its canary, and the record then names `/a/b`.
+#[tokio::test]
+async fn a_canary_record_of_another_node_sharing_the_lock_does_not_count() {
+    let h = TestHost::fake("probe-canary-path").await;
+    let tree = "
+/a
+  /b : foo
+    version = '1.0'
+    max-parallel = 2
+    canary = 1
+    /deploy
+      /h1
+      /h2
+";
+    h.tree(tree, v("r1")).await;
+    let open =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let _ = h.client.create("/agent-locks", b"", &open).await;
+    let other =
+        serde_json::json!({"canary": {"path": "/a,b", "version": "foo 1.0", "hosts": ["h9"]}});
+    h.client
+        .create(
+            "/agent-locks/a,b",
+            &serde_json::to_vec(&other).unwrap(),
+            &open,
+        )
+        .await
+        .unwrap();
+    let run = h.deploy(&[]).await;
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let (data, _) = h.client.get_data("/agent-locks/a,b").await.unwrap();
+    let lock: serde_json::Value = serde_json::from_slice(&data).unwrap();
+    assert_eq!(
+        lock["canary"],
+        serde_json::json!({"path": "/a/b", "version": "foo 1.0", "hosts": ["h1"]}),
+        "{lock}"
+    );
+}
+
+/// Low: `/etc/<app>` that is a file: the pass fails saying so, naming the path, instead of
+/// "File exists (os error 17)".
+#[tokio::test]
+async fn an_etc_app_that_is_a_file_is_named_as_not_a_directory() {
+    let h = TestHost::fake("probe-etc-file").await;
+    h.tree(TREE, v("r1")).await;
+    let etc = h.root().join("etc");
+    std::fs::create_dir_all(&etc).unwrap();
+    std::fs::write(etc.join("foo"), "a file\n").unwrap();
+    let run = h.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let want = format!(
+        "{} exists and is not a directory",
+        etc.join("foo").display()
+    );
+    assert!(run.stderr.contains(&want), "{}", run.stderr);
+}
+
+/// Low: a version with a NUL (and a newline) reaches the status file encoded, never as is.
+#[tokio::test]
+async fn a_nul_in_the_version_does_not_reach_the_status_file() {
+    let h = TestHost::fake("probe-nul-version").await;
+    h.tree(TREE, v("r\u{0}1\n")).await;
+    h.deploy(&[]).await;
+    let status = std::fs::read(h.run_dir().join("status")).unwrap();
+    assert!(!status.contains(&0), "{status:?}");
+    let text = String::from_utf8(status).unwrap();
+    assert!(text.contains("r%001%0A"), "{text:?}");
+    assert_eq!(text.trim_end().lines().count(), 1, "{text:?}");
+}
+
+/// Low: a chain of property links longer than 64 hops fails naming where it was.
+#[tokio::test]
+async fn a_link_chain_too_long_names_a_node() {
+    let h = TestHost::fake("probe-link-chain").await;
+    let mut tree = String::from("/chain\n");
+    for i in 0..70 {
+        tree.push_str(&format!("  /n{i}\n    v => /chain/n{} v\n", i + 1));
+    }
+    tree.push_str("  /n70\n    v = '1.0'\n");
+    tree.push_str("/acme\n  /web : foo\n    version => /chain/n0 v\n    /deploy\n      /h1\n");
+    h.tree(&tree, v("r1")).await;
+    let run = h.deploy(&[]).await;
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("links lead too far") && run.stderr.contains("/chain/n6"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// A "server" that answers every connection with a frame announcing 2 GiB and then sends
+/// zeros as fast as the client reads (256 MiB at most per connection).
+fn huge_frame_server() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut request = [0u8; 64];
+                let _ = conn.read(&mut request);
+                let _ = conn.write_all(&0x7fff_fff0_i32.to_be_bytes());
+                let zeros = vec![0u8; 1 << 20];
+                for _ in 0..256 {
+                    if conn.write_all(&zeros).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Peak resident memory (`VmHWM`, KiB) of a process, read until it exits; and its exit code.
+fn run_watching_memory(args: &[&str]) -> (u64, Option<i32>) {
+    let mut child = std::process::Command::new(support::bin())
+        .args(args)
+        .env_remove("ZC_ZK_CONNECTION_STRING")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak = 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        if let Some(kb) = std::fs::read_to_string(&status_file)
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        {
+            peak = peak.max(kb);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            return (peak, status.code());
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("zkdeployment {args:?} still runs after 120 s (peak {peak} KiB)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_server_announcing_a_huge_frame_costs_no_memory() {
+    let port = huge_frame_server();
+    let conn = format!("127.0.0.1:{port}");
+    let (peak_kib, code) = run_watching_memory(&["status", "-z", &conn]);
+    assert_eq!(code, Some(1), "status against a hostile server");
+    // The client used to buffer whatever the server sent of the announced frame.
+    assert!(
+        peak_kib < 150 * 1024,
+        "status held {peak_kib} KiB at its peak against a server announcing 2 GiB"
+    );
+}
