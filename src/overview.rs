@@ -564,6 +564,33 @@ fn short_revision(s: &str) -> String {
     }
 }
 
+/// The most characters of one line of human output: values anyone may write under `/hosts`
+/// (names, roles, errors) are cut to it, the cut marked with the length.
+pub(crate) const MAX_LINE_CHARS: usize = 500;
+
+/// `s` cut to [`MAX_LINE_CHARS`], the cut marked with `…` and the number of characters.
+pub(crate) fn cut_text(s: &str) -> String {
+    match s.char_indices().nth(MAX_LINE_CHARS) {
+        None => s.to_string(),
+        Some((at, _)) => format!("{}… ({} characters)", &s[..at], s.chars().count()),
+    }
+}
+
+/// Every line of `text` cut by [`cut_text`]: human output never carries a line of
+/// megabytes from a value someone wrote.
+pub(crate) fn cut_lines(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(1 << 20));
+    for line in text.split_inclusive('\n') {
+        let (body, end) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        out.push_str(&cut_text(body));
+        out.push_str(end);
+    }
+    out
+}
+
 /// `s` cut to `width` characters, the cut marked with `…`.
 fn cut(s: &str, width: usize) -> String {
     if s.chars().count() <= width {

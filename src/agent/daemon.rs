@@ -32,6 +32,12 @@ pub enum StartError {
     /// Registration.
     #[error(transparent)]
     Register(#[from] RegisterError),
+    /// `/hosts` does not exist at the connection string (a missing chroot included).
+    #[error(
+        "{HOSTS} does not exist at {0}: the cluster is not initialised (run the syncer \
+         first) or the connection string names the wrong chroot"
+    )]
+    NoHosts(String),
 }
 
 /// The host described by a configuration.
@@ -59,6 +65,7 @@ pub async fn start(
     let mut host_version = run_dir.host_version().unwrap_or(Value::Null);
     let client = connect(&config.connect_options(connection.clone())).await?;
     let host = host_of(&config);
+    let no_hosts = || StartError::NoHosts(connection.clone());
     if !read_only {
         host_version = register(
             &client,
@@ -67,7 +74,16 @@ pub async fn start(
             config.session_timeout + Duration::from_secs(2),
             config.has_identity(),
         )
-        .await?;
+        .await
+        .map_err(|e| match e {
+            RegisterError::NoHosts => no_hosts(),
+            e => e.into(),
+        })?;
+    } else if call("stat", HOSTS, client.check_stat(HOSTS))
+        .await?
+        .is_none()
+    {
+        return Err(no_hosts());
     }
     Ok(Agent {
         client,

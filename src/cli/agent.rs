@@ -246,7 +246,9 @@ async fn start_waiting(
 fn worth_waiting(e: &StartError) -> bool {
     matches!(
         e,
-        StartError::Zk(_) | StartError::Register(RegisterError::Zk(_) | RegisterError::NoHosts)
+        StartError::Zk(_)
+            | StartError::NoHosts(_)
+            | StartError::Register(RegisterError::Zk(_) | RegisterError::NoHosts)
     )
 }
 

@@ -123,6 +123,7 @@ pub fn run(args: PlanArgs) -> Outcome {
         let tree = build(&files).map_err(|e| tree_errors(e, &names))?.tree;
         drop(files);
         let client = settings.connect().await?;
+        super::status::require_hosts(&client, &settings.connection).await?;
         let mut doc = plan_candidate(&client, &revision, &tree)
             .await
             .map_err(|e| Failure::Failed(e.to_string()))?;
@@ -137,10 +138,8 @@ pub fn run(args: PlanArgs) -> Outcome {
                 .map_err(|e| Failure::Failed(format!("writing the plan: {e}")))?;
             writeln!(out).map_err(|e| Failure::Failed(format!("writing the plan: {e}")))?;
         } else {
-            print!(
-                "{}",
-                render(&doc.plan, &doc.revision, &doc.cluster, args.per_host)
-            );
+            let text = render(&doc.plan, &doc.revision, &doc.cluster, args.per_host);
+            print!("{}", crate::overview::cut_lines(&text));
         }
         if doc.plan.has_failures() {
             let failing: usize = doc.plan.failures.iter().map(|g| g.count).sum();

@@ -123,7 +123,7 @@ pub fn status(args: StatusArgs) -> Outcome {
                 serde_json::to_string_pretty(&overview).expect("serialisable")
             );
         } else {
-            print!("{}", overview.render());
+            print!("{}", crate::overview::cut_lines(&overview.render()));
         }
         Ok(0)
     })
@@ -131,7 +131,20 @@ pub fn status(args: StatusArgs) -> Outcome {
 
 /// Refuses a cluster without `/hosts`: nothing was ever synced there, or the connection
 /// string names the wrong chroot (a missing `/hosts` is not a halted cluster).
-async fn require_hosts(client: &Client, connection: &str) -> Result<(), Failure> {
+/// Refuses a session whose chroot does not exist (under a chroot, `/` is the chroot node):
+/// the connection string names the wrong chroot, or the cluster is not initialised there.
+pub(super) async fn require_chroot(client: &Client, connection: &str) -> Result<(), Failure> {
+    match call("stat", "/", client.check_stat("/")).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(Failure::Failed(format!(
+            "the chroot of {connection} does not exist: the cluster is not initialised there \
+             or the connection string names the wrong chroot"
+        ))),
+        Err(e) => Err(Failure::Failed(e.to_string())),
+    }
+}
+
+pub(super) async fn require_hosts(client: &Client, connection: &str) -> Result<(), Failure> {
     match call("stat", HOSTS, client.check_stat(HOSTS)).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(Failure::Failed(format!(
@@ -151,6 +164,7 @@ pub fn resume_cmd(args: ResumeArgs) -> Outcome {
     let settings = Settings::resolve(&args.zk, Some(&args.auth), &args.config)?;
     runtime()?.block_on(async {
         let client = settings.connect().await?;
+        require_hosts(&client, &settings.connection).await?;
         let resumed = resume(&client, version).await.map_err(|e| match e {
             ResumeError::NullVersion | ResumeError::BlankVersion => Failure::Usage(e.to_string()),
             e => Failure::Failed(e.to_string()),

@@ -77,6 +77,7 @@ pub fn run(cmd: TreeCommand) -> Outcome {
             let settings = Settings::resolve(&zk, None, &config)?;
             runtime()?.block_on(async {
                 let client = settings.connect().await?;
+                super::status::require_chroot(&client, &settings.connection).await?;
                 let text = export_tree(&client, &node, ephemeral, name.as_deref())
                     .await
                     .map_err(|e| Failure::Failed(e.to_string()))?;
@@ -104,6 +105,7 @@ pub fn run(cmd: TreeCommand) -> Outcome {
             };
             runtime()?.block_on(async {
                 let client = settings.connect().await?;
+                super::status::require_chroot(&client, &settings.connection).await?;
                 let acl = match &settings.auth {
                     Some(id) => Some(protection(&client, id).await?.acl(Kind::Owned)),
                     None => None,
@@ -151,31 +153,28 @@ fn read_tree(file: &str) -> Result<Node, Failure> {
     parse_bytes(&bytes).map_err(|e| Failure::Failed(format!("{file}:{}: {}", e.line, e.message)))
 }
 
+/// Lints the files as one repository, with the code of `sync` (every lint that needs no
+/// ZooKeeper): each error printed as FILE:LINE: message.
 fn check(paths: &[PathBuf]) -> Outcome {
     let mut failed = false;
+    let mut files = Vec::new();
     for path in paths {
-        let shown = path.display();
         match std::fs::read(path) {
             Err(e) => {
-                println!("{shown}: {e}");
+                println!("{}: {e}", path.display());
                 failed = true;
             }
-            Ok(bytes) => match parse_bytes(&bytes) {
-                Err(e) => {
-                    println!("{shown}:{}: {}", e.line, e.message);
-                    failed = true;
-                }
-                Ok(tree) => {
-                    let errors = crate::sync::desired::rollout_errors(&tree)
-                        .into_iter()
-                        .chain(crate::sync::desired::instance_errors(&tree));
-                    for (_, line, message) in errors {
-                        println!("{shown}:{line}: {message}");
-                        failed = true;
-                    }
-                }
-            },
+            Ok(bytes) => files.push(crate::sync::desired::SourceFile {
+                name: path.display().to_string(),
+                bytes,
+            }),
         }
+    }
+    if let Err(errors) = crate::sync::desired::build_all(&files) {
+        for error in errors {
+            println!("{error}");
+        }
+        failed = true;
     }
     Ok(u8::from(failed))
 }

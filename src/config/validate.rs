@@ -22,7 +22,8 @@ pub(super) fn resolve_path(config: &Path, value: &str) -> PathBuf {
     }
 }
 
-/// A host id, host name or role: one ZooKeeper node name.
+/// A host id, host name or role: one ZooKeeper node name (by the server's path rules:
+/// [`crate::tree::bad_node_name`]), with no whitespace either.
 pub(super) fn check_plain_name(value: &str) -> Result<(), String> {
     let bad = value.is_empty()
         || value == "."
@@ -31,12 +32,17 @@ pub(super) fn check_plain_name(value: &str) -> Result<(), String> {
             .chars()
             .any(|c| c == '/' || c.is_whitespace() || c.is_control());
     if bad {
-        Err(format!(
+        return Err(format!(
             "expected a plain name (no '/', whitespace or control characters, not '.' or '..'), got {}",
             quote(value)
-        ))
-    } else {
-        Ok(())
+        ));
+    }
+    match crate::tree::bad_node_name(value) {
+        Some(why) => Err(format!(
+            "{why}: {} cannot be a ZooKeeper node name",
+            quote(value)
+        )),
+        None => Ok(()),
     }
 }
 

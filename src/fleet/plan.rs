@@ -35,8 +35,9 @@ use crate::tree::{Node, Props};
 pub struct Registered {
     /// Who it is (id, name, role).
     pub host: Host,
-    /// Its published inventory: `None` if it has none, an error if it cannot be read.
-    pub inventory: Option<Result<Inventory, String>>,
+    /// Its published inventory: `None` if it has none or one that cannot be read (anyone may
+    /// write under `/hosts`: a malformed inventory is no inventory).
+    pub inventory: Option<Inventory>,
     /// True if its host node carries `agent` (written by this agent, not the original's).
     pub agent: bool,
 }
@@ -46,7 +47,7 @@ impl Registered {
     /// inventory, or one from an agent that did not publish health checks).
     pub fn health_check(&self, rpm: &str) -> Option<bool> {
         match &self.inventory {
-            Some(Ok(inv)) => inv.health.as_ref().map(|h| h.iter().any(|p| p == rpm)),
+            Some(inv) => inv.health.as_ref().map(|h| h.iter().any(|p| p == rpm)),
             _ => None,
         }
     }
@@ -416,11 +417,10 @@ pub fn plan_host<N: TreeSource>(
         changes: false,
     };
     let installed = match &registered.inventory {
-        Some(Ok(inv)) => {
+        Some(inv) => {
             out.inventory = true;
             Ok(inv.installed())
         }
-        Some(Err(e)) => Err(format!("its inventory cannot be read: {e}")),
         None => current
             .converged(host)
             .map_err(|e| format!("no inventory, and the current tree fails for it: {e}")),

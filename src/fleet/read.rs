@@ -14,6 +14,7 @@ use crate::agent::discover::{discover_in, keep_read, resolved_props, TreeSource}
 use crate::agent::inventory::{self, Inventory};
 use crate::agent::model::Host;
 use crate::agent::rollout::AGENT_PROPERTY;
+use crate::overview::cut_text;
 use crate::tree::Props;
 use crate::zk::index::{by_target, walk_deploy_nodes};
 use crate::zk::links::NodeSource;
@@ -48,11 +49,27 @@ pub fn registered(hosts: &ZNode) -> Vec<Registered> {
                 inventory: node
                     .props
                     .get(inventory::PROPERTY)
-                    .map(|v| Inventory::from_value(v).map_err(|e| e.to_string())),
+                    .and_then(|v| readable_inventory(id, v)),
                 agent: node.props.contains_key(AGENT_PROPERTY),
             }
         })
         .collect()
+}
+
+/// The inventory `value` of host `id`, or `None` with a warning naming the host if it is
+/// malformed (anyone may write under `/hosts`: the host is planned as if converged).
+fn readable_inventory(id: &str, value: &Value) -> Option<Inventory> {
+    match Inventory::from_value(value) {
+        Ok(inventory) => Some(inventory),
+        Err(e) => {
+            let (id, e) = (cut_text(id), cut_text(&e.to_string()));
+            tracing::warn!(
+                "host {id}: its inventory cannot be read ({e}); planned as if converged on \
+                 the current tree"
+            );
+            None
+        }
+    }
 }
 
 /// Nodes of the current tree read on demand: a [`TreeSource`] that records the paths it was

@@ -86,9 +86,22 @@ pub fn is_tree_file(name: &str) -> bool {
     !name.contains('/') && (name.ends_with(".zk") || name.ends_with(".zkx"))
 }
 
-/// Parses, merges and lints the files (given in any order). All errors are returned.
+/// Parses, merges and lints the repository's tree files (given in any order, other files
+/// ignored). All errors are returned.
 pub fn build(files: &[SourceFile]) -> Result<Desired, Vec<TreeError>> {
-    let mut sorted: Vec<&SourceFile> = files.iter().filter(|f| is_tree_file(&f.name)).collect();
+    let tree_files: Vec<SourceFile> = files
+        .iter()
+        .filter(|f| is_tree_file(&f.name))
+        .cloned()
+        .collect();
+    build_all(&tree_files)
+}
+
+/// Parses, merges and lints every file given (names ending in `.zkx` are overlays, any other
+/// is a `.zk` file): the lints of a sync that need no ZooKeeper, shared by `sync`, `plan` and
+/// `tree check`. All errors are returned.
+pub(crate) fn build_all(files: &[SourceFile]) -> Result<Desired, Vec<TreeError>> {
+    let mut sorted: Vec<&SourceFile> = files.iter().collect();
     sorted.sort_by_key(|f| (f.name.ends_with(".zkx"), f.name.clone()));
     let mut errors = Vec::new();
     let mut parsed = Vec::new();

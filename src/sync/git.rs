@@ -26,9 +26,18 @@ pub const DEFAULT_BOUND: Duration = Duration::from_secs(90);
 pub struct Checkout {
     /// The full commit id.
     pub revision: String,
-    /// The top-level `.zk` / `.zkx` files of that commit.
+    /// The top-level `.zk` / `.zkx` files of that commit (links inside the repository read
+    /// as the file they name).
     pub files: Vec<SourceFile>,
+    /// Why entries that look like tree files were skipped (one line each).
+    pub skipped: Vec<String>,
 }
+
+/// Links followed, at most, from one tree file (as the kernel's `MAXSYMLINKS`).
+const MAX_LINK_HOPS: usize = 40;
+
+/// A git symbolic link's file mode.
+const LINK_MODE: i32 = 0o120000;
 
 /// A git failure, after retries.
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +74,12 @@ pub async fn update(
             .await
             .unwrap_or_else(|e| Err(("run", e.to_string())));
         let (what, message) = match result {
-            Ok(checkout) => return Ok(checkout),
+            Ok(checkout) => {
+                for skipped in &checkout.skipped {
+                    tracing::warn!("{skipped}");
+                }
+                return Ok(checkout);
+            }
             Err(failed) => failed,
         };
         let permanent = what == "read" || what == "repository";
@@ -195,23 +209,105 @@ fn update_blocking(url: &str, dir: &Path, branch: &str) -> Step<Checkout> {
         repo.reset(commit.as_object(), ResetType::Hard, Some(&mut checkout)),
     )?;
     let tree = step("read", commit.tree())?;
-    let mut files = Vec::new();
-    for entry in tree.iter() {
-        let Ok(name) = std::str::from_utf8(entry.name_bytes()) else {
-            continue;
-        };
-        if !is_tree_file(name) || entry.kind() != Some(git2::ObjectType::Blob) {
-            continue;
-        }
-        let blob = step("read", repo.find_blob(entry.id()))?;
-        files.push(SourceFile {
-            name: name.to_string(),
-            bytes: blob.content().to_vec(),
-        });
-    }
-    files.sort_by(|a, b| a.name.cmp(&b.name));
+    let (files, skipped) = tree_files(&repo, &tree)?;
     Ok(Checkout {
         revision: commit.id().to_string(),
         files,
+        skipped,
     })
+}
+
+/// The top-level tree files of `tree`, sorted by name, and the entries skipped: submodules
+/// and directories named like a tree file, names that are not UTF-8. A link is read as the
+/// file it names inside the repository; a link out of it is an error naming the file.
+fn tree_files(repo: &Repository, tree: &git2::Tree) -> Step<(Vec<SourceFile>, Vec<String>)> {
+    let mut files = Vec::new();
+    let mut skipped = Vec::new();
+    for entry in tree.iter() {
+        let raw = entry.name_bytes();
+        let Ok(name) = std::str::from_utf8(raw) else {
+            if raw.ends_with(b".zk") || raw.ends_with(b".zkx") {
+                let shown = String::from_utf8_lossy(raw);
+                skipped.push(format!("skipped {shown:?}: its name is not UTF-8"));
+            }
+            continue;
+        };
+        if !is_tree_file(name) {
+            continue;
+        }
+        let bytes = match entry.kind() {
+            Some(git2::ObjectType::Blob) if entry.filemode() == LINK_MODE => {
+                read_link(repo, tree, name, &entry)?
+            }
+            Some(git2::ObjectType::Blob) => {
+                step("read", repo.find_blob(entry.id()))?.content().to_vec()
+            }
+            Some(git2::ObjectType::Commit) => {
+                skipped.push(format!("skipped {name}: a submodule, not a file"));
+                continue;
+            }
+            _ => {
+                skipped.push(format!("skipped {name}: a directory, not a file"));
+                continue;
+            }
+        };
+        files.push(SourceFile {
+            name: name.to_string(),
+            bytes,
+        });
+    }
+    files.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok((files, skipped))
+}
+
+/// The content of the file the link `name` (an entry of the top-level `tree`) names, links
+/// followed inside the repository; a link out of it, to nothing or to a directory is an error.
+fn read_link(
+    repo: &Repository,
+    tree: &git2::Tree,
+    name: &str,
+    entry: &git2::TreeEntry,
+) -> Step<Vec<u8>> {
+    let refuse = |why: String| ("read", format!("tree file {name}: {why}"));
+    let mut dir: Vec<String> = Vec::new();
+    let mut id = entry.id();
+    for _ in 0..MAX_LINK_HOPS {
+        let target = step("read", repo.find_blob(id))?.content().to_vec();
+        let target = String::from_utf8_lossy(&target).into_owned();
+        let path = inside(&dir, &target)
+            .ok_or_else(|| refuse(format!("a link out of the repository ({target})")))?;
+        let found = tree
+            .get_path(Path::new(&path.join("/")))
+            .map_err(|_| refuse(format!("a link to nothing ({target})")))?;
+        match found.kind() {
+            Some(git2::ObjectType::Blob) if found.filemode() == LINK_MODE => {
+                id = found.id();
+                dir = path[..path.len() - 1].to_vec();
+            }
+            Some(git2::ObjectType::Blob) => {
+                return Ok(step("read", repo.find_blob(found.id()))?.content().to_vec())
+            }
+            _ => return Err(refuse(format!("a link to a directory ({target})"))),
+        }
+    }
+    Err(refuse(format!("more than {MAX_LINK_HOPS} links")))
+}
+
+/// The components of `target` (a link's text) taken from the directory `dir` of the
+/// repository, or `None` if it leaves the repository (absolute, or `..` above its top).
+fn inside(dir: &[String], target: &str) -> Option<Vec<String>> {
+    if target.starts_with('/') {
+        return None;
+    }
+    let mut path = dir.to_vec();
+    for part in target.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                path.pop()?;
+            }
+            _ => path.push(part.to_string()),
+        }
+    }
+    (!path.is_empty()).then_some(path)
 }

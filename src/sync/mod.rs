@@ -153,6 +153,12 @@ pub enum SyncError {
     /// The cluster was halted while the tree was applied; the version was left `null`.
     #[error("the cluster was halted while syncing: tree applied, cluster version left None")]
     HaltedDuringSync,
+    /// The connection string names a chroot that does not exist: nothing was written.
+    #[error(
+        "the chroot of {0} does not exist: the cluster is not initialised there or the \
+         connection string names the wrong chroot (create the chroot node first)"
+    )]
+    NoChroot(String),
 }
 
 /// Runs one sync (the local lock file is the caller's business).
@@ -174,7 +180,9 @@ pub async fn run(opts: &Options) -> Result<Outcome, SyncError> {
         Some(crate::config::Identity::X509) => Some(Protection::x509(&client).await?),
         None => None,
     };
-    let mut hosts = read_hosts(&client, opts.dry_run).await?;
+    let Some(mut hosts) = read_hosts(&client, opts.dry_run).await? else {
+        return Err(SyncError::NoChroot(opts.connection.clone()));
+    };
     effective(&mut hosts, &read_halts(&client).await?);
     let version = hosts.get("version").cloned().unwrap_or(Value::Null);
     tracing::info!("ZK Version: {}", py_str(&version));
@@ -226,7 +234,9 @@ async fn apply_locked(
     opts: &Options,
     protection: Option<&Protection>,
 ) -> Result<Outcome, SyncError> {
-    let hosts = read_hosts(client, false).await?;
+    let hosts = read_hosts(client, false)
+        .await?
+        .ok_or_else(|| SyncError::NoChroot(opts.connection.clone()))?;
     let (_, ops) = plan_sync(client, desired, &hosts, false).await?;
     let previous = index::live_generation(client).await?;
     if !ops.is_empty() {
@@ -276,11 +286,16 @@ fn up_to_date(hosts: &Props, revision: &str) -> bool {
     at("version") || (is_paused(hosts) && at("synced"))
 }
 
-/// Reads `/hosts`, creating it with `version = "initial"` if missing (not in a dry run).
-async fn read_hosts(client: &Client, dry_run: bool) -> Result<Props, ZkError> {
+/// Reads `/hosts`, creating it with `version = "initial"` if missing (not in a dry run);
+/// `None` if the session's chroot does not exist (where `/hosts` cannot be created).
+async fn read_hosts(client: &Client, dry_run: bool) -> Result<Option<Props>, ZkError> {
     match call("get", HOSTS, client.get_data(HOSTS)).await {
-        Ok((data, _)) => Ok(decode(&data)),
+        Ok((data, _)) => Ok(Some(decode(&data))),
         Err(e) if e.is_no_node() => {
+            // Under a chroot, `/` is the chroot node itself.
+            if call("stat", "/", client.check_stat("/")).await?.is_none() {
+                return Ok(None);
+            }
             let mut props = Props::new();
             props.insert("version".into(), json!("initial"));
             if !dry_run {
@@ -298,12 +313,12 @@ async fn read_hosts(client: &Client, dry_run: bool) -> Result<Props, ZkError> {
                         ..
                     }) => {
                         let (data, _) = call("get", HOSTS, client.get_data(HOSTS)).await?;
-                        return Ok(decode(&data));
+                        return Ok(Some(decode(&data)));
                     }
                     Err(e) => return Err(e),
                 }
             }
-            Ok(props)
+            Ok(Some(props))
         }
         Err(e) => Err(e),
     }

@@ -12,9 +12,17 @@ use serde_json::Value;
 use crate::tree::Props;
 
 /// The most node data this crate writes: ZooKeeper's default request limit (`jute.maxbuffer`,
-/// 1 MiB − 1) less room for the path and the request's framing. The tree parser refuses
+/// 1 MiB − 1) less room for the request's framing, ACLs and a chroot; the path counts
+/// against it ([`request_bytes`]). The tree parser refuses
 /// bigger nodes ([`crate::tree::parse`](mod@crate::tree::parse)), and imports check again before sending.
 pub const MAX_NODE_DATA: usize = 1024 * 1024 - 4096;
+
+/// What a write of `data_len` bytes at `path` counts against [`MAX_NODE_DATA`]: the server
+/// reads the whole request (path and data) into one buffer of at most `jute.maxbuffer` bytes,
+/// so a long path leaves less room for data.
+pub(crate) fn request_bytes(path: &str, data_len: usize) -> usize {
+    path.len() + data_len
+}
 
 /// Decodes node data into properties.
 pub fn decode(data: &[u8]) -> Props {

@@ -12,7 +12,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use super::encoding::{encode, MAX_NODE_DATA};
+use super::encoding::{encode, request_bytes, MAX_NODE_DATA};
 use super::literal::{parse_literal, repr_str};
 use super::{bad_node_name, Node, Props, LINK_SUFFIX, PLINK_SUFFIX};
 
@@ -336,18 +336,20 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
     Ok(root)
 }
 
-/// Refuses a node whose data ZooKeeper would not take (its properties, encoded, over
-/// [`MAX_NODE_DATA`]): the server would drop the connection of whoever sends it.
+/// Refuses a node whose write ZooKeeper would not take (its path and its properties, encoded,
+/// over [`MAX_NODE_DATA`]): the server would drop the connection of whoever sends it.
 fn check_sizes(node: &Node, path: &str) -> Result<(), ParseError> {
     for (name, child) in &node.children {
         let child_path = format!("{path}/{name}");
-        let bytes = encode(&child.props).len();
+        let data = encode(&child.props).len();
+        let bytes = request_bytes(&child_path, data);
         if bytes > MAX_NODE_DATA {
             return Err(err(
                 child.line,
                 format!(
-                    "the data of {child_path} would be {bytes} bytes, over ZooKeeper's limit \
-                     of {MAX_NODE_DATA} bytes (jute.maxbuffer)"
+                    "writing {child_path} would send {bytes} bytes ({data} of data, {} of \
+                     path), over ZooKeeper's limit of {MAX_NODE_DATA} bytes (jute.maxbuffer)",
+                    child_path.len()
                 ),
             ));
         }

@@ -267,12 +267,13 @@ fn batches(ops: &[Op]) -> Vec<std::ops::Range<usize>> {
 fn check_sizes(ops: &[Op]) -> Result<(), ApplyError> {
     for op in ops {
         if let Op::Create { path, data } | Op::Set { path, data, .. } = op {
-            if data.len() > super::MAX_NODE_DATA {
+            let bytes = crate::tree::encoding::request_bytes(path, data.len());
+            if bytes > super::MAX_NODE_DATA {
                 return Err(ApplyError {
                     error: ZkError::TooLarge {
                         op: "write",
                         path: path.clone(),
-                        bytes: data.len(),
+                        bytes,
                     },
                     applied: 0,
                     total: ops.len(),

@@ -67,13 +67,13 @@ pub enum ZkError {
     },
     /// Node data too large for ZooKeeper (whose server drops the connection of a client
     /// sending a request over `jute.maxbuffer`, 1 MiB by default): refused before sending.
-    #[error("ZooKeeper {op} {path}: {bytes} bytes of data, over the limit of {MAX_NODE_DATA} bytes (jute.maxbuffer)")]
+    #[error("ZooKeeper {op} {path}: {bytes} bytes of path and data, over the limit of {MAX_NODE_DATA} bytes (jute.maxbuffer)")]
     TooLarge {
         /// What was being done.
         op: &'static str,
         /// The node path.
         path: String,
-        /// The size of its data.
+        /// The size of its path and data.
         bytes: usize,
     },
     /// The TLS files cannot be used (or the client certificate has expired).

@@ -144,7 +144,7 @@ fn corpus() -> Vec<Bad> {
             "huge-value",
             huge,
             2,
-            "the data of /a/b would be 1048584 bytes, over ZooKeeper's limit",
+            "writing /a/b would send 1048588 bytes (1048584 of data, 4 of path), over ZooKeeper's limit",
         ),
         bad("huge-line", huge_line, 2, "Unrecognized data: 'yyyy"),
     ]
@@ -825,7 +825,8 @@ fn a_ten_megabyte_tree_parses_in_bounded_time_and_an_error_on_its_last_line_is_n
     let mut i = 0;
     while text.len() < 10 << 20 {
         text.push_str(&format!(
-            "/app{i} : pkg{}\n  version = '1.{i}'\n  props = {{'a': [1, 2.5, 'xyz'], 'b': (True, None), 'c': u'\\u00e9t\\xe9'}}\n  /deploy\n    /h1\n      n = 2\n",
+            "/app{i} : pkg{}\n  version = '1.{}'\n  props = {{'a': [1, 2.5, 'xyz'], 'b': (True, None), 'c': u'\\u00e9t\\xe9'}}\n  /deploy\n    /h1\n      n = 2\n",
+            i % 50,
             i % 50
         ));
         i += 1;

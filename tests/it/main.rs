@@ -45,6 +45,7 @@ mod packaging;
 mod pause;
 mod plan_report;
 mod probe;
+mod probe_checks;
 mod probe_medium;
 mod recipes;
 mod role_lock_faults;
