@@ -24,6 +24,8 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+#[path = "../fleet/mod.rs"]
+mod fleet;
 mod host;
 mod measure;
 

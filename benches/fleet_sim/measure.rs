@@ -64,19 +64,6 @@ fn pid_with(dir: &str) -> Option<u32> {
     })
 }
 
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = fields
-        .get(11..13)
-        .map(|f| f.iter().filter_map(|v| v.parse::<f64>().ok()).sum())
-        .unwrap_or(0.0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) } as f64;
-    ticks / hz.max(1.0)
-}
-
 fn rss_mb(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
@@ -113,7 +100,7 @@ impl Figures {
                 .map(|k| get(&format!("zk_sum_node_{k}_watch_count")))
                 .sum::<u64>();
             if let Some(pid) = s.pid {
-                f.cpu += cpu_seconds(pid);
+                f.cpu += super::fleet::cpu_seconds(pid);
                 f.rss_mb.push((rss_mb(pid) * 10.0).round() / 10.0);
             }
         }
