@@ -120,11 +120,12 @@ impl HostSim {
             rest.first().copied().unwrap_or("-"),
             rest.get(1).copied().unwrap_or("0"),
         );
+        let n: u32 = n.parse().unwrap_or(0);
         let marker = self
             .root
             .join("etc")
             .join(&rpm)
-            .join(format!("{}.{n}.deployed", marker_name(path)));
+            .join(zkdeployment::agent::model::deployed_name(path, n));
         if undeploy {
             let _ = std::fs::remove_file(&marker);
             return (0, String::new());
@@ -197,15 +198,6 @@ impl Simulator for HostSim {
             }
         })
     }
-}
-
-/// The marker name of an application path, as `/etc/<rpm>/<marker>.<n>.deployed` spells it
-/// (CONTRACT 3: `/` as `,`, a `,` or `%` inside a name escaped).
-fn marker_name(path: &str) -> String {
-    path.trim_start_matches('/')
-        .replace('%', "%25")
-        .replace(',', "%2C")
-        .replace('/', ",")
 }
 
 /// The id of host `i`.

@@ -7,7 +7,7 @@ use clap::Args;
 use super::zkarg::{AuthArg, ConfigArg, Settings, ZkArg};
 use super::{runtime, Failure, Outcome};
 use crate::overview::{describe_pause, Overview};
-use crate::pause::{operator, pause, record, PauseError};
+use crate::pause::{operator, pause, record};
 use crate::resume::{check_version, parse_version, resume, ResumeError};
 use crate::summary::Filter;
 use crate::sync::HOSTS;
@@ -80,10 +80,10 @@ pub fn pause_cmd(args: PauseArgs) -> Outcome {
     let rec = record(&user, &host, crate::files::now(), reason);
     runtime()?.block_on(async {
         let client = settings.connect().await?;
-        let previous = pause(&client, &rec).await.map_err(|e| match e {
-            PauseError::NoHosts => Failure::Failed(format!("{e} ({})", settings.connection)),
-            e => Failure::Failed(e.to_string()),
-        })?;
+        require_hosts(&client, &settings.connection).await?;
+        let previous = pause(&client, &rec)
+            .await
+            .map_err(|e| Failure::Failed(e.to_string()))?;
         if let Some(prev) = previous.as_ref().and_then(|p| p.as_object()) {
             println!("replaced: {}", describe_pause(prev));
         }

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use support::agent::{
     add_foo_health_check, deploy_all, fleet, ids, lines, v, wait_for, wait_for_async, TestHost,
 };
-use support::git::TestRepo;
+use support::git::{as_strs, sync_args, SyncPaths, TestRepo};
 use zookeeper_client::{Acls, CreateMode};
 
 const LIMIT: Duration = Duration::from_secs(90);
@@ -1077,20 +1077,12 @@ async fn sync_reports_bad_values_with_file_and_line_and_writes_nothing() {
     ] {
         let text = tree(prop, &["h1"]);
         repo.commit(&[("acme.zk", text.as_str())]);
-        let run = support::run_async(&[
-            "sync",
-            "-u",
-            &url,
-            "-t",
-            checkout.to_str().unwrap(),
-            "--tombstone",
-            tomb.to_str().unwrap(),
-            "--lock-file",
-            lock.to_str().unwrap(),
-            "-z",
-            &conn,
-        ])
-        .await;
+        let paths = SyncPaths {
+            checkout: &checkout,
+            tombstone: &tomb,
+            lock: &lock,
+        };
+        let run = support::run_async(&as_strs(&sync_args(&url, &paths, &conn, &[]))).await;
         run.assert_code(1);
         assert!(
             run.stderr.contains(&format!("acme.zk:2: {message}")),
