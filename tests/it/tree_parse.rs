@@ -292,7 +292,7 @@ fn node() -> impl Strategy<Value = Node> {
             .prop_map(|(props, children)| Node {
                 props,
                 children,
-                line: 0,
+                ..Node::default()
             })
     })
 }
