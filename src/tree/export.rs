@@ -21,7 +21,10 @@ use super::{Node, LINK_SUFFIX, PLINK_SUFFIX};
 
 /// A node the text format cannot write: what an export refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot export {}: {why}; the tree format cannot write it", repr_str(path))]
+#[error(
+    "cannot export {}: {why}; the tree format cannot write it",
+    repr_str(path)
+)]
 pub struct Unwritable {
     /// The node's path.
     pub path: String,
@@ -166,7 +169,9 @@ fn check_line(text: &str, want: &Item) -> Result<(), String> {
         return Err(format!("{what} holds a blank (a space or a tab)"));
     }
     if text.starts_with('#') {
-        return Err(format!("{what} starts with '#': the line would read back as a comment"));
+        return Err(format!(
+            "{what} starts with '#': the line would read back as a comment"
+        ));
     }
     match classify(text, 0) {
         Ok(got) if &got == want => Ok(()),

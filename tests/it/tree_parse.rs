@@ -219,7 +219,7 @@ fn string_value_and_empty_type_export() {
     node.props = props(json!({"string_value": "raw data", "type": ""}));
     assert_eq!(
         export_subtree("n", &node),
-        "/n\n  string_value = 'raw data'\n"
+        "/n\n  string_value = 'raw data'\n  type = ''\n"
     );
 }
 

@@ -226,9 +226,15 @@ mod tests {
     #[test]
     fn repr_of_bytes() {
         assert_eq!(repr_bytes(b""), "b''");
-        assert_eq!(repr_bytes(b"a'\\\n\r\t\x00\x7f\x80\xff~ "), r"b'a\'\\\n\r\t\x00\x7f\x80\xff~ '");
+        assert_eq!(
+            repr_bytes(b"a'\\\n\r\t\x00\x7f\x80\xff~ "),
+            r"b'a\'\\\n\r\t\x00\x7f\x80\xff~ '"
+        );
         let every: Vec<u8> = (0..=255).collect();
-        assert_eq!(super::super::bytes_literal(&repr_bytes(&every)), Some(every));
+        assert_eq!(
+            super::super::bytes_literal(&repr_bytes(&every)),
+            Some(every)
+        );
     }
 
     #[test]
