@@ -123,7 +123,7 @@ pub fn check_exportable(path: &str, name: &str, node: &Node) -> Result<(), Unwri
 
 /// Checks the node line of a top node named `name` without properties (`export --name` at
 /// the root).
-pub fn check_top_name(path: &str, name: &str) -> Result<(), Unwritable> {
+pub(crate) fn check_top_name(path: &str, name: &str) -> Result<(), Unwritable> {
     check_exportable(path, name, &Node::new())
 }
 

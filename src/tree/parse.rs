@@ -6,6 +6,8 @@
 //! Differences from the original, all deliberate: property values are Python literals parsed by
 //! [`super::literal`] (never evaluated), every error names its line, node names must be usable
 //! as ZooKeeper path elements, and nesting is bounded so no input can exhaust the stack.
+//! `string_value = b'…'` as a node's only property is the node's data byte for byte
+//! ([`Node::raw`] when it is not UTF-8), as the original wrote a Python 2 byte string.
 
 use std::collections::BTreeMap;
 use std::fmt;

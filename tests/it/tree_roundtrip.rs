@@ -130,6 +130,13 @@ async fn a_node_name_with_a_spaced_colon_is_refused() {
     create(&c, "/src/a:b", b"{}").await;
     create(&c, "/src/c:", br#"{"type":"t"}"#).await;
     round_trip(&conn, &c).await;
+    // A name given with `--name` is checked too, at the root as below it.
+    for (node, name, why) in [("/src", "n : t", "blank"), ("/", "a->b", "symbolic link")] {
+        let run = support::run_async(&["tree", "export", node, "--name", name, "-z", &conn]).await;
+        run.assert_code(1);
+        assert_eq!(run.stdout, "", "{run}");
+        assert!(run.stderr.contains(why), "{run}");
+    }
     create(&c, "/src/x : y", b"{}").await;
     refused(&conn, &c, "/src/x : y", "blank").await;
 }

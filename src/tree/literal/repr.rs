@@ -1,5 +1,6 @@
 //! Python-style text of JSON values: [`repr`] (Python 3 `repr` without the `u` prefix),
-//! [`py_str`] (Python `str`), [`repr_str`] (quote choice and escapes of a string) and Python's
+//! [`py_str`] (Python `str`), [`repr_str`] (quote choice and escapes of a string),
+//! [`repr_bytes`] (a `b'…'` literal of data that is not text) and Python's
 //! shortest round-trip float formatting, which the parser also uses for float dict keys.
 
 use serde_json::{Number, Value};
@@ -29,7 +30,7 @@ pub fn repr_str(s: &str) -> String {
 /// Python repr of bytes, with the `b` prefix: printable ASCII as it is (`\\` and `'`
 /// escaped), `\t`, `\n`, `\r`, any other byte as `\xNN`. Plain ASCII, so that
 /// [`super::bytes_literal`] reads back exactly these bytes.
-pub fn repr_bytes(bytes: &[u8]) -> String {
+pub(crate) fn repr_bytes(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() + 3);
     out.push_str("b'");
     for &b in bytes {
