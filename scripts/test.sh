@@ -5,8 +5,8 @@
 #
 # 1. installs what is missing (Debian packages zookeeper, java, rpm, dnf, createrepo-c, git,
 #    python3; Rust through rustup if there is no cargo). Root is needed only to install.
-# 2. builds everything: cargo build --locked --all-targets, and the RPM from a release build
-#    (scripts/build-rpm.sh --sandbox; tests/it/packaging.rs installs it with the real dnf)
+# 2. builds everything: cargo build --locked --all-targets, and the RPM from that debug build
+#    (scripts/build-rpm.sh --sandbox --dev; tests/it/packaging.rs installs it with the real dnf)
 # 3. starts ONE throw-away ZooKeeper (scripts/zk-server.sh --tick 500, so sessions can be as
 #    short as 1 s) and exports ZKD_TEST_ZK=127.0.0.1:PORT; every test works in its own chroot
 #    on it (tests/support/mod.rs). The server is stopped on exit, failure or Ctrl-C.
@@ -35,8 +35,8 @@ if ! cargo build --locked --all-targets; then
   exit 1
 fi
 
-zkd_step "building the RPM from a release build (scripts/build-rpm.sh --sandbox)"
-if ! rpm_path=$(scripts/build-rpm.sh --sandbox); then
+zkd_step "building the RPM from the debug build (scripts/build-rpm.sh --sandbox --dev)"
+if ! rpm_path=$(scripts/build-rpm.sh --sandbox --dev); then
   printf '==> test.sh: FAILED: the RPM build failed (%ss)\n' "$((SECONDS - started))" >&2
   exit 1
 fi
