@@ -121,6 +121,18 @@ async fn binary_data_written_by_another_client_round_trips() {
         dry.stdout, "",
         "a dry run after the import finds no difference"
     );
+    // Bytes that decode to the same text (U+FFFD) still differ, and are written back.
+    c.set_data("/dst/src/text/child", b"\x81", None)
+        .await
+        .expect("set");
+    let dry =
+        support::run_stdin_async(&["tree", "import", "-n", "-", "/dst", "-z", &conn], &text).await;
+    dry.assert_ok();
+    assert_eq!(
+        dry.stdout,
+        "/dst/src/text/child string_value change from b'\\x81' to b'\\x80'\n"
+    );
+    round_trip(&conn, &c).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
