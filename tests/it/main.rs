@@ -56,6 +56,7 @@ mod sync;
 mod syncer_checks;
 mod tls;
 mod tree_parse;
+mod tree_roundtrip;
 mod yum;
 mod zc_zk_compat;
 mod zk_socket;
