@@ -2,14 +2,16 @@
 //! ([`observe`]), every step between the two ([`plan`], pure), and walks that plan
 //! ([`execute`]; deployments under node locks are scheduled by [`deploy`], and each step
 //! runs itself, [`steps`]; rolling deploys, semaphore leases, canaries and health checks in
-//! [`rollout`] and [`health`], the pure rollout rule in [`rollout_rule`]), reporting as it goes ([`status`]). Session state ([`session::Agent`]) is
+//! [`rollout`] and [`health`], the pure rollout rule in [`rollout_rule`], failure budgets, node halts and pauses in
+//! [`budget`]), reporting as it goes ([`status`]). Session state ([`session::Agent`]) is
 //! apart from the state of one pass ([`pass::Pass`]).
 //!
 //! Within the agent, modules depend downward only: `daemon` → `execute` → `deploy` →
 //! `rollout` → `steps` → `health` / `pass` → `session`, with `discover`, `observe`,
-//! `software`, `role`, `mixed` and `cluster` below them; `plan`, `rollout_rule`, `model`, `error` and `status` are shared vocabulary at the
+//! `software`, `role`, `mixed`, `budget` and `cluster` below them; `plan`, `rollout_rule`, `model`, `error` and `status` are shared vocabulary at the
 //! bottom.
 
+pub mod budget;
 pub mod cluster;
 pub mod daemon;
 pub mod deploy;
