@@ -134,6 +134,16 @@ impl NodeRow {
     /// The row in words, on one line: `PATH: STATE; K failed hosts, budget F (h1, h2); who
     /// halted or paused it and why`.
     pub fn describe(&self) -> String {
+        let (head, error) = self.describe_parts();
+        match error {
+            Some(error) => format!("{head} {error}"),
+            None => head,
+        }
+    }
+
+    /// [`NodeRow::describe`] as a head (ending `:` when the halt's error follows) and the
+    /// halt's error.
+    fn describe_parts(&self) -> (String, Option<String>) {
         let mut out = format!("{}: {}", one_line(&self.path), self.state);
         if !self.failed.is_empty() {
             let hosts: Vec<String> = self
@@ -152,14 +162,17 @@ impl NodeRow {
                 one_line(&hosts.join(", "))
             ));
         }
-        if let Some(h) = self.halt.as_object() {
-            let (who, error) = describe_halt(h);
-            out.push_str(&format!("; {who}: {error}"));
-        }
         if let Some(p) = self.pause.as_object() {
             out.push_str(&format!("; {}", describe_pause(p)));
         }
-        out
+        match self.halt.as_object() {
+            Some(h) => {
+                let (who, error) = describe_halt(h);
+                out.push_str(&format!("; {who}:"));
+                (out, Some(error))
+            }
+            None => (out, None),
+        }
     }
 }
 
@@ -548,8 +561,14 @@ impl Overview {
             );
         }
         for node in &self.nodes {
-            out.push_str(&fit(&format!("node {}", node.describe())));
+            // As the cluster's halt: the error on a line of its own, so it is not cut.
+            let (head, error) = node.describe_parts();
+            out.push_str(&fit(&format!("node {head}")));
             out.push('\n');
+            if let Some(error) = error {
+                out.push_str(&fit(&format!("  {error}")));
+                out.push('\n');
+            }
         }
         if !self.nodes.is_empty() {
             out.push_str("  (zkdeployment resume PATH ends a node's halt or pause and clears its failures)\n");
