@@ -10,8 +10,9 @@
 use serde_json::Value;
 
 use crate::zk::halts::{clear_halts, PAUSE};
-use crate::zk::node_state::{clear_node, node_dir, pause_path, Cleared};
+use crate::zk::node_state::{clear_node, parse_record, read_node, state_key, Cleared};
 use crate::zk::paths::HOSTS;
+use crate::zk::paths::NODE_STATE;
 use crate::zk::update::update_props;
 use crate::zk::{call, decode, Client, ZkError};
 
@@ -112,6 +113,8 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Resumed, 
         // Nothing to change on /hosts, but the agents watch it.
         wake_agents(client).await?;
     }
+    // Failure records of other versions quarantine nobody at the version set.
+    crate::zk::node_state::prune_failures(client, &target).await?;
     let on_hosts = on_hosts.into_inner().expect("halt on /hosts");
     let cleared = on_hosts
         .filter(|halt| !halt.is_null())
@@ -147,6 +150,15 @@ pub async fn wake_agents(client: &Client) -> Result<(), ZkError> {
     }
 }
 
+/// True when `path` has failure records at any cluster version.
+async fn has_failures(client: &Client, path: &str) -> Result<bool, ZkError> {
+    let key = state_key(path);
+    Ok(crate::zk::list_or_empty(client, NODE_STATE)
+        .await?
+        .iter()
+        .any(|n| parse_record(n).is_some_and(|r| r.key == key)))
+}
+
 /// What `resume PATH` did to one node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeResumed {
@@ -170,11 +182,8 @@ pub async fn resume_nodes(
         return Err(ResumeError::NoHosts);
     }
     for path in paths {
-        let recorded = [node_dir(path), pause_path(path)];
-        let mut known = false;
-        for node in &recorded {
-            known |= call("stat", node, client.check_stat(node)).await?.is_some();
-        }
+        let known = !read_node(client, path, &Value::Null).await?.is_empty()
+            || has_failures(client, path).await?;
         if !known {
             crate::pause::check_application(client, path)
                 .await

@@ -15,10 +15,11 @@ use crate::tree::rollout::Budget;
 use crate::tree::Props;
 use crate::zk::multiread::{self, read_at_once, Want};
 use crate::zk::node_state::{
-    add_failure, add_halt, failures_dir, halt_path, parse_record, pause_path, place,
+    add_failure, add_halt, get_json, halt_path, parse_record, pause_path, place, records_of,
+    state_key, version_key, HALT_PREFIX,
 };
-use crate::zk::paths::NODE_STATE;
-use crate::zk::{call_retrying, decode, join, Client, ZkError};
+use crate::zk::paths::{NODE_PAUSES, NODE_STATE};
+use crate::zk::{join, list_or_empty, Client, ZkError};
 
 /// Why a budget question could not be answered. The scheduler's safe fallback is the
 /// cluster halt.
@@ -165,7 +166,8 @@ pub async fn record_failure(
         &failure.props(budget),
     )
     .await?;
-    let place = place(names.iter().map(String::as_str), &failure.host, seq);
+    let records: Vec<_> = names.iter().filter_map(|n| parse_record(n)).collect();
+    let place = place(&records, &failure.host, seq);
     Ok(verdict(place, budget))
 }
 
@@ -190,128 +192,87 @@ pub async fn node_gate(
     Ok(gates.pop().unwrap_or(Gate::Open))
 }
 
-/// The gate of every node of `paths` for `host` at `version`, in order: one multi-read for
-/// up to 40 nodes (one read per node without multi-read), and one more read per node where
-/// the host has a failure record.
+/// The gate of every node of `paths` for `host` at `version`, in order. One multi-read lists
+/// the node halts, failure records and node pauses of the whole cluster (two lists without
+/// multi-read), whatever the number of nodes; a record found is then read (one read for each
+/// node that is not open).
 pub async fn node_gates(
     client: &Client,
     paths: &[&str],
     version: &Value,
     host: &str,
 ) -> Result<Vec<Gate>, BudgetError> {
+    let (state, paused) = list_state(client).await?;
+    let vkey = version_key(version);
     let mut out = Vec::with_capacity(paths.len());
-    for chunk in paths.chunks(multiread::BATCH / 3) {
-        let wants: Vec<Want> = chunk
-            .iter()
-            .flat_map(|p| {
-                [
-                    Want::Data(halt_path(p)),
-                    Want::Data(pause_path(p)),
-                    Want::Children(failures_dir(p, version)),
-                ]
-            })
-            .collect();
-        let seen = read_wants(client, &wants).await?;
-        for (path, [halt, pause, names]) in chunk.iter().zip(seen) {
-            out.push(gate_of(client, path, version, host, halt, pause, names).await?);
-        }
+    for path in paths {
+        let key = state_key(path);
+        let own = records_of(&state, &key, &vkey)
+            .into_iter()
+            .filter(|r| r.host == host)
+            .min_by_key(|r| r.seq);
+        let own = own.map(|r| r.name.to_string());
+        let halted = state.contains(&format!("{HALT_PREFIX}{key}"));
+        let gate = gate_of(client, path, own, halted, paused.contains(&key)).await?;
+        out.push(gate);
     }
     Ok(out)
 }
 
-/// What one node's three reads found: halt, pause (data), failure record names.
-type Seen = [Option<Value>; 3];
-
-/// Reads `wants` (data and children, three per node) at once, or one by one on a server
-/// without multi-read; missing nodes are `None`, children as a JSON list of names.
-async fn read_wants(client: &Client, wants: &[Want]) -> Result<Vec<Seen>, ZkError> {
-    let results = if multiread::missing() {
-        None
-    } else {
-        match read_at_once(client, wants).await {
-            Ok(r) => Some(r),
-            Err(e) if multiread::refused(&e) => None,
+/// The children of [`NODE_STATE`] and of [`NODE_PAUSES`] (none where missing), in one
+/// multi-read when the server has it.
+async fn list_state(client: &Client) -> Result<(Vec<String>, Vec<String>), ZkError> {
+    if !multiread::missing() {
+        let wants = [
+            Want::Children(NODE_STATE.into()),
+            Want::Children(NODE_PAUSES.into()),
+        ];
+        match read_at_once(client, &wants).await {
+            Ok(results) => {
+                let mut it = results.into_iter();
+                let (Some(state), Some(paused)) = (it.next(), it.next()) else {
+                    return Err(multiread::unexpected(NODE_STATE, "not 2 results"));
+                };
+                return Ok((
+                    multiread::children(NODE_STATE, state)?,
+                    multiread::children(NODE_PAUSES, paused)?,
+                ));
+            }
+            Err(e) if multiread::refused(&e) => {}
             Err(e) => return Err(e),
         }
-    };
-    let mut values = Vec::with_capacity(wants.len());
-    match results {
-        Some(results) => {
-            for (want, result) in wants.iter().zip(results) {
-                values.push(match want {
-                    Want::Data(p) => multiread::data(p, result)?.map(|d| json!(decode(&d))),
-                    Want::Children(p) => Some(json!(multiread::children(p, result)?)),
-                });
-            }
-        }
-        None => {
-            for want in wants {
-                values.push(read_one(client, want).await?);
-            }
-        }
     }
-    let mut it = values.into_iter();
-    let mut out = Vec::new();
-    while let (Some(a), Some(b), Some(c)) = (it.next(), it.next(), it.next()) {
-        out.push([a, b, c]);
-    }
-    Ok(out)
+    Ok((
+        list_or_empty(client, NODE_STATE).await?,
+        list_or_empty(client, NODE_PAUSES).await?,
+    ))
 }
 
-/// One read of [`read_wants`] on its own.
-async fn read_one(client: &Client, want: &Want) -> Result<Option<Value>, ZkError> {
-    let got = match want {
-        Want::Data(p) => call_retrying("get", p, || client.get_data(p))
-            .await
-            .map(|(d, _)| json!(decode(&d))),
-        Want::Children(p) => call_retrying("list", p, || client.list_children(p))
-            .await
-            .map(|c| json!(c)),
-    };
-    match got {
-        Ok(v) => Ok(Some(v)),
-        Err(e) if e.is_no_node() => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// The gate of one node from its reads: quarantined (the host's first record, read now),
-/// halted, paused, or open.
+/// The gate of one node: quarantined (`own`: the name of this host's first record, read
+/// now), halted, paused, or open. A record deleted meanwhile (`resume PATH`) does not count.
 async fn gate_of(
     client: &Client,
     path: &str,
-    version: &Value,
-    host: &str,
-    halt: Option<Value>,
-    pause: Option<Value>,
-    names: Option<Value>,
+    own: Option<String>,
+    halted: bool,
+    paused: bool,
 ) -> Result<Gate, ZkError> {
-    let own = names
-        .as_ref()
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .filter_map(|n| {
-            parse_record(n)
-                .filter(|(h, _)| *h == host)
-                .map(|(_, s)| (s, n))
-        })
-        .min();
-    if let Some((_, name)) = own {
-        let at = join(&failures_dir(path, version), name);
-        match call_retrying("get", &at, || client.get_data(&at)).await {
-            Ok((data, _)) => return Ok(Gate::Quarantined(json!(decode(&data)))),
-            // Deleted by `resume PATH` meanwhile: no longer quarantined.
-            Err(e) if e.is_no_node() => {}
-            Err(e) => return Err(e),
+    if let Some(name) = own {
+        if let Some(record) = get_json(client, &join(NODE_STATE, &name)).await? {
+            return Ok(Gate::Quarantined(record));
         }
     }
-    Ok(match (halt, pause) {
-        (Some(h), _) => Gate::Halted(h),
-        (None, Some(p)) => Gate::Paused(p),
-        (None, None) => Gate::Open,
-    })
+    if halted {
+        if let Some(record) = get_json(client, &halt_path(path)).await? {
+            return Ok(Gate::Halted(record));
+        }
+    }
+    if paused {
+        if let Some(record) = get_json(client, &pause_path(path)).await? {
+            return Ok(Gate::Paused(record));
+        }
+    }
+    Ok(Gate::Open)
 }
 
 #[cfg(test)]

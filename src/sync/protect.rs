@@ -14,10 +14,10 @@
 //!   ([`Kind::Register`]; created if missing, the last two); `/hosts` is left open to everyone instead with
 //!   `--open-hosts` (a mixed fleet, whose original agents halt by writing `/hosts`);
 //! - `/hosts-lock`: only syncers take it ([`Kind::Owned`]).
-//! - [`NODE_STATE`] and the directories under it (hosts record node halts and failures
-//!   there, [`crate::zk::node_state`]): [`Kind::Register`]; [`NODE_PAUSES`] (the operator
-//!   pauses nodes there): [`Kind::Owned`]; both created if missing. The records themselves
-//!   are read-only to all from their creation.
+//! - [`NODE_STATE`] (hosts record node halts and failures there,
+//!   [`crate::zk::node_state`]): [`Kind::Register`]; [`NODE_PAUSES`] (the operator pauses
+//!   nodes there): [`Kind::Owned`]; both created if missing. The records themselves are
+//!   read-only to all from their creation.
 //!
 //! The nodes hosts share — `/agent-locks`, `/role-locks` (also when a `.zkx` file defines role
 //! lock nodes), `/agent-semaphores` — are created open if missing (the root no longer lets
@@ -31,7 +31,7 @@ use crate::zk::halts::HALTS;
 use crate::zk::node::ensure_node;
 use crate::zk::paths::{AGENT_REGISTRY, NODE_PAUSES, NODE_STATE};
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
-use crate::zk::{call, join, list_or_empty, Client, ZkError};
+use crate::zk::{call, join, Client, ZkError};
 
 /// The index another part of the syncer writes; protected like the tree when present.
 pub use crate::zk::paths::DEPLOYMENT_INDEX;
@@ -87,12 +87,7 @@ pub async fn protect(
         (crate::zk::paths::HOSTS_LOCK.to_string(), owned.clone()),
         (NODE_PAUSES.to_string(), owned.clone()),
     ];
-    nodes.extend(
-        node_state_dirs(client)
-            .await?
-            .into_iter()
-            .map(|p| (p, register.clone())),
-    );
+    nodes.push((NODE_STATE.to_string(), register.clone()));
     // Every persistent node under the repository's roots as it is now (after the apply):
     // the nodes its files define and any other node found there (a node left untrimmed under
     // a `.zkx` overlay is discovered by agents like any other). Ephemeral nodes belong to
@@ -139,23 +134,6 @@ pub async fn protect(
         );
     }
     Ok(repaired)
-}
-
-/// [`NODE_STATE`] and the directories under it (not the records: read-only from their
-/// creation).
-async fn node_state_dirs(client: &Client) -> Result<Vec<String>, ZkError> {
-    use crate::zk::node_state::FAILURES;
-    let mut dirs = vec![NODE_STATE.to_string()];
-    for key in list_or_empty(client, NODE_STATE).await? {
-        let dir = join(NODE_STATE, &key);
-        let failures = join(&dir, FAILURES);
-        for version in list_or_empty(client, &failures).await? {
-            dirs.push(join(&failures, &version));
-        }
-        dirs.push(dir);
-        dirs.push(failures);
-    }
-    Ok(dirs)
 }
 
 /// Checks and repairs the ACLs of `/deployment-index` and its children only (after a new

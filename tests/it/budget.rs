@@ -208,6 +208,18 @@ async fn a_host_keeps_its_place_and_later_hosts_are_beyond() {
     );
     let gate = node_gate(c, "/acme/other", &json!("a/b c"), "h1").await;
     assert!(matches!(gate.unwrap(), Gate::Quarantined(_)));
+
+    // A new cluster version (here by `resume --version`) deletes the records of the others:
+    // they quarantine nobody any more.
+    record_failure(c, "/acme/app", &failure("h4", "r2", "x"), 1)
+        .await
+        .unwrap();
+    env.zkd(&["resume", "--version", "r2"]).await.assert_ok();
+    let names = c.list_children("/node-state").await.unwrap();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(names[0].starts_with("fail~acme,app~r2~h4-"), "{names:?}");
+    let gate = node_gate(c, "/acme/app", &json!("r2"), "h4").await;
+    assert!(matches!(gate.unwrap(), Gate::Quarantined(_)));
 }
 
 #[tokio::test]
