@@ -134,16 +134,6 @@ impl NodeRow {
     /// The row in words, on one line: `PATH: STATE; K failed hosts, budget F (h1, h2); who
     /// halted or paused it and why`.
     pub fn describe(&self) -> String {
-        let (head, error) = self.describe_parts();
-        match error {
-            Some(error) => format!("{head} {error}"),
-            None => head,
-        }
-    }
-
-    /// [`NodeRow::describe`] as a head (ending `:` when the halt's error follows) and the
-    /// halt's error.
-    fn describe_parts(&self) -> (String, Option<String>) {
         let mut out = format!("{}: {}", one_line(&self.path), self.state);
         if !self.failed.is_empty() {
             let hosts: Vec<String> = self
@@ -165,14 +155,11 @@ impl NodeRow {
         if let Some(p) = self.pause.as_object() {
             out.push_str(&format!("; {}", describe_pause(p)));
         }
-        match self.halt.as_object() {
-            Some(h) => {
-                let (who, error) = describe_halt(h);
-                out.push_str(&format!("; {who}:"));
-                (out, Some(error))
-            }
-            None => (out, None),
+        if let Some(h) = self.halt.as_object() {
+            let (who, error) = describe_halt(h);
+            out.push_str(&format!("; {who}: {error}"));
         }
+        out
     }
 }
 
@@ -561,14 +548,7 @@ impl Overview {
             );
         }
         for node in &self.nodes {
-            // As the cluster's halt: the error on a line of its own, so it is not cut.
-            let (head, error) = node.describe_parts();
-            out.push_str(&fit(&format!("node {head}")));
-            out.push('\n');
-            if let Some(error) = error {
-                out.push_str(&fit(&format!("  {error}")));
-                out.push('\n');
-            }
+            out.push_str(&self.node_lines(node));
         }
         if !self.nodes.is_empty() {
             out.push_str("  (zkdeployment resume PATH ends a node's halt or pause and clears its failures)\n");
@@ -630,6 +610,25 @@ impl Overview {
                 ]);
             }
             out.push_str(&table(&rows));
+        }
+        out
+    }
+
+    /// The lines of a node in the text view: its line, and under it, as for the cluster's
+    /// halt, who halted it and the error, each on a line of its own so that neither is cut.
+    fn node_lines(&self, node: &NodeRow) -> String {
+        let mut out = String::new();
+        let halt = node.halt.as_object();
+        let mut head = node.clone();
+        head.halt = Value::Null;
+        out.push_str(&fit(&format!("node {}", head.describe())));
+        out.push('\n');
+        if let Some(h) = halt {
+            let (who, error) = describe_halt(h);
+            out.push_str(&fit(&format!("  {who}:")));
+            out.push('\n');
+            out.push_str(&fit(&format!("    {error}")));
+            out.push('\n');
         }
         out
     }
@@ -936,7 +935,7 @@ mod tests {
         }
         assert!(text.contains("HALTED"), "{text}");
         assert!(
-            text.contains("node /acme/some/long/application/path: halted; 2 failed hosts, budget 1 (app01, app03); halted "),
+            text.contains("node /acme/some/long/application/path: halted; 2 failed hosts, budget 1 (app01, app03)\n  halted "),
             "{text}"
         );
         assert!(text.starts_with("WARNING: /hosts is writable"), "{text}");

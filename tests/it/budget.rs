@@ -262,13 +262,13 @@ async fn a_node_halt_holds_at_every_version_until_resume_path() {
     assert!(
         status
             .stdout
-            .contains("node /acme/app: halted; 1 failed host, budget 0 (h3); halted "),
+            .contains("node /acme/app: halted; 1 failed host, budget 0 (h3)\n  halted "),
         "{status}"
     );
     assert!(
         status
             .stdout
-            .contains("deploying r1:\n  deploy script failed\n"),
+            .contains("deploying r1:\n    deploy script failed\n"),
         "{status}"
     );
     let json = env.status_json().await;
