@@ -662,6 +662,9 @@ impl Overview {
     }
 }
 
+/// A node metric: its name, its help text, and its value for a node.
+type NodeSeries = (&'static str, &'static str, fn(&NodeRow) -> f64);
+
 /// The node metrics of `status --metrics`: failed and quarantined hosts per node at the
 /// current cluster version, node halts and pauses (a sample per node that has any).
 pub fn node_metrics(nodes: &[NodeRow]) -> String {
@@ -673,7 +676,7 @@ pub fn node_metrics(nodes: &[NodeRow]) -> String {
             .replace('\n', "\\n");
         format!("{{path=\"{v}\"}}")
     };
-    let series: [(&str, &str, fn(&NodeRow) -> f64); 4] = [
+    let series: [NodeSeries; 4] = [
         (
             "zkdeployment_fleet_node_failed_hosts",
             "Hosts that failed the application node at the current cluster version.",
