@@ -264,6 +264,40 @@ fn contenders(path: &str, lock: &ZNode, now_ms: i64) -> Option<LockRow> {
     })
 }
 
+/// Why the fleet is mixed: the first host node without the `agent` property (the
+/// original's agent), if any.
+fn mixed_of(hosts: &ZNode) -> Option<String> {
+    hosts
+        .children
+        .iter()
+        .find(|(_, node)| !node.props.contains_key(AGENT_PROPERTY))
+        .map(|(id, node)| {
+            let name = node.props.get("name").map(py_str).unwrap_or_default();
+            format!("host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1")
+        })
+}
+
+/// The node locks, role locks and the syncer's lock that have a holder or waiters.
+async fn read_locks(client: &Client) -> Result<Vec<LockRow>, ZkError> {
+    let now_ms = (crate::files::now() * 1000.0) as i64;
+    let mut locks = Vec::new();
+    for base in [AGENT_LOCKS, ROLE_LOCKS] {
+        if let Some(tree) = read_subtree(client, base, &ReadOptions::default()).await? {
+            for (name, lock) in &tree.children {
+                if let Some(row) = contenders(&format!("{base}/{name}"), lock, now_ms) {
+                    locks.push(row);
+                }
+            }
+        }
+    }
+    if let Some(lock) = read_subtree(client, HOSTS_LOCK, &ReadOptions::default()).await? {
+        if let Some(row) = contenders(HOSTS_LOCK, &lock, now_ms) {
+            locks.push(row);
+        }
+    }
+    Ok(locks)
+}
+
 /// The children of `path` (none if it does not exist).
 async fn list(client: &Client, path: &str) -> Result<BTreeSet<String>, ZkError> {
     match call("list", path, client.list_children(path)).await {
@@ -406,30 +440,8 @@ impl Overview {
                 }
             })
             .collect();
-        let mixed_fleet = hosts
-            .children
-            .iter()
-            .find(|(_, node)| !node.props.contains_key(AGENT_PROPERTY))
-            .map(|(id, node)| {
-                let name = node.props.get("name").map(py_str).unwrap_or_default();
-                format!("host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1")
-            });
-        let now_ms = (crate::files::now() * 1000.0) as i64;
-        let mut locks = Vec::new();
-        for base in [AGENT_LOCKS, ROLE_LOCKS] {
-            if let Some(tree) = read_subtree(client, base, &ReadOptions::default()).await? {
-                for (name, lock) in &tree.children {
-                    if let Some(row) = contenders(&format!("{base}/{name}"), lock, now_ms) {
-                        locks.push(row);
-                    }
-                }
-            }
-        }
-        if let Some(lock) = read_subtree(client, HOSTS_LOCK, &ReadOptions::default()).await? {
-            if let Some(row) = contenders(HOSTS_LOCK, &lock, now_ms) {
-                locks.push(row);
-            }
-        }
+        let mixed_fleet = mixed_of(&hosts);
+        let locks = read_locks(client).await?;
         let mut roles = list(client, ROLES).await?;
         roles.extend(
             rows.iter()

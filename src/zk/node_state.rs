@@ -203,16 +203,23 @@ pub async fn get_json(client: &Client, path: &str) -> Result<Option<Value>, ZkEr
 /// The first record of every failed host among `records`, in order (a record deleted
 /// meanwhile is skipped).
 async fn read_failed(client: &Client, records: &[RecordName<'_>]) -> Result<Vec<Value>, ZkError> {
-    let mut out = Vec::new();
-    for r in first_records(records) {
-        if let Some(mut record) = get_json(client, &join(NODE_STATE, r.name)).await? {
+    let firsts = first_records(records);
+    // Pipelined: a node that many hosts failed costs one round trip, not one per host.
+    let reads = firsts
+        .iter()
+        .map(|r| async move { get_json(client, &join(NODE_STATE, r.name)).await });
+    let found = futures::future::try_join_all(reads).await?;
+    Ok(firsts
+        .iter()
+        .zip(found)
+        .filter_map(|(r, record)| {
+            let mut record = record?;
             if let Some(map) = record.as_object_mut() {
                 map.entry("host").or_insert_with(|| json!(r.host));
             }
-            out.push(record);
-        }
-    }
-    Ok(out)
+            Some(record)
+        })
+        .collect())
 }
 
 /// The state of the node at `path` from the children of [`NODE_STATE`] (`names`): its halt,
