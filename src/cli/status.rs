@@ -141,7 +141,10 @@ fn pause_nodes_cmd(args: &PauseArgs, settings: &Settings, rec: &serde_json::Valu
         for path in &args.paths {
             let previous = pause_node(&client, path, rec, &root_acl)
                 .await
-                .map_err(|e| Failure::Failed(e.to_string()))?;
+                .map_err(|e| match e {
+                    crate::pause::PauseError::Zk(z) if z.is_no_auth() => not_authorized(&z, "pause PATH"),
+                    e => Failure::Failed(e.to_string()),
+                })?;
             if let Some(prev) = previous.as_ref().and_then(|p| p.as_object()) {
                 println!("{path}: replaced: {}", describe_pause(prev));
             }
@@ -272,15 +275,23 @@ async fn still_in_force(client: &Client, version: &serde_json::Value) -> Result<
     Ok(())
 }
 
+/// A refusal for want of permission, saying which identity the command needs.
+fn not_authorized(e: &crate::zk::ZkError, command: &str) -> Failure {
+    Failure::Failed(format!(
+        "{e}: on a protected tree `{command}` needs the operator's identity (--auth, the syncer's credentials)"
+    ))
+}
+
 /// `zkdeployment resume PATH...`: ends each node's halt or pause, clears its failure
 /// records, and wakes the agents.
 fn resume_nodes_cmd(paths: &[String], settings: &Settings) -> Outcome {
     runtime()?.block_on(async {
         let client = settings.connect().await?;
         require_hosts(&client, &settings.connection).await?;
-        let resumed = resume_nodes(&client, paths)
-            .await
-            .map_err(|e| Failure::Failed(e.to_string()))?;
+        let resumed = resume_nodes(&client, paths).await.map_err(|e| match e {
+            ResumeError::Zk(z) if z.is_no_auth() => not_authorized(&z, "resume PATH"),
+            e => Failure::Failed(e.to_string()),
+        })?;
         for node in resumed {
             let c = &node.cleared;
             let mut what = Vec::new();

@@ -922,6 +922,10 @@ async fn hosts_record_failures_and_node_halts_and_only_the_operator_pauses_or_re
             args.extend(extra.iter().copied());
             let run = support::run_async(&args).await;
             assert_eq!(run.code, 1, "{args:?}: {run}");
+            assert!(
+                run.stderr.contains("needs the operator's identity (--auth"),
+                "{args:?}: {run}"
+            );
         }
     }
     let gate = node_gate(&env.anon, "/acme/web", &json!("r1"), "h2").await;
