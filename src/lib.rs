@@ -28,7 +28,8 @@
 //! - [`zk`]: ZooKeeper: connection (TLS included), where things live (`/hosts`, host nodes,
 //!   lock paths, reserved roots), the guarded property update, pipelined reads, links, import/export,
 //!   the kazoo lock and semaphore recipes, the persistent role lock, the ACLs of a protected
-//!   tree and the halt records under `/hosts-halt`.
+//!   tree, the halt records under `/hosts-halt`, and the node halts, failure records and
+//!   node pauses of failure budgets (`/node-state`, `/node-pauses`).
 //! - [`tree`]: the zc.zk text format (literals, parse, export, merge), node size limit and
 //!   the rollout properties (`max-parallel`, `canary`, `health-deadline`).
 //!   Pure, no I/O.

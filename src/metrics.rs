@@ -1,6 +1,7 @@
 //! The agent's Prometheus textfile (`metrics-file`, for node_exporter's textfile collector):
 //! converged and halted gauges, last pass and last success timestamps, the last pass's
-//! duration, passes by result, the time spent waiting for node locks, and the expiry of the
+//! duration, passes by result, the time spent waiting for node locks, the application nodes
+//! this host is quarantined for or blocked by (CONTRACT 15), and the expiry of the
 //! TLS client certificate (when one is configured). Rewritten
 //! atomically (temporary file + rename) so a reader never sees a partial file.
 
@@ -32,6 +33,22 @@ pub struct Metrics {
     pub steps: u64,
     /// The TLS client certificate's notAfter (Unix time), if one is configured.
     pub tls_client_cert_expiry: Option<f64>,
+    /// Application nodes this host failed within their budget at the cluster version (it
+    /// runs them no more at that version).
+    pub quarantined: Vec<String>,
+    /// Application nodes the last pass left undone because they are halted.
+    pub blocked_halted: Vec<String>,
+    /// Application nodes the last pass left undone because they are paused.
+    pub blocked_paused: Vec<String>,
+}
+
+/// A label set `{path="…"}`, escaped as the exposition format wants.
+fn path_label(path: &str) -> String {
+    let v = path
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    format!("{{path=\"{v}\"}}")
 }
 
 fn metric(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(&str, f64)]) {
@@ -107,6 +124,7 @@ impl Metrics {
             "Deployment steps run.",
             &[("", self.steps as f64)],
         );
+        self.render_nodes(&mut out);
         if let Some(expiry) = self.tls_client_cert_expiry {
             metric(
                 &mut out,
@@ -117,6 +135,45 @@ impl Metrics {
             );
         }
         out
+    }
+
+    /// The node gauges: one sample per quarantined node, and per node that blocked the last
+    /// pass with its reason.
+    fn render_nodes(&self, out: &mut String) {
+        let quarantined: Vec<(String, f64)> = self
+            .quarantined
+            .iter()
+            .map(|p| (path_label(p), 1.0))
+            .collect();
+        let samples: Vec<(&str, f64)> = quarantined.iter().map(|(l, v)| (l.as_str(), *v)).collect();
+        metric(
+            out,
+            "zkdeployment_node_quarantined",
+            "gauge",
+            "1 for each application node this host failed within its budget at the cluster version.",
+            &samples,
+        );
+        let blocked: Vec<(String, f64)> = [
+            ("halted", &self.blocked_halted),
+            ("paused", &self.blocked_paused),
+        ]
+        .into_iter()
+        .flat_map(|(why, paths)| {
+            paths.iter().map(move |p| {
+                let label = path_label(p);
+                let inner = label.trim_start_matches('{').trim_end_matches('}');
+                (format!("{{{inner},reason=\"{why}\"}}"), 1.0)
+            })
+        })
+        .collect();
+        let samples: Vec<(&str, f64)> = blocked.iter().map(|(l, v)| (l.as_str(), *v)).collect();
+        metric(
+            out,
+            "zkdeployment_node_blocked",
+            "gauge",
+            "1 for each application node the last pass left undone, halted or paused (reason).",
+            &samples,
+        );
     }
 
     /// Writes the file atomically.
@@ -145,11 +202,27 @@ mod tests {
             !text.contains("tls_client_cert"),
             "only with a client certificate"
         );
-        assert_eq!(text.matches("# TYPE").count(), 8);
+        assert_eq!(text.matches("# TYPE").count(), 10);
         let with_cert = Metrics {
             tls_client_cert_expiry: Some(1_700_000_000.0),
+            quarantined: vec!["/a/b".into()],
+            blocked_halted: vec!["/c\"d".into()],
+            blocked_paused: vec!["/e".into()],
             ..m
         };
+        let text = with_cert.render();
+        assert!(
+            text.contains("zkdeployment_node_quarantined{path=\"/a/b\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("zkdeployment_node_blocked{path=\"/c\\\"d\",reason=\"halted\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("zkdeployment_node_blocked{path=\"/e\",reason=\"paused\"} 1\n"),
+            "{text}"
+        );
         assert!(with_cert
             .render()
             .contains("zkdeployment_tls_client_cert_expiry_timestamp_seconds 1700000000\n"));

@@ -2,7 +2,8 @@
 //! `ZKDEPLOYMENT <STATE> - <message> | age=<seconds>s;<warn>;<error>;0` (no `| age=…` when
 //! the age is unknown) and the plugin exit codes (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).
 //! [`evaluate`] is pure: the checks of docs/operations.md, in order, over what [`gather`]
-//! read (the status file, the host node, `/hosts`).
+//! read (the status file, the host node, `/hosts`, and the halts and pauses of the nodes a
+//! `blocked` status names).
 //! [`evaluate_syncer`] is the check of the syncer (`monitor --syncer`): its tombstone and the
 //! age of its last successful run ([`crate::sync::local::Tombstone`]).
 //! The original's one-word messages (`Host not registered`, `Cluster version is None`,
@@ -17,6 +18,7 @@ use crate::agent::status::{parse_status, version_token, StatusLine};
 use crate::sync::local::{Tombstone, RUNNING_MARK, SUCCESS_SUFFIX};
 use crate::tree::literal::py_str;
 use crate::tree::Props;
+use crate::zk::node_state::NodeState;
 use crate::zk::paths::{host_path, HOSTS};
 use crate::zk::tls::ClientCert;
 use crate::zk::{call, connect, decode, ConnectOptions};
@@ -106,6 +108,8 @@ pub struct Observed {
     pub host: Option<Props>,
     /// `/hosts` properties.
     pub cluster: Props,
+    /// The halts and pauses of the application nodes a `blocked` status names.
+    pub nodes: Vec<NodeState>,
     /// Now (Unix seconds).
     pub now: f64,
 }
@@ -148,6 +152,9 @@ pub fn evaluate(o: &Observed, warn: u64, error: u64) -> Check {
     if cluster == Value::Bool(false) {
         return with_age(State::Ok, "Deployments paused".into());
     }
+    if let Some((state, message)) = blocked_check(&o.nodes) {
+        return with_age(state, message);
+    }
     if status == "done" {
         let c = version_token(&cluster);
         if o.status.version != c {
@@ -184,6 +191,28 @@ pub fn evaluate(o: &Observed, warn: u64, error: u64) -> Check {
         age.floor() as u64
     );
     with_age(state, message)
+}
+
+/// The check of a `blocked` status: WARNING `Deployment of PATH halted by HOST: ERROR` for
+/// the first named node that is halted, else OK `Deployment of PATH paused` for the first
+/// paused; `None` when none is (resumed since: the status is then judged by its age).
+fn blocked_check(nodes: &[NodeState]) -> Option<(State, String)> {
+    if let Some((path, h)) = nodes
+        .iter()
+        .find_map(|n| Some((&n.path, n.halt.as_ref()?.as_object()?)))
+    {
+        let by = h.get("host").map(py_str).unwrap_or_default();
+        let name = h.get("name").map(py_str).unwrap_or(by);
+        let error = h.get("error").map(py_str).unwrap_or_default();
+        return Some((
+            State::Warning,
+            format!("Deployment of {path} halted by {name}: {error}"),
+        ));
+    }
+    nodes
+        .iter()
+        .find(|n| n.pause.is_some())
+        .map(|n| (State::Ok, format!("Deployment of {} paused", n.path)))
 }
 
 /// How long before the TLS client certificate's expiry the check warns.
@@ -247,9 +276,16 @@ pub async fn gather(
             Err(e) if e.is_no_node() => None,
             Err(e) => return Err(unknown(e.to_string())),
         };
-        Ok((cluster, host))
+        let mut nodes = Vec::new();
+        for path in status.blocked().unwrap_or_default() {
+            let state = crate::zk::node_state::read_holds(&client, &path)
+                .await
+                .map_err(|e| unknown(e.to_string()))?;
+            nodes.push(state);
+        }
+        Ok((cluster, host, nodes))
     };
-    let (cluster, host) = tokio::time::timeout(budget, read).await.map_err(|_| {
+    let (cluster, host, nodes) = tokio::time::timeout(budget, read).await.map_err(|_| {
         unknown(format!(
             "ZooKeeper at {} did not answer within {} s",
             connect_opts.connection,
@@ -261,6 +297,7 @@ pub async fn gather(
         status,
         host,
         cluster,
+        nodes,
         now: crate::files::now(),
     })
 }

@@ -1,6 +1,8 @@
 //! The cluster at a glance (`zkdeployment status`): the cluster version, the synced revision,
 //! the halt record, one row per host (converged or not, its error, its current step), and the
-//! holders and waiters of the node locks and role locks with their age. [`Overview::read`]
+//! holders and waiters of the node locks and role locks with their age, and the application
+//! nodes that have failures, a halt or a pause at the current cluster version
+//! ([`NodeRow`]). [`Overview::read`]
 //! reads it; [`Overview::render`] formats it for a terminal; the JSON form is stable.
 
 use std::collections::BTreeSet;
@@ -14,6 +16,7 @@ use crate::summary::{summarize, Filter, HostFacts, Summary};
 use crate::tree::literal::py_str;
 use crate::zk::index::SKIPPED_ROOTS;
 use crate::zk::multiread::{read_all, Want};
+use crate::zk::node_state::NodeState;
 use crate::zk::paths::{
     AGENT_LOCKS, AGENT_PROPERTY, DEPLOYED_AT, HOSTS, HOSTS_LOCK, ROLES, ROLE_LOCKS, VERSION_SET,
 };
@@ -58,6 +61,131 @@ pub struct LockRow {
     pub age: Option<f64>,
 }
 
+/// One application node with failures, a halt or a pause at the current cluster version
+/// (CONTRACT 15).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NodeRow {
+    /// The application node.
+    pub path: String,
+    /// `halted`, `paused` or `degraded` (failures within the budget).
+    pub state: &'static str,
+    /// The effective budget (max-failures) the failed hosts applied, the last one's; null
+    /// when no host failed.
+    pub budget: Value,
+    /// The failed hosts, each once, in the order they failed:
+    /// `{host, name, n, version, error, time}`.
+    pub failed: Vec<Value>,
+    /// The node halt record, or null.
+    pub halt: Value,
+    /// The node pause record, or null.
+    pub pause: Value,
+    /// How many of the failed hosts are within the budget each applied (quarantined).
+    #[serde(skip)]
+    pub quarantined: usize,
+}
+
+/// The fields of a failure record `status` shows.
+const FAILED_FIELDS: [&str; 6] = ["host", "name", "n", "version", "error", "time"];
+
+impl NodeRow {
+    /// The row of a node's recorded state.
+    pub fn of(state: NodeState) -> NodeRow {
+        let budget_of = |r: &Value| r.get("budget").and_then(Value::as_u64);
+        let quarantined = state
+            .failed
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| budget_of(r).is_some_and(|f| (*i as u64) < f))
+            .count();
+        let budget = state
+            .failed
+            .iter()
+            .rev()
+            .find_map(budget_of)
+            .map_or(Value::Null, Value::from);
+        let failed = state
+            .failed
+            .iter()
+            .map(|r| {
+                let field = |k: &str| r.get(k).cloned().unwrap_or(Value::Null);
+                Value::Object(
+                    FAILED_FIELDS
+                        .iter()
+                        .map(|k| (k.to_string(), field(k)))
+                        .collect(),
+                )
+            })
+            .collect();
+        NodeRow {
+            state: match (&state.halt, &state.pause) {
+                (Some(_), _) => "halted",
+                (None, Some(_)) => "paused",
+                (None, None) => "degraded",
+            },
+            path: state.path,
+            budget,
+            failed,
+            halt: state.halt.unwrap_or(Value::Null),
+            pause: state.pause.unwrap_or(Value::Null),
+            quarantined,
+        }
+    }
+
+    /// The row in words, on one line: `PATH: STATE; K failed hosts, budget F (h1, h2); who
+    /// halted or paused it and why`.
+    pub fn describe(&self) -> String {
+        let mut out = format!("{}: {}", one_line(&self.path), self.state);
+        if !self.failed.is_empty() {
+            let hosts: Vec<String> = self
+                .failed
+                .iter()
+                .map(|r| r.get("host").map(py_str).unwrap_or_default())
+                .collect();
+            let budget = match self.budget.as_u64() {
+                Some(f) => format!("budget {f}"),
+                None => "budget unknown".into(),
+            };
+            out.push_str(&format!(
+                "; {} failed host{}, {budget} ({})",
+                hosts.len(),
+                if hosts.len() == 1 { "" } else { "s" },
+                one_line(&hosts.join(", "))
+            ));
+        }
+        if let Some(p) = self.pause.as_object() {
+            out.push_str(&format!("; {}", describe_pause(p)));
+        }
+        if let Some(h) = self.halt.as_object() {
+            let (who, error) = describe_halt(h);
+            out.push_str(&format!("; {who}: {error}"));
+        }
+        out
+    }
+}
+
+/// The version node state is read at: the cluster version, or while the cluster is halted
+/// or paused the version last set (`version-set`), else the synced revision.
+pub fn state_version(cluster: &crate::tree::Props) -> Value {
+    let get = |k: &str| cluster.get(k).cloned().unwrap_or(Value::Null);
+    let version = get("version");
+    if deployable(&version) {
+        return version;
+    }
+    match cluster.get(VERSION_SET).and_then(|m| m.get("version")) {
+        Some(v) if deployable(v) => v.clone(),
+        _ => get("synced"),
+    }
+}
+
+/// The application nodes with failures, a halt or a pause at `version`.
+pub async fn read_nodes(client: &Client, version: &Value) -> Result<Vec<NodeRow>, ZkError> {
+    Ok(crate::zk::node_state::read_all(client, version)
+        .await?
+        .into_iter()
+        .map(NodeRow::of)
+        .collect())
+}
+
 /// The whole picture.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Overview {
@@ -70,6 +198,8 @@ pub struct Overview {
     /// The record of a pause made by `zkdeployment pause` (`{user, host, time, reason}`), or
     /// null.
     pub pause: Value,
+    /// Application nodes with failures, a halt or a pause at the current cluster version.
+    pub nodes: Vec<NodeRow>,
     /// Hosts, by id.
     pub hosts: Vec<HostRow>,
     /// Locks that have a holder or waiters.
@@ -132,6 +262,40 @@ fn contenders(path: &str, lock: &ZNode, now_ms: i64) -> Option<LockRow> {
         waiters: found[1..].iter().map(|(_, _, n)| ident(n)).collect(),
         age: Some(((now_ms - first.ctime) as f64 / 1000.0).max(0.0)),
     })
+}
+
+/// Why the fleet is mixed: the first host node without the `agent` property (the
+/// original's agent), if any.
+fn mixed_of(hosts: &ZNode) -> Option<String> {
+    hosts
+        .children
+        .iter()
+        .find(|(_, node)| !node.props.contains_key(AGENT_PROPERTY))
+        .map(|(id, node)| {
+            let name = node.props.get("name").map(py_str).unwrap_or_default();
+            format!("host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1")
+        })
+}
+
+/// The node locks, role locks and the syncer's lock that have a holder or waiters.
+async fn read_locks(client: &Client) -> Result<Vec<LockRow>, ZkError> {
+    let now_ms = (crate::files::now() * 1000.0) as i64;
+    let mut locks = Vec::new();
+    for base in [AGENT_LOCKS, ROLE_LOCKS] {
+        if let Some(tree) = read_subtree(client, base, &ReadOptions::default()).await? {
+            for (name, lock) in &tree.children {
+                if let Some(row) = contenders(&format!("{base}/{name}"), lock, now_ms) {
+                    locks.push(row);
+                }
+            }
+        }
+    }
+    if let Some(lock) = read_subtree(client, HOSTS_LOCK, &ReadOptions::default()).await? {
+        if let Some(row) = contenders(HOSTS_LOCK, &lock, now_ms) {
+            locks.push(row);
+        }
+    }
+    Ok(locks)
 }
 
 /// The children of `path` (none if it does not exist).
@@ -276,30 +440,8 @@ impl Overview {
                 }
             })
             .collect();
-        let mixed_fleet = hosts
-            .children
-            .iter()
-            .find(|(_, node)| !node.props.contains_key(AGENT_PROPERTY))
-            .map(|(id, node)| {
-                let name = node.props.get("name").map(py_str).unwrap_or_default();
-                format!("host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1")
-            });
-        let now_ms = (crate::files::now() * 1000.0) as i64;
-        let mut locks = Vec::new();
-        for base in [AGENT_LOCKS, ROLE_LOCKS] {
-            if let Some(tree) = read_subtree(client, base, &ReadOptions::default()).await? {
-                for (name, lock) in &tree.children {
-                    if let Some(row) = contenders(&format!("{base}/{name}"), lock, now_ms) {
-                        locks.push(row);
-                    }
-                }
-            }
-        }
-        if let Some(lock) = read_subtree(client, HOSTS_LOCK, &ReadOptions::default()).await? {
-            if let Some(row) = contenders(HOSTS_LOCK, &lock, now_ms) {
-                locks.push(row);
-            }
-        }
+        let mixed_fleet = mixed_of(&hosts);
+        let locks = read_locks(client).await?;
         let mut roles = list(client, ROLES).await?;
         roles.extend(
             rows.iter()
@@ -310,8 +452,10 @@ impl Overview {
             targets: deploy_targets(client).await?,
             roles,
         };
+        let nodes = read_nodes(client, &state_version(&cluster)).await?;
         let mut overview = Overview {
             version,
+            nodes,
             synced: hosts.props.get("synced").cloned().unwrap_or(Value::Null),
             halt: cluster.get("halt").cloned().unwrap_or(Value::Null),
             pause: if crate::zk::halts::is_paused(&cluster) {
@@ -411,6 +555,15 @@ impl Overview {
         if let Some(why) = &self.mixed_fleet {
             out.push_str(&fit(&format!("mixed fleet: {why}")));
             out.push('\n');
+            out.push_str(
+                "  max-failures and on-failure are ignored: every failure halts the cluster\n",
+            );
+        }
+        for node in &self.nodes {
+            out.push_str(&self.node_lines(node));
+        }
+        if !self.nodes.is_empty() {
+            out.push_str("  (zkdeployment resume PATH ends a node's halt or pause and clears its failures)\n");
         }
         if self.version.is_null() {
             out.push_str(&self.resume_hint(halt.and_then(|h| h.get("version"))));
@@ -473,6 +626,25 @@ impl Overview {
         out
     }
 
+    /// The lines of a node in the text view: its line, and under it, as for the cluster's
+    /// halt, who halted it and the error, each on a line of its own so that neither is cut.
+    fn node_lines(&self, node: &NodeRow) -> String {
+        let mut out = String::new();
+        let halt = node.halt.as_object();
+        let mut head = node.clone();
+        head.halt = Value::Null;
+        out.push_str(&fit(&format!("node {}", head.describe())));
+        out.push('\n');
+        if let Some(h) = halt {
+            let (who, error) = describe_halt(h);
+            out.push_str(&fit(&format!("  {who}:")));
+            out.push('\n');
+            out.push_str(&fit(&format!("    {error}")));
+            out.push('\n');
+        }
+        out
+    }
+
     /// The commands that end a halt: `resume` (the synced revision) when there is one, and
     /// `resume --version V` with the version the halted pass was deploying.
     fn resume_hint(&self, halted_version: Option<&Value>) -> String {
@@ -500,6 +672,51 @@ impl Overview {
         }
         out
     }
+}
+
+/// A node metric: its name, its help text, and its value for a node.
+type NodeSeries = (&'static str, &'static str, fn(&NodeRow) -> f64);
+
+/// The node metrics of `status --metrics`: failed and quarantined hosts per node at the
+/// current cluster version, node halts and pauses (a sample per node that has any).
+pub fn node_metrics(nodes: &[NodeRow]) -> String {
+    let mut out = String::new();
+    let label = |path: &str| {
+        let v = path
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n");
+        format!("{{path=\"{v}\"}}")
+    };
+    let series: [NodeSeries; 4] = [
+        (
+            "zkdeployment_fleet_node_failed_hosts",
+            "Hosts that failed the application node at the current cluster version.",
+            |n| n.failed.len() as f64,
+        ),
+        (
+            "zkdeployment_fleet_node_quarantined_hosts",
+            "Failed hosts within the node's failure budget (quarantined for it at this version).",
+            |n| n.quarantined as f64,
+        ),
+        (
+            "zkdeployment_fleet_node_halted",
+            "1 if the application node is halted (until resume PATH).",
+            |n| if n.halt.is_object() { 1.0 } else { 0.0 },
+        ),
+        (
+            "zkdeployment_fleet_node_paused",
+            "1 if the application node is paused (until resume PATH).",
+            |n| if n.pause.is_object() { 1.0 } else { 0.0 },
+        ),
+    ];
+    for (name, help, value) in series {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+        for node in nodes {
+            out.push_str(&format!("{name}{} {}\n", label(&node.path), value(node)));
+        }
+    }
+    out
 }
 
 /// A halt record (`{host, name, version, error, time}`) in words: `halted 5m ago by NAME
@@ -689,6 +906,16 @@ mod tests {
             halt: json!({"host": "app01", "name": "app01.example.com", "version": rev,
                          "error": error, "time": 0.0}),
             pause: Value::Null,
+            nodes: vec![NodeRow::of(NodeState {
+                path: "/acme/some/long/application/path".into(),
+                halt: Some(json!({"host": "app03", "name": "app03.example.com",
+                                  "version": rev, "error": error, "time": 0.0})),
+                pause: None,
+                failed: vec![
+                    json!({"host": "app01", "budget": 1}),
+                    json!({"host": "app03", "budget": 1}),
+                ],
+            })],
             hosts: vec![
                 host("app01", json!(rev), "error", json!(error)),
                 host(
@@ -722,6 +949,10 @@ mod tests {
             assert!(line.chars().count() <= WIDTH, "{line:?}\n{text}");
         }
         assert!(text.contains("HALTED"), "{text}");
+        assert!(
+            text.contains("node /acme/some/long/application/path: halted; 2 failed hosts, budget 1 (app01, app03)\n  halted "),
+            "{text}"
+        );
         assert!(text.starts_with("WARNING: /hosts is writable"), "{text}");
         assert!(text.contains("add --auth AUTH"), "{text}");
         assert!(text.contains("0123456789ab "), "{text}");
@@ -743,6 +974,49 @@ mod tests {
         assert_eq!(short_revision("r1"), "r1");
         assert_eq!(duration(59.6), "60s");
         assert_eq!(duration(3600.0), "60m");
+    }
+
+    #[test]
+    fn node_rows_count_quarantined_hosts_by_their_budget() {
+        let row = NodeRow::of(NodeState {
+            path: "/a/\"b\"".into(),
+            halt: None,
+            pause: Some(json!({"user": "ann", "time": 0.0, "reason": "freeze"})),
+            failed: vec![
+                json!({"host": "h1", "name": "h1.x", "n": 0, "version": "r1", "error": "e",
+                       "time": 1.0, "budget": 2}),
+                json!({"host": "h2", "budget": 2}),
+                json!({"host": "h3", "budget": 2}),
+            ],
+        });
+        assert_eq!(row.state, "paused");
+        assert_eq!(row.quarantined, 2);
+        assert_eq!(row.budget, json!(2));
+        assert_eq!(
+            row.failed[0],
+            json!({"host": "h1", "name": "h1.x", "n": 0, "version": "r1", "error": "e", "time": 1.0})
+        );
+        assert!(row
+            .describe()
+            .starts_with("/a/\"b\": paused; 3 failed hosts, budget 2 (h1, h2, h3); paused "));
+        let text = node_metrics(&[row]);
+        assert!(
+            text.contains("zkdeployment_fleet_node_failed_hosts{path=\"/a/\\\"b\\\"\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("zkdeployment_fleet_node_quarantined_hosts{path=\"/a/\\\"b\\\"\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("zkdeployment_fleet_node_paused{path=\"/a/\\\"b\\\"\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("zkdeployment_fleet_node_halted{path=\"/a/\\\"b\\\"\"} 0\n"),
+            "{text}"
+        );
+        assert_eq!(node_metrics(&[]).matches("# TYPE").count(), 4);
     }
 
     #[test]

@@ -3,13 +3,18 @@
 //! (`/hosts` `pause`: `{user, host, time, reason}`) in the same guarded write. While that record
 //! stands, `sync` imports new revisions and records `synced` but leaves the version `false`;
 //! `resume` ends the pause (and removes the record).
+//!
+//! `zkdeployment pause PATH...` pauses application nodes instead: a record under
+//! `/node-pauses` per node ([`crate::zk::node_state`]); no host starts a new step of them
+//! until `resume PATH`.
 
 use serde_json::{json, Map, Value};
 
 use crate::zk::halts::{read_halts, PAUSE};
+use crate::zk::node_state::add_pause;
 use crate::zk::paths::HOSTS;
 use crate::zk::update::try_update_props;
-use crate::zk::{Client, ZkError};
+use crate::zk::{call_retrying, join, Client, ZkError};
 
 /// Why a pause was refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -20,9 +25,71 @@ pub enum PauseError {
     /// The cluster is halted: a pause would hide the halt.
     #[error("the cluster is halted: nothing to pause (see `zkdeployment status`, end the halt with `zkdeployment resume`)")]
     Halted,
+    /// A PATH that is not an absolute node path (a usage error).
+    #[error("{0:?} is not a node path: give an application node's absolute path, e.g. /cust/app")]
+    BadPath(String),
+    /// A PATH that is not an application node of the tree.
+    #[error("{path} is not an application node of the tree: {why}")]
+    NotApplication {
+        /// The path given.
+        path: String,
+        /// What it lacks.
+        why: &'static str,
+    },
     /// ZooKeeper failed.
     #[error(transparent)]
     Zk(#[from] ZkError),
+}
+
+/// Checks that `text` is an absolute node path (`/a/b`: no empty, `.` or `..` part, no
+/// trailing `/`).
+pub fn check_path(text: &str) -> Result<(), PauseError> {
+    let bad = || PauseError::BadPath(text.to_string());
+    let rest = text.strip_prefix('/').ok_or_else(bad)?;
+    if rest
+        .split('/')
+        .any(|part| part.is_empty() || part == "." || part == "..")
+    {
+        return Err(bad());
+    }
+    Ok(())
+}
+
+/// Checks that `path` is an application node of the tree: it exists, has a type and a
+/// `deploy` child.
+pub async fn check_application(client: &Client, path: &str) -> Result<(), PauseError> {
+    let not = |why| PauseError::NotApplication {
+        path: path.to_string(),
+        why,
+    };
+    let props = match call_retrying("get", path, || client.get_data(path)).await {
+        Ok((data, _)) => crate::zk::decode(&data),
+        Err(e) if e.is_no_node() => return Err(not("no such node")),
+        Err(e) => return Err(e.into()),
+    };
+    if !props.get("type").is_some_and(Value::is_string) {
+        return Err(not("it has no type"));
+    }
+    let deploy = join(path, "deploy");
+    match call_retrying("stat", &deploy, || client.check_stat(&deploy)).await? {
+        Some(_) => Ok(()),
+        None => Err(not("it has no deploy node")),
+    }
+}
+
+/// Pauses the application node `path` with `record` (`{user, host, time, reason}`, the path
+/// added); `root_acl` is the ACL `/node-pauses` gets if it must be made. Gives the pause
+/// record it replaced, if the node was paused already.
+pub async fn pause_node(
+    client: &Client,
+    path: &str,
+    record: &Value,
+    root_acl: &[zookeeper_client::Acl],
+) -> Result<Option<Value>, PauseError> {
+    check_application(client, path).await?;
+    let mut props = record.as_object().cloned().unwrap_or_default();
+    props.insert("path".into(), Value::String(path.to_string()));
+    Ok(add_pause(client, path, &props, root_acl).await?)
 }
 
 /// Who pauses: the user (`SUDO_USER`, else `USER`, else the uid) and this machine's name.
@@ -81,5 +148,20 @@ mod tests {
         assert_eq!(record("bob", "h", 1.0, None)["reason"], Value::Null);
         let (user, _) = operator();
         assert!(!user.is_empty());
+    }
+
+    #[test]
+    fn node_paths_are_absolute() {
+        for good in ["/a", "/cust/app", "/a b/c,d"] {
+            assert!(check_path(good).is_ok(), "{good:?}");
+        }
+        for bad in [
+            "", "/", "a/b", "/a/", "/a//b", "/a/./b", "/a/../b", "--force",
+        ] {
+            assert!(
+                matches!(check_path(bad), Err(PauseError::BadPath(_))),
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -2,11 +2,17 @@
 //! or to the last synced revision, and clears the halt and pause records, in one guarded write; on a protected
 //! cluster it first deletes the halt records hosts created under `/hosts-halt` (which takes
 //! the syncer's identity: `resume --auth`).
+//!
+//! `zkdeployment resume PATH...` ([`resume_nodes`]) ends the halt or pause of application
+//! nodes and clears their failure records instead, then writes `/hosts` as it is so that the
+//! agents wake and run those nodes again.
 
 use serde_json::Value;
 
 use crate::zk::halts::{clear_halts, PAUSE};
+use crate::zk::node_state::{clear_node, parse_record, read_node, state_key, Cleared};
 use crate::zk::paths::HOSTS;
+use crate::zk::paths::NODE_STATE;
 use crate::zk::update::update_props;
 use crate::zk::{call, decode, Client, ZkError};
 
@@ -25,6 +31,9 @@ pub enum ResumeError {
     /// `/hosts` missing.
     #[error("{HOSTS} does not exist")]
     NoHosts,
+    /// A PATH that is neither an application node nor a node with a halt, pause or failures.
+    #[error("{0}")]
+    Node(String),
     /// ZooKeeper failed.
     #[error(transparent)]
     Zk(#[from] ZkError),
@@ -101,15 +110,11 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Resumed, 
     })
     .await?;
     if !records.is_empty() && !changed {
-        // Nothing to change on /hosts, but the agents watch it: write it as it is.
-        let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
-        call(
-            "set",
-            HOSTS,
-            client.set_data(HOSTS, &data, Some(stat.version)),
-        )
-        .await?;
+        // Nothing to change on /hosts, but the agents watch it.
+        wake_agents(client).await?;
     }
+    // Failure records of other versions quarantine nobody at the version set.
+    crate::zk::node_state::prune_failures(client, &target).await?;
     let on_hosts = on_hosts.into_inner().expect("halt on /hosts");
     let cleared = on_hosts
         .filter(|halt| !halt.is_null())
@@ -124,6 +129,76 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Resumed, 
             .expect("pause on /hosts")
             .filter(Value::is_object),
     })
+}
+
+/// Writes `/hosts` as it is: every agent watches it, and passes again. A write by someone
+/// else meanwhile (the version guard fails) wakes them as well.
+pub async fn wake_agents(client: &Client) -> Result<(), ZkError> {
+    let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
+    match call(
+        "set",
+        HOSTS,
+        client.set_data(HOSTS, &data, Some(stat.version)),
+    )
+    .await
+    {
+        Err(ZkError::Op {
+            source: zookeeper_client::Error::BadVersion,
+            ..
+        }) => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+/// True when `path` has failure records at any cluster version.
+async fn has_failures(client: &Client, path: &str) -> Result<bool, ZkError> {
+    let key = state_key(path);
+    Ok(crate::zk::list_or_empty(client, NODE_STATE)
+        .await?
+        .iter()
+        .any(|n| parse_record(n).is_some_and(|r| r.key == key)))
+}
+
+/// What `resume PATH` did to one node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeResumed {
+    /// The application node.
+    pub path: String,
+    /// Its halt, pause and failure records removed.
+    pub cleared: Cleared,
+}
+
+/// Ends the halt or pause of each node of `paths` and deletes its failure records (at every
+/// cluster version: only the current one's matter), then wakes the agents. A path is
+/// accepted when it is an application node of the tree or has something recorded.
+pub async fn resume_nodes(
+    client: &Client,
+    paths: &[String],
+) -> Result<Vec<NodeResumed>, ResumeError> {
+    if call("stat", HOSTS, client.check_stat(HOSTS))
+        .await?
+        .is_none()
+    {
+        return Err(ResumeError::NoHosts);
+    }
+    for path in paths {
+        let known = !read_node(client, path, &Value::Null).await?.is_empty()
+            || has_failures(client, path).await?;
+        if !known {
+            crate::pause::check_application(client, path)
+                .await
+                .map_err(|e| ResumeError::Node(e.to_string()))?;
+        }
+    }
+    let mut out = Vec::new();
+    for path in paths {
+        out.push(NodeResumed {
+            path: path.clone(),
+            cleared: clear_node(client, path).await?,
+        });
+    }
+    wake_agents(client).await?;
+    Ok(out)
 }
 
 #[cfg(test)]

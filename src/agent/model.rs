@@ -150,13 +150,10 @@ pub fn check_plain_name(what: &str, name: &str) -> Result<(), String> {
 }
 
 /// The marker base name of an application path: without the leading `/`, `/` replaced by `,`,
-/// and `%` and `,` inside names written `%25` and `%2C` (`/cust/a,b` → `cust,a%2Cb`).
+/// and `%` and `,` inside names written `%25` and `%2C` (`/cust/a,b` → `cust,a%2Cb`); the key
+/// of the node in ZooKeeper's per-node state too ([`crate::zk::paths::path_key`]).
 pub fn marker_base(path: &str) -> String {
-    path.trim_start_matches('/')
-        .split('/')
-        .map(|part| part.replace('%', "%25").replace(',', "%2C"))
-        .collect::<Vec<_>>()
-        .join(",")
+    crate::zk::paths::path_key(path)
 }
 
 /// The `.deployed` file name of an instance.
@@ -177,32 +174,7 @@ pub fn parse_marker(file: &str, suffix: &str) -> Option<(String, u32)> {
     if base.is_empty() {
         return None;
     }
-    let mut path = String::new();
-    for part in base.split(',') {
-        path.push('/');
-        path.push_str(&unescape(part)?);
-    }
-    Some((path, n))
-}
-
-fn unescape(part: &str) -> Option<String> {
-    let mut out = String::new();
-    let mut rest = part;
-    while let Some(at) = rest.find('%') {
-        out.push_str(&rest[..at]);
-        match rest.get(at + 1..at + 3) {
-            Some("25") => out.push('%'),
-            Some("2C") | Some("2c") => out.push(','),
-            _ => return None,
-        }
-        rest = &rest[at + 3..];
-    }
-    out.push_str(rest);
-    if out.is_empty() {
-        None
-    } else {
-        Some(out)
-    }
+    crate::zk::paths::path_of_key(base).map(|path| (path, n))
 }
 
 #[cfg(test)]

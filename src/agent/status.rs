@@ -1,5 +1,7 @@
 //! The run directory's files: `status` (one line `TIME PID VERSION STATUS`, replaced
-//! atomically at every step; read by the monitor), `host_version` (the JSON of the last
+//! atomically at every step; read by the monitor; a pass that leaves application nodes
+//! undone because they are halted or paused ends with STATUS `blocked PATH...`,
+//! [`blocked_status`]), `host_version` (the JSON of the last
 //! deployed version) and `last-pass.json` (the report of the last pass).
 
 use std::path::{Path, PathBuf};
@@ -42,6 +44,60 @@ pub struct StatusLine {
     pub version: String,
     /// The status text (`done`, `error`, or a step).
     pub status: String,
+}
+
+/// The word a blocked pass's status starts with.
+pub const BLOCKED: &str = "blocked";
+
+/// The status of a pass that leaves the application nodes `paths` undone because they are
+/// halted or paused (CONTRACT 15): `blocked PATH...`, each path with `%`, whitespace and
+/// control characters percent-encoded (`%XX` per UTF-8 byte), so it stays one word.
+pub fn blocked_status(paths: &[&str]) -> String {
+    let mut out = BLOCKED.to_string();
+    for path in paths {
+        out.push(' ');
+        for c in path.chars() {
+            if c == '%' || c.is_whitespace() || c.is_control() {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push_str(&format!("%{b:02X}"));
+                }
+            } else {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// A word of [`blocked_status`] decoded (`None` if malformed).
+fn decode_path(word: &str) -> Option<String> {
+    let bytes = word.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = word.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+impl StatusLine {
+    /// The application nodes a `blocked` status names ([`blocked_status`]); `None` for any
+    /// other status.
+    pub fn blocked(&self) -> Option<Vec<String>> {
+        let mut words = self.status.split_whitespace();
+        if words.next() != Some(BLOCKED) {
+            return None;
+        }
+        Some(words.filter_map(decode_path).collect())
+    }
 }
 
 /// Formats a status line.
@@ -271,5 +327,20 @@ mod tests {
         assert!(parse_status("garbage").is_err());
         assert!(parse_status("x 1 v done").is_err());
         assert!(parse_status("1.0 -1 v done").is_err());
+    }
+
+    #[test]
+    fn blocked_statuses_name_their_paths() {
+        let status = blocked_status(&["/a/b", "/c d/100%", "/t\tab/é"]);
+        assert_eq!(status, "blocked /a/b /c%20d/100%25 /t%09ab/é");
+        let line = parse_status(&format_status(1.0, 7, &json!("r1"), &status)).unwrap();
+        assert_eq!(
+            line.blocked(),
+            Some(vec!["/a/b".into(), "/c d/100%".into(), "/t\tab/é".into()])
+        );
+        let done = parse_status("1.0 7 r1 done").unwrap();
+        assert_eq!(done.blocked(), None);
+        let odd = parse_status("1.0 7 r1 blocked /x%ZZ /y").unwrap();
+        assert_eq!(odd.blocked(), Some(vec!["/y".to_string()]));
     }
 }

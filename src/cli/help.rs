@@ -174,6 +174,10 @@ pub const DOCS: &[CommandDoc] = &[
                 "End a halt at the last synced revision.",
             ),
             ("zkdeployment resume --version r42", "End a halt at version r42."),
+            (
+                "zkdeployment resume /shop/web -c /etc/zkdeployment/agent.cfg",
+                "End the halt or pause of one application node and clear its failures.",
+            ),
         ],
         environment: &[CONNECTION_ENV, LOG_ENV],
         files: &[AGENT_CFG],
@@ -182,10 +186,16 @@ pub const DOCS: &[CommandDoc] = &[
         path: &["pause"],
         section: 1,
         exit: &[DONE, FAILED, USAGE],
-        examples: &[(
-            "zkdeployment pause --reason freeze -c /etc/zkdeployment/agent.cfg",
-            "Pause every deployment; syncs go on importing the tree.",
-        )],
+        examples: &[
+            (
+                "zkdeployment pause --reason freeze -c /etc/zkdeployment/agent.cfg",
+                "Pause every deployment; syncs go on importing the tree.",
+            ),
+            (
+                "zkdeployment pause /shop/web --reason 'bad mirror' -c /etc/zkdeployment/agent.cfg",
+                "Pause one application node; every other node goes on.",
+            ),
+        ],
         environment: &[CONNECTION_ENV, LOG_ENV],
         files: &[AGENT_CFG],
     },

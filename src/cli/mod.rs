@@ -71,10 +71,12 @@ enum Command {
     Monitor(monitor::MonitorArgs),
     /// Show the cluster: versions, halt, hosts, locks.
     Status(status::StatusArgs),
-    /// End a halt or a pause: set the cluster version (default: the last synced revision).
+    /// End a halt or a pause: set the cluster version (default: the last synced revision), or
+    /// with PATHs end those application nodes' halts or pauses.
     #[command(disable_version_flag = true)]
     Resume(status::ResumeArgs),
-    /// Pause the cluster: no host starts a pass until `resume`, syncs included.
+    /// Pause the cluster: no host starts a pass until `resume`, syncs included; or with
+    /// PATHs pause only those application nodes.
     Pause(status::PauseArgs),
     /// Show what a revision of the tree would change on every registered host (writes nothing).
     Plan(plan::PlanArgs),

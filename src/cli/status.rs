@@ -1,17 +1,19 @@
-//! `zkdeployment status [--json]`, `zkdeployment resume [--version V]` and `zkdeployment pause
-//! [--reason TEXT]`: the operator's view of the cluster (see [`crate::overview`]), the end of a
+//! `zkdeployment status [--json]`, `zkdeployment resume [PATH...] [--version V]` and
+//! `zkdeployment pause [PATH...] [--reason TEXT] [--force]`: the operator's view of the cluster (see [`crate::overview`]), the end of a
 //! halt or a pause (see [`crate::resume`]) and the pause (see [`crate::pause`]).
 
 use clap::Args;
 
+use super::zkarg::protection;
 use super::zkarg::{AuthArg, ConfigArg, Settings, ZkArg};
 use super::{runtime, Failure, Outcome};
-use crate::overview::{describe_pause, Overview};
-use crate::pause::{operator, pause, record};
-use crate::resume::{check_version, parse_version, resume, ResumeError};
+use crate::overview::{describe_pause, read_nodes, Overview};
+use crate::pause::{check_path, operator, pause, pause_node, record};
+use crate::resume::{check_version, parse_version, resume, resume_nodes, ResumeError};
 use crate::summary::Filter;
 use crate::sync::HOSTS;
 use crate::tree::literal::py_str;
+use crate::zk::acl::Kind;
 use crate::zk::{call, Client};
 
 #[derive(Debug, Args)]
@@ -40,6 +42,10 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
+    /// Application nodes to resume: end each one's halt or pause and clear its failure
+    /// records (without PATH: the cluster).
+    #[arg(value_name = "PATH", conflicts_with = "version")]
+    paths: Vec<String>,
     /// The version to resume at (JSON if it parses, else a string); default: the last synced
     /// revision.
     #[arg(long, value_name = "V")]
@@ -57,6 +63,13 @@ pub struct ResumeArgs {
 
 #[derive(Debug, Args)]
 pub struct PauseArgs {
+    /// Application nodes to pause: no host starts a new step of them until `resume PATH`
+    /// (without PATH: the cluster).
+    #[arg(value_name = "PATH")]
+    paths: Vec<String>,
+    /// Pause the nodes even in a mixed fleet, whose original agents ignore node pauses.
+    #[arg(long, requires = "paths")]
+    force: bool,
     /// Why (shown by `status`, `resume` and the syncer's log).
     #[arg(long, value_name = "TEXT")]
     reason: Option<String>,
@@ -78,6 +91,9 @@ pub fn pause_cmd(args: PauseArgs) -> Outcome {
         .map(str::trim)
         .filter(|r| !r.is_empty());
     let rec = record(&user, &host, crate::files::now(), reason);
+    if !args.paths.is_empty() {
+        return pause_nodes_cmd(&args, &settings, &rec);
+    }
     runtime()?.block_on(async {
         let client = settings.connect().await?;
         require_hosts(&client, &settings.connection).await?;
@@ -91,6 +107,51 @@ pub fn pause_cmd(args: PauseArgs) -> Outcome {
             "cluster paused: no host starts a pass until `zkdeployment resume`; syncs import \
              the tree and keep the pause"
         );
+        Ok(0)
+    })
+}
+
+/// `zkdeployment pause PATH...`: a node pause record for each node, refused in a mixed fleet
+/// unless `--force`.
+fn pause_nodes_cmd(args: &PauseArgs, settings: &Settings, rec: &serde_json::Value) -> Outcome {
+    for path in &args.paths {
+        check_path(path).map_err(|e| Failure::Usage(e.to_string()))?;
+    }
+    runtime()?.block_on(async {
+        let client = settings.connect().await?;
+        require_hosts(&client, &settings.connection).await?;
+        let cache = crate::agent::mixed::MixedCache::default();
+        let mixed = crate::agent::mixed::mixed_fleet(&client, &cache)
+            .await
+            .map_err(|e| Failure::Failed(e.to_string()))?;
+        match mixed {
+            Some(why) if !args.force => {
+                return Err(Failure::Failed(format!(
+                    "the fleet is mixed: {why}; the original's agents ignore node pauses \
+                     (pause the cluster instead, or add --force)"
+                )))
+            }
+            Some(why) => eprintln!("zkdeployment: warning: the fleet is mixed ({why}): its original agents ignore node pauses"),
+            None => {}
+        }
+        let root_acl = match &settings.auth {
+            Some(identity) => protection(&client, identity).await?.acl(Kind::Owned),
+            None => zookeeper_client::Acls::anyone_all().to_vec(),
+        };
+        for path in &args.paths {
+            let previous = pause_node(&client, path, rec, &root_acl)
+                .await
+                .map_err(|e| match e {
+                    crate::pause::PauseError::Zk(z) if z.is_no_auth() => not_authorized(&z, "pause PATH"),
+                    e => Failure::Failed(e.to_string()),
+                })?;
+            if let Some(prev) = previous.as_ref().and_then(|p| p.as_object()) {
+                println!("{path}: replaced: {}", describe_pause(prev));
+            }
+            println!(
+                "{path} paused: no host starts a new step of it until `zkdeployment resume {path}`"
+            );
+        }
         Ok(0)
     })
 }
@@ -110,7 +171,8 @@ pub fn status(args: StatusArgs) -> Outcome {
         };
         overview.select(&filter, crate::files::now());
         if let Some(path) = &args.metrics {
-            let text = overview.summary.metrics(overview.version.is_null());
+            let mut text = overview.summary.metrics(overview.version.is_null());
+            text.push_str(&crate::overview::node_metrics(&overview.nodes));
             if path.as_os_str() == "-" {
                 print!("{text}");
             } else {
@@ -161,7 +223,13 @@ pub fn resume_cmd(args: ResumeArgs) -> Outcome {
     if let Some(v) = &version {
         check_version(v).map_err(|e| Failure::Usage(e.to_string()))?;
     }
+    for path in &args.paths {
+        check_path(path).map_err(|e| Failure::Usage(e.to_string()))?;
+    }
     let settings = Settings::resolve(&args.zk, Some(&args.auth), &args.config)?;
+    if !args.paths.is_empty() {
+        return resume_nodes_cmd(&args.paths, &settings);
+    }
     runtime()?.block_on(async {
         let client = settings.connect().await?;
         require_hosts(&client, &settings.connection).await?;
@@ -185,6 +253,57 @@ pub fn resume_cmd(args: ResumeArgs) -> Outcome {
                 }
                 None => println!("cleared: {record}"),
             }
+        }
+        still_in_force(&client, &resumed.version).await?;
+        Ok(0)
+    })
+}
+
+/// Prints the node halts and pauses (and nodes with failures) still in force after a
+/// cluster resume, each with the command that ends it.
+async fn still_in_force(client: &Client, version: &serde_json::Value) -> Result<(), Failure> {
+    let nodes = read_nodes(client, version)
+        .await
+        .map_err(|e| Failure::Failed(e.to_string()))?;
+    for node in nodes {
+        println!("still in force: node {}", node.describe());
+        println!(
+            "  end with: zkdeployment resume {}",
+            shell_words::quote(&node.path)
+        );
+    }
+    Ok(())
+}
+
+/// A refusal for want of permission, saying which identity the command needs.
+fn not_authorized(e: &crate::zk::ZkError, command: &str) -> Failure {
+    Failure::Failed(format!(
+        "{e}: on a protected tree `{command}` needs the operator's identity (--auth, the syncer's credentials)"
+    ))
+}
+
+/// `zkdeployment resume PATH...`: ends each node's halt or pause, clears its failure
+/// records, and wakes the agents.
+fn resume_nodes_cmd(paths: &[String], settings: &Settings) -> Outcome {
+    runtime()?.block_on(async {
+        let client = settings.connect().await?;
+        require_hosts(&client, &settings.connection).await?;
+        let resumed = resume_nodes(&client, paths).await.map_err(|e| match e {
+            ResumeError::Zk(z) if z.is_no_auth() => not_authorized(&z, "resume PATH"),
+            e => Failure::Failed(e.to_string()),
+        })?;
+        for node in resumed {
+            let c = &node.cleared;
+            let mut what = Vec::new();
+            if let Some(h) = c.halt.as_ref().and_then(|h| h.as_object()) {
+                let (who, error) = crate::overview::describe_halt(h);
+                what.push(format!("ended the halt ({who}: {error})"));
+            }
+            if let Some(p) = c.pause.as_ref().and_then(|p| p.as_object()) {
+                what.push(format!("ended the pause ({})", describe_pause(p)));
+            }
+            what.push(format!("cleared {} failure record(s)", c.failures));
+            println!("{}: {}", node.path, what.join("; "));
         }
         Ok(0)
     })

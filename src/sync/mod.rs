@@ -494,6 +494,9 @@ async fn set_version(
                 .flatten()
                 .collect();
             let pruned = index::prune(client, &keep).await;
+            if !is_paused(&props) {
+                prune_failures(client, revision).await;
+            }
             return Ok(1 + live.writes() + pruned);
         }
     }
@@ -502,6 +505,19 @@ async fn set_version(
         path: HOSTS.into(),
         source: zookeeper_client::Error::UnexpectedError("/hosts kept changing".into()),
     }))
+}
+
+/// Deletes the failure records of cluster versions other than `revision` (CONTRACT 15: a
+/// record quarantines its host until the cluster version changes). A failure is logged:
+/// the records left quarantine nobody at `revision`.
+async fn prune_failures(client: &Client, revision: &str) {
+    match crate::zk::node_state::prune_failures(client, &json!(revision)).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!("deleted {n} failure record(s) of earlier cluster versions"),
+        Err(e) => {
+            tracing::warn!("cannot delete the failure records of earlier cluster versions: {e}")
+        }
+    }
 }
 
 /// The one transaction of a sync's end: `/hosts` (`hosts`: its data, guarded by its data

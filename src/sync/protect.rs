@@ -14,6 +14,10 @@
 //!   ([`Kind::Register`]; created if missing, the last two); `/hosts` is left open to everyone instead with
 //!   `--open-hosts` (a mixed fleet, whose original agents halt by writing `/hosts`);
 //! - `/hosts-lock`: only syncers take it ([`Kind::Owned`]).
+//! - [`NODE_STATE`] (hosts record node halts and failures there,
+//!   [`crate::zk::node_state`]): [`Kind::Register`]; [`NODE_PAUSES`] (the operator pauses
+//!   nodes there): [`Kind::Owned`]; both created if missing. The records themselves are
+//!   read-only to all from their creation.
 //!
 //! The nodes hosts share — `/agent-locks`, `/role-locks` (also when a `.zkx` file defines role
 //! lock nodes), `/agent-semaphores` — are created open if missing (the root no longer lets
@@ -25,7 +29,7 @@ use super::desired::Desired;
 use crate::zk::acl::{repair, Kind, Protection};
 use crate::zk::halts::HALTS;
 use crate::zk::node::ensure_node;
-use crate::zk::paths::AGENT_REGISTRY;
+use crate::zk::paths::{AGENT_REGISTRY, NODE_PAUSES, NODE_STATE};
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
 use crate::zk::{call, join, Client, ZkError};
 
@@ -51,8 +55,15 @@ pub async fn protect(
     }
     let register = protection.acl(Kind::Register);
     let mode = CreateMode::Persistent.with_acls(zookeeper_client::Acls::new(&register));
-    for node in [HALTS, AGENT_REGISTRY] {
-        match call("create", node, client.create(node, b"", &mode)).await {
+    let owned_acl = protection.acl(Kind::Owned);
+    let owned_mode = CreateMode::Persistent.with_acls(zookeeper_client::Acls::new(&owned_acl));
+    for (node, mode) in [
+        (HALTS, &mode),
+        (AGENT_REGISTRY, &mode),
+        (NODE_STATE, &mode),
+        (NODE_PAUSES, &owned_mode),
+    ] {
+        match call("create", node, client.create(node, b"", mode)).await {
             Err(ZkError::Op {
                 source: zookeeper_client::Error::NodeExists,
                 ..
@@ -72,9 +83,11 @@ pub async fn protect(
         ("/".to_string(), owned.clone()),
         (crate::zk::paths::HOSTS.to_string(), hosts),
         (HALTS.to_string(), register.clone()),
-        (AGENT_REGISTRY.to_string(), register),
+        (AGENT_REGISTRY.to_string(), register.clone()),
         (crate::zk::paths::HOSTS_LOCK.to_string(), owned.clone()),
+        (NODE_PAUSES.to_string(), owned.clone()),
     ];
+    nodes.push((NODE_STATE.to_string(), register.clone()));
     // Every persistent node under the repository's roots as it is now (after the apply):
     // the nodes its files define and any other node found there (a node left untrimmed under
     // a `.zkx` overlay is discovered by agents like any other). Ephemeral nodes belong to

@@ -6,7 +6,8 @@
 //! ([`recipe`]; the agent's present lock and semaphore with lease passing: [`lock`],
 //! [`semaphore`]), generic node helpers ([`node`]), the persistent role lock ([`role_lock`]), closing
 //! sessions on exit ([`session`]), ACLs of a protected tree ([`acl`]) and the halt records
-//! hosts create when they may not write `/hosts` ([`halts`]).
+//! hosts create when they may not write `/hosts` ([`halts`]), and the per-node halts, pauses
+//! and failure records of failure budgets ([`node_state`]).
 
 pub mod acl;
 pub mod connect;
@@ -17,6 +18,7 @@ pub mod index;
 pub mod links;
 pub mod multiread;
 pub mod node;
+pub mod node_state;
 pub mod paths;
 pub mod recipe;
 pub mod role_lock;

@@ -30,11 +30,17 @@ pub const ROLE_LOCKS: &str = "/role-locks";
 pub const HALTS: &str = "/hosts-halt";
 /// The deployment index the syncer writes (docs/design.md, "The deployment index").
 pub const DEPLOYMENT_INDEX: &str = "/deployment-index";
+/// Per application node state that hosts record (CONTRACT 15): node halts and failure
+/// records (`super::node_state`). Everyone may create under it, only the owner delete.
+pub const NODE_STATE: &str = "/node-state";
+/// Node pauses (`zkdeployment pause PATH`), one child per paused application node. Only the
+/// operator's identity creates or deletes them.
+pub const NODE_PAUSES: &str = "/node-pauses";
 
 /// Top-level nodes that belong to ZooKeeper, the agents and the syncers: discovery never
 /// walks them, a repository may not define them (`/role-locks` excepted in `.zkx` overlays,
 /// where operators may create role lock nodes), and a sync never deletes them.
-pub const RESERVED_ROOTS: [&str; 9] = [
+pub const RESERVED_ROOTS: [&str; 11] = [
     "/zookeeper",
     HOSTS,
     HOSTS_LOCK,
@@ -44,6 +50,8 @@ pub const RESERVED_ROOTS: [&str; 9] = [
     ROLE_LOCKS,
     HALTS,
     DEPLOYMENT_INDEX,
+    NODE_STATE,
+    NODE_PAUSES,
 ];
 
 /// True if `name` (a top-level node name, without `/`) is one of [`RESERVED_ROOTS`].
@@ -77,6 +85,49 @@ pub fn host_path(id: &str) -> String {
 /// The registry node of a host (see [`AGENT_REGISTRY`]).
 pub fn registry_path(id: &str) -> String {
     format!("{AGENT_REGISTRY}/{id}")
+}
+
+/// The key of an application node in [`NODE_STATE`] and [`NODE_PAUSES`] (and the base of its
+/// marker file names): the path without its leading `/`, `/` replaced by `,`, and `%` and `,`
+/// inside names written `%25` and `%2C` (`/cust/a,b` → `cust,a%2Cb`). [`path_of_key`] reverses
+/// it.
+pub fn path_key(path: &str) -> String {
+    path.trim_start_matches('/')
+        .split('/')
+        .map(|part| part.replace('%', "%25").replace(',', "%2C"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The application node path of a [`path_key`], if `key` is one.
+pub fn path_of_key(key: &str) -> Option<String> {
+    if key.is_empty() {
+        return None;
+    }
+    let mut path = String::new();
+    for part in key.split(',') {
+        path.push('/');
+        path.push_str(&unescape_part(part)?);
+    }
+    Some(path)
+}
+
+/// One `,`-separated part of a [`path_key`], its `%25` and `%2C` undone (nothing else may
+/// follow a `%`); `None` if malformed or empty.
+fn unescape_part(part: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = part;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        match rest.get(at + 1..at + 3) {
+            Some("25") => out.push('%'),
+            Some("2C") | Some("2c") => out.push(','),
+            _ => return None,
+        }
+        rest = &rest[at + 3..];
+    }
+    out.push_str(rest);
+    (!out.is_empty()).then_some(out)
 }
 
 /// The kazoo lock name of an application node: the path without its leading `/`, `/` → `,`.
@@ -118,5 +169,13 @@ mod tests {
         assert_eq!(role_path("web"), "/roles/web");
         assert!(is_reserved_root("hosts") && is_reserved_root("role-locks"));
         assert!(!is_reserved_root("acme") && !is_reserved_root("/hosts"));
+        assert!(is_reserved_root("node-state") && is_reserved_root("node-pauses"));
+        assert_eq!(path_key("/a,b/c%d"), "a%2Cb,c%25d");
+        for path in ["/cust/someapp/cms", "/a,b/c%d", "/x.y/z", "/%2C"] {
+            assert_eq!(path_of_key(&path_key(path)).as_deref(), Some(path));
+        }
+        for bad in ["", "a,,b", "a%ZZ", "%2"] {
+            assert_eq!(path_of_key(bad), None, "{bad:?}");
+        }
     }
 }

@@ -832,3 +832,127 @@ async fn index_generations_are_created_protected() {
         Error::NoAuth
     );
 }
+
+#[tokio::test]
+async fn hosts_record_failures_and_node_halts_and_only_the_operator_pauses_or_resumes_nodes() {
+    use zkdeployment::agent::budget::{
+        node_gate, record_failure, record_node_halt, FailureRecord, Gate,
+    };
+    let env = Env::new("lp-budget").await;
+    env.repo
+        .commit(&[("acme.zk", &tree(&["web"], "1.4", &["h1", "h2"]))]);
+    let auth = env.auth();
+    env.sync(&["--auth", &auth]).await.assert_ok();
+    let syncer = env.client_as(&format!("syncer:{SYNC_SECRET}")).await;
+    let register = vec![
+        owned_acl()[0].clone(),
+        (
+            "world".into(),
+            "anyone".into(),
+            Permission::READ | Permission::CREATE,
+        ),
+    ];
+    let (acl, _) = syncer.get_acl("/node-state").await.unwrap();
+    assert_eq!(sorted(&acl), register);
+    let (acl, _) = syncer.get_acl("/node-pauses").await.unwrap();
+    assert_eq!(sorted(&acl), owned_acl());
+
+    // A host's identity records its failure and a node halt.
+    let host = env.client_as(&format!("h1:{HOST_SECRET}")).await;
+    let failure = FailureRecord {
+        host: "h1".into(),
+        name: "h1.example.com".into(),
+        n: 0,
+        version: json!("r1"),
+        error: "boom".into(),
+        time: 1.0,
+    };
+    let verdict = record_failure(&host, "/acme/web", &failure, 1)
+        .await
+        .unwrap();
+    assert!(verdict.is_within(), "{verdict:?}");
+    assert!(record_node_halt(&host, "/acme/web", &failure)
+        .await
+        .unwrap());
+    // Both are children of /node-state, read-only to all.
+    let names = env.anon.list_children("/node-state").await.unwrap();
+    assert_eq!(names.len(), 2, "{names:?}");
+    let record = names.iter().find(|n| n.starts_with("fail~acme,web~r1~h1-"));
+    let record = format!("/node-state/{}", record.expect("the failure record"));
+    let halt = "/node-state/halt~acme,web".to_string();
+    for node in [&record, &halt] {
+        let (acl, _) = syncer.get_acl(node).await.unwrap();
+        assert_eq!(
+            sorted(&acl),
+            vec![("world".into(), "anyone".into(), Permission::READ)],
+            "{node}"
+        );
+    }
+    // Neither a host nor anyone unauthenticated changes or removes them, or pauses a node.
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    for (who, client) in [("a host identity", &host), ("unauthenticated", &env.anon)] {
+        for node in [&record, &halt] {
+            assert_eq!(
+                client.delete(node, None).await,
+                Err(Error::NoAuth),
+                "{who}: delete {node}"
+            );
+            let set = client.set_data(node, b"{}", None).await.map(|_| ());
+            assert_eq!(set, Err(Error::NoAuth), "{who}: set {node}");
+        }
+        let set_acl = client
+            .set_acl("/node-state", Acls::anyone_all().as_ref(), None)
+            .await;
+        assert_eq!(
+            set_acl.map(|_| ()),
+            Err(Error::NoAuth),
+            "{who}: open /node-state"
+        );
+        let pause = client.create("/node-pauses/acme,web", b"{}", &open).await;
+        assert_eq!(pause.map(|_| ()), Err(Error::NoAuth), "{who}: pause");
+    }
+
+    // The commands: only the operator's identity pauses and resumes nodes.
+    let host_auth = env.host_auth("h1");
+    let zk = ["-z", env.conn.as_str()];
+    for extra in [vec![], vec!["--auth", host_auth.as_str()]] {
+        for cmd in ["pause", "resume"] {
+            let mut args = vec![cmd, "/acme/web"];
+            args.extend(zk);
+            args.extend(extra.iter().copied());
+            let run = support::run_async(&args).await;
+            assert_eq!(run.code, 1, "{args:?}: {run}");
+            assert!(
+                run.stderr.contains("needs the operator's identity (--auth"),
+                "{args:?}: {run}"
+            );
+        }
+    }
+    let gate = node_gate(&env.anon, "/acme/web", &json!("r1"), "h2").await;
+    assert!(matches!(gate.unwrap(), Gate::Halted(_)));
+    assert_eq!(
+        env.anon.list_children("/node-state").await.unwrap().len(),
+        2
+    );
+
+    let mut args = vec!["pause", "/acme/web", "--auth", auth.as_str()];
+    args.extend(zk);
+    support::run_async(&args).await.assert_ok();
+    let (acl, _) = syncer.get_acl("/node-pauses/acme,web").await.unwrap();
+    assert_eq!(
+        sorted(&acl),
+        vec![("world".into(), "anyone".into(), Permission::READ)]
+    );
+    let mut args = vec!["resume", "/acme/web", "--auth", auth.as_str()];
+    args.extend(zk);
+    let run = support::run_async(&args).await;
+    run.assert_ok();
+    assert!(run.stdout.contains("ended the halt"), "{run}");
+    assert!(run.stdout.contains("ended the pause"), "{run}");
+    let gate = node_gate(&env.anon, "/acme/web", &json!("r1"), "h1").await;
+    assert_eq!(gate.unwrap(), Gate::Open);
+    assert_eq!(
+        env.anon.list_children("/node-state").await.unwrap(),
+        Vec::<String>::new()
+    );
+}

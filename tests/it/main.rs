@@ -16,6 +16,7 @@ mod agent_git;
 mod agent_observe;
 mod agent_startup_signal;
 mod agent_startup_wait;
+mod budget;
 mod cli_options;
 mod config;
 mod defects;

@@ -165,6 +165,68 @@ async fn paused_is_ok() {
 }
 
 #[tokio::test]
+async fn a_blocked_host_is_a_warning_for_a_node_halt_and_ok_for_a_node_pause() {
+    use zkdeployment::agent::budget::{record_node_halt, FailureRecord};
+    use zkdeployment::agent::status::blocked_status;
+    let m = Mon::new("mon-blocked").await;
+    m.cluster(json!({"version": "v2"})).await;
+    m.host(json!({"name": "h1.example.com", "version": "v1"}))
+        .await;
+    // A hand-written status: the pass left two nodes undone.
+    m.status(
+        3.0,
+        &json!("v2"),
+        &blocked_status(&["/a/one", "/a/two apps"]),
+    );
+    // Neither is halted or paused any more (resumed since): judged by its age.
+    expect(
+        &m.check(&[]).await,
+        0,
+        "ZKDEPLOYMENT OK - blocked /a/one /a/two%20apps",
+    );
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    m.client.create("/node-pauses", b"", &open).await.unwrap();
+    m.client
+        .create("/node-pauses/a,two apps", br#"{"user": "ann"}"#, &open)
+        .await
+        .unwrap();
+    expect(
+        &m.check(&[]).await,
+        0,
+        "ZKDEPLOYMENT OK - Deployment of /a/two apps paused",
+    );
+    let halt = FailureRecord {
+        host: "h7".into(),
+        name: "h7.example.com".into(),
+        n: 0,
+        version: json!("v2"),
+        error: "deploy script failed".into(),
+        time: now(),
+    };
+    assert!(record_node_halt(&m.client, "/a/two apps", &halt)
+        .await
+        .unwrap());
+    expect(
+        &m.check(&[]).await,
+        1,
+        "ZKDEPLOYMENT WARNING - Deployment of /a/two apps halted by h7.example.com: deploy script failed",
+    );
+    // Checked after the cluster halt and pause.
+    m.cluster(json!({"version": false})).await;
+    expect(
+        &m.check(&[]).await,
+        0,
+        "ZKDEPLOYMENT OK - Deployments paused",
+    );
+    m.cluster(json!({"version": null, "halt": {"host": "h9", "name": "h9.example.com", "version": "v2", "error": "boom", "time": 1.0}})).await;
+    expect(
+        &m.check(&[]).await,
+        1,
+        "ZKDEPLOYMENT WARNING - Cluster halted by h9.example.com: boom",
+    );
+}
+
+#[tokio::test]
 async fn done_with_mismatches_is_critical() {
     let m = Mon::new("mon-mismatch").await;
     m.cluster(json!({"version": "v2"})).await;

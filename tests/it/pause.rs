@@ -136,6 +136,47 @@ async fn a_pause_outlasts_syncs_until_resume() {
 }
 
 #[tokio::test]
+async fn a_sync_that_sets_a_new_version_deletes_the_failure_records_of_the_others() {
+    use zkdeployment::agent::budget::{record_failure, FailureRecord};
+    let env = Env::new("prune-failures").await;
+    let (r1, run) = env.commit_and_sync("1.0").await;
+    run.assert_ok();
+    let failure = |version: &str| FailureRecord {
+        host: "h1".into(),
+        name: "h1.example.com".into(),
+        n: 0,
+        version: json!(version),
+        error: "boom".into(),
+        time: 1.0,
+    };
+    let c = &env.host.client;
+    record_failure(c, "/acme/app", &failure(&r1), 1)
+        .await
+        .unwrap();
+    record_failure(c, "/acme/app", &failure("r0"), 1)
+        .await
+        .unwrap();
+    // A new revision: the records of every other version go.
+    let (r2, run) = env.commit_and_sync("2.0").await;
+    run.assert_ok();
+    assert_eq!(
+        c.list_children("/node-state").await.unwrap(),
+        Vec::<String>::new()
+    );
+    // A sync of the same revision sets no version and deletes nothing.
+    record_failure(c, "/acme/app", &failure(&r2), 1)
+        .await
+        .unwrap();
+    env.sync().await.assert_ok();
+    let names = c.list_children("/node-state").await.unwrap();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(
+        names[0].starts_with(&format!("fail~acme,app~{r2}~h1-")),
+        "{names:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_pause_set_by_hand_is_ended_by_the_next_sync_as_the_originals_was() {
     let env = Env::new("pause-by-hand").await;
     env.commit_and_sync("1.0").await.1.assert_ok();
