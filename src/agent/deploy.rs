@@ -12,13 +12,19 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::error::Interrupt;
+use super::budget::{
+    node_gate, node_gates, record_failure, record_node_halt, BudgetError, FailureRecord, Gate,
+};
+use super::cluster::halt;
+use super::error::{Failure, Interrupt, Left};
 use super::exclusion::{release, try_enter, wait_enter, Entry, Held, Node, Queue};
-use super::in_flight::execute_halting;
 use super::pass::Pass;
 use super::plan::{Lock, Step};
+use crate::files::now;
+use crate::tree::literal::py_str;
+use crate::tree::rollout::OnFailure;
 use crate::zk::paths::{semaphore_path, HALTS, HOSTS};
-use crate::zk::{call, Client};
+use crate::zk::{call, Client, ZkError};
 
 /// Longest wait in one node's queue while other nodes are pending too (they are tried again
 /// after it).
@@ -31,7 +37,8 @@ const STOP_POLL: Duration = Duration::from_millis(250);
 /// Runs a run of deployments under their node places, in plan order except that a busy node
 /// is passed over and taken later.
 pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), Interrupt> {
-    let mut pending: Vec<Node<'_>> = run.iter().filter_map(node_of).collect();
+    let nodes: Vec<Node<'_>> = run.iter().filter_map(node_of).collect();
+    let mut pending = open_nodes(pass, nodes).await?;
     let mut turn = 0;
     let mut shown: Option<String> = None;
     let mut waited: Option<std::time::Instant> = None;
@@ -180,22 +187,105 @@ async fn watch_halts(client: &Client) -> Result<zookeeper_client::OneshotWatcher
     }
 }
 
-/// One deployment with its place held: the checkpoint, the step (a failure halts the cluster
-/// before the place is let go), then the release.
+/// The nodes of `nodes` this host may start (CONTRACT 15), in one read of the cluster's node
+/// state: one it failed at this cluster version, or halted or paused, is left undone.
+async fn open_nodes<'p>(
+    pass: &mut Pass<'_>,
+    nodes: Vec<Node<'p>>,
+) -> Result<Vec<Node<'p>>, Interrupt> {
+    if nodes.is_empty() {
+        return Ok(nodes);
+    }
+    let paths: Vec<&str> = nodes.iter().map(|n| n.path).collect();
+    let agent = pass.agent;
+    let gates = node_gates(&agent.client, &paths, &pass.version, &agent.host.id)
+        .await
+        .map_err(budget_lost)?;
+    let mut open = Vec::with_capacity(nodes.len());
+    for (node, gate) in nodes.into_iter().zip(gates) {
+        match left_by(gate, node.path) {
+            None => open.push(node),
+            Some(left) => leave(pass, left),
+        }
+    }
+    Ok(open)
+}
+
+/// A node left undone, said in the log and kept for the pass's end.
+fn leave(pass: &mut Pass<'_>, left: Left) {
+    match &left {
+        Left::Failed(path, error) => tracing::error!("{path} left undone: {error}"),
+        Left::Halted(path, _) => tracing::warn!("{path} is halted; not deploying it"),
+        Left::Paused(path, _) => tracing::warn!("{path} is paused; not deploying it"),
+    }
+    pass.left.push(left);
+}
+
+/// What a node's gate leaves undone, if anything.
+fn left_by(gate: Gate, path: &str) -> Option<Left> {
+    let path = path.to_string();
+    match gate {
+        Gate::Open => None,
+        Gate::Quarantined(record) => {
+            let error = record.get("error").map(py_str).unwrap_or_default();
+            let why = format!("quarantined for {path} at this cluster version: {error}");
+            Some(Left::Failed(path, why))
+        }
+        Gate::Halted(record) => Some(Left::Halted(path, record)),
+        Gate::Paused(record) => Some(Left::Paused(path, record)),
+    }
+}
+
+/// A budget question ZooKeeper could not answer, as an interrupt (the pass is run again).
+fn budget_lost(e: BudgetError) -> Interrupt {
+    match e {
+        BudgetError::Zk(e) | BudgetError::NotAllowed(e) => Interrupt::Lost(e),
+    }
+}
+
+/// How a step under its place ended.
+enum Ran {
+    /// It went well.
+    Done,
+    /// It failed within its node's budget (or beyond it, the node halted): the host goes on.
+    Left(Left),
+    /// The pass stops (the cluster halted for a failure, or abandoned).
+    Stop(Interrupt),
+}
+
+/// One deployment with its place held: the checkpoint and the node's gate, the step (a
+/// failure halts the cluster or the node, or is counted in the node's budget, before the
+/// place is let go), then the release.
 async fn run_held(pass: &mut Pass<'_>, node: &Node<'_>, held: Held) -> Result<(), Interrupt> {
     let host_id = pass.agent.host.id.clone();
-    if let Err(interrupt) = pass.checkpoint().await {
-        let _ = release(&pass.agent.client, held, false, &host_id).await;
-        return Err(interrupt);
+    let gate = match pass.checkpoint().await {
+        Ok(()) => gate_of(pass, node).await,
+        Err(interrupt) => Err(interrupt),
+    };
+    let closed = match gate {
+        Ok(closed) => closed,
+        Err(interrupt) => {
+            let _ = release(&pass.agent.client, held, false, &host_id).await;
+            return Err(interrupt);
+        }
+    };
+    if let Some(left) = closed {
+        leave(pass, left);
+        return Ok(release(&pass.agent.client, held, false, &host_id).await?);
     }
     if let Some(label) = node.step.status_text() {
         pass.status(&label).await;
     }
-    let ran = execute_halting(pass, node.step).await;
+    let ran = run_step(pass, node, held.is_canary()).await;
     let client = &pass.agent.client;
     let (result, released) = match ran {
-        Ok(Ok(())) => (Ok(()), release(client, held, false, &host_id).await),
-        Ok(Err(interrupt)) => (
+        Ok(Ran::Done) => (Ok(()), release(client, held, false, &host_id).await),
+        Ok(Ran::Left(left)) => {
+            let released = release(client, held.failed(), false, &host_id).await;
+            leave(pass, left);
+            (Ok(()), released)
+        }
+        Ok(Ran::Stop(interrupt)) => (
             Err(interrupt),
             release(client, held.failed(), false, &host_id).await,
         ),
@@ -208,6 +298,86 @@ async fn run_held(pass: &mut Pass<'_>, node: &Node<'_>, held: Held) -> Result<()
     // The step's own outcome first: a failed release only hides it.
     result?;
     released.map_err(Interrupt::from)
+}
+
+/// The gate of the node this host just entered: what leaves it undone, if anything.
+async fn gate_of(pass: &Pass<'_>, node: &Node<'_>) -> Result<Option<Left>, Interrupt> {
+    let agent = pass.agent;
+    let gate = node_gate(&agent.client, node.path, &pass.version, &agent.host.id)
+        .await
+        .map_err(budget_lost)?;
+    Ok(left_by(gate, node.path))
+}
+
+/// Runs the step; a failure halts the cluster, unless the node has a budget (CONTRACT 15):
+/// then it is counted, and within the budget (or beyond it with `on-failure = 'halt-node'`,
+/// the node halted) the host goes on. A canary spends no budget. The error is a halt that
+/// could not be recorded.
+async fn run_step(pass: &mut Pass<'_>, node: &Node<'_>, canary: bool) -> Result<Ran, ZkError> {
+    let failure = match node.step.execute(pass).await {
+        Ok(()) => return Ok(Ran::Done),
+        Err(Interrupt::Fail(failure)) => failure,
+        Err(other) => return Ok(Ran::Stop(other)),
+    };
+    let error = failure.error.to_string();
+    if !node.rollout.budgeted() {
+        return halt_cluster(pass, failure, &error).await;
+    }
+    let agent = pass.agent;
+    let path = node.path;
+    let record = FailureRecord {
+        host: agent.host.id.clone(),
+        name: agent.host.name.clone(),
+        n: node.n,
+        version: pass.version.clone(),
+        error: error.clone(),
+        time: now(),
+    };
+    let verdict = match canary {
+        true => Ok(None),
+        false => record_failure(
+            &agent.client,
+            path,
+            &record,
+            node.rollout.max_failures.unwrap_or(0),
+        )
+        .await
+        .map(Some),
+    };
+    let why = match verdict {
+        Ok(Some(v)) if v.is_within() => {
+            return Ok(Ran::Left(Left::Failed(
+                path.into(),
+                format!("{error} ({})", v.describe(path)),
+            )));
+        }
+        Ok(Some(v)) => v.describe(path),
+        Ok(None) => format!("a canary of {path}"),
+        Err(e) => {
+            tracing::error!("cannot count the failure in the budget of {path}: {e}");
+            return halt_cluster(pass, failure, &error).await;
+        }
+    };
+    if node.rollout.on_failure == OnFailure::HaltNode {
+        match record_node_halt(&agent.client, path, &record).await {
+            Ok(_) => {
+                let text = format!("{error} ({why}; the node is halted)");
+                return Ok(Ran::Left(Left::Failed(path.into(), text)));
+            }
+            Err(e) => tracing::error!("cannot halt {path}: {e}; halting the cluster"),
+        }
+    }
+    halt_cluster(pass, failure, &format!("{error} ({why})")).await
+}
+
+/// Halts the cluster for `failure` (its message `error`), before the place is let go.
+async fn halt_cluster(pass: &Pass<'_>, failure: Failure, error: &str) -> Result<Ran, ZkError> {
+    let agent = pass.agent;
+    halt(&agent.client, &agent.host, &pass.version, error).await?;
+    Ok(Ran::Stop(Interrupt::Fail(Failure {
+        error: failure.error,
+        halted: true,
+    })))
 }
 
 /// The status of a host waiting for node places: the first few nodes and their holders.

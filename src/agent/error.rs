@@ -58,6 +58,10 @@ pub enum StepError {
     /// (`Health check failed for PATH N: ...`).
     #[error("{0}")]
     Unhealthy(String),
+    /// A deployment failed within its node's failure budget (CONTRACT 15): the host is
+    /// quarantined for the node at this cluster version; nothing is halted.
+    #[error("{0}")]
+    Quarantined(String),
     /// The run directory's `host_version` could not be written (a full or read-only run
     /// directory): the pass fails without halting the cluster, and the next pass tries again.
     #[error("cannot record the host version in {}: {source}", path.display())]
@@ -73,7 +77,10 @@ impl StepError {
     /// False for a failure of this host's own disk that no other host shares (the host
     /// version not recorded): the pass fails, the cluster is not halted for it.
     pub(crate) fn halts(&self) -> bool {
-        !matches!(self, StepError::HostVersion { .. })
+        !matches!(
+            self,
+            StepError::HostVersion { .. } | StepError::Quarantined(_)
+        )
     }
 }
 
@@ -95,6 +102,30 @@ pub enum Interrupt {
     Abandon(String),
     /// ZooKeeper failed (the session may be lost).
     Lost(ZkError),
+    /// Every other step ran, but these application nodes are halted or paused (CONTRACT 15):
+    /// the host version is not recorded; the host passes again when they are resumed.
+    Blocked(Vec<String>),
+}
+
+/// An application node a pass leaves undone (CONTRACT 15).
+#[derive(Debug, Clone)]
+pub enum Left {
+    /// This host failed it at this cluster version (within the budget, or beyond it with
+    /// `on-failure = 'halt-node'`): the message.
+    Failed(String, String),
+    /// Halted (the node halt's record).
+    Halted(String, serde_json::Value),
+    /// Paused (the node pause's record).
+    Paused(String, serde_json::Value),
+}
+
+impl Left {
+    /// The application node's path.
+    pub fn path(&self) -> &str {
+        match self {
+            Left::Failed(p, _) | Left::Halted(p, _) | Left::Paused(p, _) => p,
+        }
+    }
 }
 
 impl From<StepError> for Failure {
@@ -130,6 +161,7 @@ impl std::fmt::Display for Interrupt {
             Interrupt::Fail(failure) => failure.error.fmt(f),
             Interrupt::Abandon(why) => f.write_str(why),
             Interrupt::Lost(e) => e.fmt(f),
+            Interrupt::Blocked(paths) => write!(f, "blocked by {}", paths.join(", ")),
         }
     }
 }

@@ -70,6 +70,17 @@ pub(crate) enum Held {
 }
 
 impl Held {
+    /// Whether this host deploys the node as one of its canaries.
+    pub(crate) fn is_canary(&self) -> bool {
+        matches!(
+            self,
+            Held::Lock {
+                canary: Some(_),
+                ..
+            }
+        )
+    }
+
     /// The place, not counted as a canary (its step failed).
     pub(crate) fn failed(self) -> Held {
         match self {

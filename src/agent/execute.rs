@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::cluster::{cluster_version, halt};
 use super::deploy::run_node_locked;
 use super::discover::{discover_guessing, DiscoverFailure, Discovered, DiscoveryReport, Mode};
-use super::error::{Failure, Interrupt, StepError};
+use super::error::{Failure, Interrupt, Left, StepError};
 use super::inventory::{self, Inventory};
 use super::model::Installed;
 use super::observe;
@@ -290,6 +290,20 @@ impl Agent {
                     Some(why),
                 )
             }
+            Err(Interrupt::Blocked(paths)) => {
+                let why = format!("blocked by {}", paths.join(", "));
+                tracing::warn!("Not recording version {}: {why}", py_str(&version));
+                let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+                let text = super::status::blocked_status(&refs);
+                pass.final_status(&text, ReportOutcome::Abandoned, Some(why.clone()), None)
+                    .await;
+                pass.metrics.passes_abandoned += 1;
+                (
+                    PassOutcome::Abandoned(why.clone()),
+                    ReportOutcome::Abandoned,
+                    Some(why),
+                )
+            }
             Err(Interrupt::Fail(failure)) => {
                 let message = fail(&mut pass, failure).await?;
                 (
@@ -472,7 +486,43 @@ async fn run_plan(
         tokio::task::yield_now().await;
         run_steps(pass, &plan).await
     });
-    ran
+    ran?;
+    ended_with_left(pass)
+}
+
+/// A pass whose steps ran, judged by the application nodes it left undone (CONTRACT 15): a
+/// node this host failed ends it in error (nothing halted: the budget decided), else a node
+/// halted or paused ends it blocked. The metrics say which.
+fn ended_with_left(pass: &mut Pass<'_>) -> Result<(), Interrupt> {
+    let paths = |pick: fn(&Left) -> bool| -> Vec<String> {
+        pass.left
+            .iter()
+            .filter(|l| pick(l))
+            .map(|l| l.path().to_string())
+            .collect()
+    };
+    let failed = paths(|l| matches!(l, Left::Failed(..)));
+    let halted = paths(|l| matches!(l, Left::Halted(..)));
+    let paused = paths(|l| matches!(l, Left::Paused(..)));
+    pass.metrics.quarantined = failed.clone();
+    pass.metrics.blocked_halted = halted.clone();
+    pass.metrics.blocked_paused = paused.clone();
+    let errors: Vec<&str> = pass
+        .left
+        .iter()
+        .filter_map(|l| match l {
+            Left::Failed(_, error) => Some(error.as_str()),
+            _ => None,
+        })
+        .collect();
+    if !errors.is_empty() {
+        return Err(StepError::Quarantined(errors.join("; ")).into());
+    }
+    let blocked: Vec<String> = halted.into_iter().chain(paused).collect();
+    match blocked.is_empty() {
+        true => Ok(()),
+        false => Err(Interrupt::Blocked(blocked)),
+    }
 }
 
 /// The plan's steps, in order (node-locked runs of deployments together, see
@@ -495,6 +545,11 @@ async fn run_steps(pass: &mut Pass<'_>, plan: &Plan) -> Result<(), Interrupt> {
                 .map_or(steps.len(), |k| i + k);
             run_node_locked(pass, &steps[i..end]).await?;
             i = end;
+        } else if matches!(steps[i], Step::RecordVersion | Step::After { .. })
+            && !pass.left.is_empty()
+        {
+            // A node left undone: the version is not this host's (and its hook waits).
+            i += 1;
         } else if matches!(steps[i], Step::RecordVersion) && i + 1 == steps.len() {
             // The last step: its write is left for the final status's (`Pass::record_at`).
             pass.record(&steps[i], StepReport::of(&steps[i]));

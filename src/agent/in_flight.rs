@@ -15,7 +15,6 @@ use serde_json::{json, Value};
 use super::cluster::halt;
 use super::error::{Failure, Interrupt, StepError};
 use super::pass::Pass;
-use super::plan::Step;
 use crate::files::now;
 use crate::tree::literal::py_str;
 use crate::tree::Props;
@@ -89,32 +88,6 @@ pub(crate) async fn halting(pass: &Pass<'_>, message: String) -> Interrupt {
     match halt_for_dead_holder(pass, message).await {
         Ok(interrupt) => interrupt,
         Err(e) => e.into(),
-    }
-}
-
-/// Runs a deploy step while its place is held; a failure halts the cluster before the caller
-/// lets the place go. The outer error is a failure to record the halt.
-pub(crate) async fn execute_halting(
-    pass: &mut Pass<'_>,
-    step: &Step,
-) -> Result<Result<(), Interrupt>, ZkError> {
-    let result = step.execute(pass).await;
-    if let Err(Interrupt::Fail(failure)) = &result {
-        let agent = pass.agent;
-        let error = failure.error.to_string();
-        halt(&agent.client, &agent.host, &pass.version, &error).await?;
-    }
-    Ok(result.map_err(halted))
-}
-
-/// A failed step's interrupt, marked as having halted the cluster.
-fn halted(i: Interrupt) -> Interrupt {
-    match i {
-        Interrupt::Fail(Failure { error, .. }) => Interrupt::Fail(Failure {
-            error,
-            halted: true,
-        }),
-        other => other,
     }
 }
 

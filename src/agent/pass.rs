@@ -53,6 +53,8 @@ pub struct Pass<'a> {
     pub record_at: Option<Value>,
     /// How discovery found the deploy nodes, once it ran.
     pub discovery: Option<DiscoveryReport>,
+    /// The application nodes left undone (failed within a budget, halted, paused).
+    pub left: Vec<super::error::Left>,
 }
 
 impl<'a> Pass<'a> {
@@ -71,6 +73,7 @@ impl<'a> Pass<'a> {
             recorded: false,
             record_at: None,
             discovery: None,
+            left: Vec::new(),
         }
     }
 

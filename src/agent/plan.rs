@@ -18,6 +18,8 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::tree::rollout::OnFailure;
+
 use super::model::{is_git, Deployment, Installed, Wanted};
 use crate::tree::literal::repr_str;
 use crate::zk::paths::{node_lock_path, role_lock_path, ROLES};
@@ -143,6 +145,17 @@ pub struct Rollout {
     /// `health-deadline`, milliseconds.
     #[serde(skip)]
     pub health_deadline_ms: u64,
+    /// The effective `max-failures` F (CONTRACT 15); `None` in a mixed fleet, where every
+    /// failure halts the cluster.
+    #[serde(rename = "max-failures")]
+    pub max_failures: Option<u32>,
+    /// `on-failure`: what a failure beyond the budget stops.
+    #[serde(rename = "on-failure", serialize_with = "on_failure_text")]
+    pub on_failure: OnFailure,
+}
+
+fn on_failure_text<S: serde::Serializer>(v: &OnFailure, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(v.as_str())
 }
 
 impl Default for Rollout {
@@ -152,6 +165,8 @@ impl Default for Rollout {
             canary: 0,
             health: false,
             health_deadline_ms: (crate::tree::rollout::DEFAULT_HEALTH_DEADLINE * 1000.0) as u64,
+            max_failures: Some(0),
+            on_failure: OnFailure::HaltCluster,
         }
     }
 }
@@ -166,7 +181,24 @@ impl Rollout {
         if self.health {
             how.push_str(", health check");
         }
+        if self.budgeted() {
+            let f = self.max_failures.unwrap_or(0);
+            how.push_str(&format!(
+                ", max-failures {f}, on-failure {}",
+                self.on_failure.as_str()
+            ));
+        }
         how
+    }
+
+    /// Whether a failure of the node goes through its budget (CONTRACT 15): `max-failures`
+    /// above 0 or `on-failure = 'halt-node'`, outside a mixed fleet. Otherwise a failure
+    /// halts the cluster, as the original's.
+    pub fn budgeted(&self) -> bool {
+        match self.max_failures {
+            None => false,
+            Some(f) => f > 0 || self.on_failure == OnFailure::HaltNode,
+        }
     }
 
     /// The health check's deadline.

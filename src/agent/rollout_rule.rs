@@ -56,19 +56,25 @@ pub fn wanted_rollouts<'a>(
     wanted
 }
 
-/// True if a node of `wanted` asks for K > 1: only then does the mixed-fleet rule matter
-/// (and the agent reads the host nodes).
+/// True if a node of `wanted` asks for K > 1 or a failure budget (`max-failures` above 0,
+/// or `on-failure = 'halt-node'`): only then does the mixed-fleet rule matter (and the agent
+/// reads the host nodes).
 pub fn wants_parallel(wanted: &BTreeMap<&str, (&str, Settings)>) -> bool {
-    wanted
-        .values()
-        .any(|(_, r)| r.max_parallel != settings::Parallel::Count(1))
+    wanted.values().any(|(_, r)| {
+        r.max_parallel != settings::Parallel::Count(1)
+            || r.max_failures != settings::Budget::Count(0)
+            || r.on_failure != settings::OnFailure::HaltCluster
+    })
 }
 
-/// The nodes of `wanted` whose `max-parallel` is a percentage (of their deploy targets).
+/// The nodes of `wanted` whose `max-parallel` or `max-failures` is a percentage (of their
+/// deploy targets).
 pub fn percent_nodes<'a>(wanted: &BTreeMap<&'a str, (&'a str, Settings)>) -> Vec<&'a str> {
     wanted
         .iter()
-        .filter(|(_, (_, r))| r.max_parallel.is_percent())
+        .filter(|(_, (_, r))| {
+            r.max_parallel.is_percent() || matches!(r.max_failures, settings::Budget::Percent(_))
+        })
         .map(|(path, _)| *path)
         .collect()
 }
@@ -88,11 +94,13 @@ pub fn plan_rollouts(
         ..RolloutPlan::default()
     };
     for (path, (rpm, r)) in wanted {
-        let parallel = if plan.mixed.is_some() {
-            1
-        } else {
-            r.max_parallel
-                .effective(facts.targets.get(path).copied().unwrap_or(0))
+        let targets = facts.targets.get(path).copied().unwrap_or(0);
+        let (parallel, max_failures) = match plan.mixed {
+            Some(_) => (1, None),
+            None => (
+                r.max_parallel.effective(targets),
+                Some(r.max_failures.effective(targets)),
+            ),
         };
         plan.nodes.insert(
             path.to_string(),
@@ -101,6 +109,8 @@ pub fn plan_rollouts(
                 canary: r.canary,
                 health: health(rpm),
                 health_deadline_ms: (r.health_deadline * 1000.0) as u64,
+                max_failures,
+                on_failure: r.on_failure,
             },
         );
     }

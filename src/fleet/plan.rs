@@ -264,6 +264,11 @@ pub struct NodeRollout {
     /// True if a deployment of it changes (an instance added, its package's version, or its
     /// properties): then it re-runs under this rollout.
     pub changes: bool,
+    /// The effective `max-failures` F (`null` in a mixed fleet: every failure halts the
+    /// cluster).
+    pub max_failures: Option<u32>,
+    /// `on-failure`: `halt-cluster` or `halt-node`.
+    pub on_failure: &'static str,
 }
 
 impl NodeRollout {
@@ -274,6 +279,19 @@ impl NodeRollout {
             && self.canary == 0
             && self.max_parallel.is_null()
             && self.health != Some(true)
+            && !self.budget().budgeted()
+    }
+
+    /// The budget part of the agent's rollout.
+    fn budget(&self) -> Rollout {
+        Rollout {
+            max_failures: self.max_failures,
+            on_failure: match self.on_failure {
+                "halt-node" => settings::OnFailure::HaltNode,
+                _ => settings::OnFailure::HaltCluster,
+            },
+            ..Rollout::default()
+        }
     }
 
     /// `max-parallel K, canary C, health check`, as `deploy --dry-run` says it, with the
@@ -283,7 +301,7 @@ impl NodeRollout {
             parallel: self.parallel,
             canary: self.canary,
             health: self.health == Some(true),
-            ..Rollout::default()
+            ..self.budget()
         }
         .describe();
         if self.health.is_none() {
@@ -510,6 +528,8 @@ fn node_rollout<N: TreeSource>(
         health_deadline: rollout.health_deadline_ms as f64 / 1000.0,
         health,
         changes: false,
+        max_failures: rollout.max_failures,
+        on_failure: rollout.on_failure.as_str(),
     }
 }
 

@@ -17,6 +17,7 @@ mod agent_observe;
 mod agent_startup_signal;
 mod agent_startup_wait;
 mod budget;
+mod budget_agent;
 mod cli_options;
 mod config;
 mod defects;
