@@ -17,7 +17,7 @@ use super::budget::{
 };
 use super::cluster::halt;
 use super::error::{Failure, Interrupt, Left};
-use super::exclusion::{release, try_enter, wait_enter, Entry, Held, Node, Queue};
+use super::exclusion::{release, try_enter, wait_enter, Entry, Held, Node, Queue, Release};
 use super::pass::Pass;
 use super::plan::{Lock, Step};
 use crate::files::now;
@@ -264,14 +264,16 @@ async fn run_held(pass: &mut Pass<'_>, node: &Node<'_>, held: Held) -> Result<()
     };
     let closed = match gate {
         Ok(closed) => closed,
+        // No step ran: the place goes back as it was (a canary not counted).
         Err(interrupt) => {
-            let _ = release(&pass.agent.client, held, false, &host_id).await;
+            let _ = release(&pass.agent.client, held, Release::Undone, &host_id).await;
             return Err(interrupt);
         }
     };
     if let Some(left) = closed {
         leave(pass, left);
-        return Ok(release(&pass.agent.client, held, false, &host_id).await?);
+        let released = release(&pass.agent.client, held, Release::Undone, &host_id).await;
+        return Ok(released?);
     }
     if let Some(label) = node.step.status_text() {
         pass.status(&label).await;
@@ -279,20 +281,20 @@ async fn run_held(pass: &mut Pass<'_>, node: &Node<'_>, held: Held) -> Result<()
     let ran = run_step(pass, node, held.is_canary()).await;
     let client = &pass.agent.client;
     let (result, released) = match ran {
-        Ok(Ran::Done) => (Ok(()), release(client, held, false, &host_id).await),
+        Ok(Ran::Done) => (Ok(()), release(client, held, Release::Done, &host_id).await),
         Ok(Ran::Left(left)) => {
-            let released = release(client, held.failed(), false, &host_id).await;
+            let released = release(client, held, Release::Undone, &host_id).await;
             leave(pass, left);
             (Ok(()), released)
         }
         Ok(Ran::Stop(interrupt)) => (
             Err(interrupt),
-            release(client, held.failed(), false, &host_id).await,
+            release(client, held, Release::Undone, &host_id).await,
         ),
         // The halt could not be recorded: the record stays for the next holder to report.
         Err(e) => (
             Err(e.into()),
-            release(client, held.failed(), true, &host_id).await,
+            release(client, held, Release::KeepRecord, &host_id).await,
         ),
     };
     // The step's own outcome first: a failed release only hides it.

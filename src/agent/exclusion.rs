@@ -81,8 +81,8 @@ impl Held {
         )
     }
 
-    /// The place, not counted as a canary (its step failed).
-    pub(crate) fn failed(self) -> Held {
+    /// The place, not counted as a canary (its step did not run, or failed).
+    fn failed(self) -> Held {
         match self {
             Held::Lock {
                 guard,
@@ -257,14 +257,14 @@ async fn settle_lock(
     match older_leases(client, &sem, mzxid).await {
         Ok(older) if older.is_empty() => Ok(Entry::Held(held)),
         Ok(older) => {
-            release(client, held, false, &pass.agent.host.id).await?;
+            release(client, held, Release::Undone, &pass.agent.host.id).await?;
             Ok(Entry::Busy {
                 who: format!("{} lease holders (max-parallel changed)", older.len()),
                 queue: Queue::Watch(older),
             })
         }
         Err(e) => {
-            let _ = release(client, held, false, &pass.agent.host.id).await;
+            let _ = release(client, held, Release::Undone, &pass.agent.host.id).await;
             Err(e.into())
         }
     }
@@ -417,16 +417,32 @@ fn lease_record(pass: &Pass<'_>, node: &Node<'_>) -> Vec<u8> {
         .into_bytes()
 }
 
-/// Lets the place go. `keep_record`: our record stays (a failure whose halt could not be
-/// recorded: the next holder reports it). A lock holder's record is cleared (and a canary
-/// that went well counted) in the transaction that deletes its contender when the data is
-/// as we wrote it, else read, changed and written first.
+/// How a place is let go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// Its step went well: a canary counts.
+    Done,
+    /// Its step did not run, or failed: our record is cleared, nothing counted.
+    Undone,
+    /// Our record stays (a failure whose halt could not be recorded: the next holder
+    /// reports it).
+    KeepRecord,
+}
+
+/// Lets the place go, as `how` says. A lock holder's record is cleared (and a canary that
+/// went well counted) in the transaction that deletes its contender when the data is as we
+/// wrote it, else read, changed and written first.
 pub(crate) async fn release(
     client: &Client,
     held: Held,
-    keep_record: bool,
+    how: Release,
     host_id: &str,
 ) -> Result<(), ZkError> {
+    let keep_record = how == Release::KeepRecord;
+    let held = match how {
+        Release::Done => held,
+        _ => held.failed(),
+    };
     match held {
         Held::Lease(lease) if keep_record => lease.release_keeping_record(client).await,
         Held::Lease(lease) => lease.release(client).await,

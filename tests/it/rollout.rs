@@ -1051,3 +1051,24 @@ async fn sync_reports_bad_values_with_file_and_line_and_writes_nothing() {
         Err(zookeeper_client::Error::NoNode)
     ));
 }
+
+#[tokio::test]
+async fn a_canary_that_took_the_lock_once_the_cluster_was_halted_is_not_counted() {
+    // /acme/a (K = 2, canary = 2) in its canary phase: h1 waits for the node lock. The test
+    // lets it go and halts the cluster in one transaction: h1 takes the lock and abandons
+    // before its step; giving the lock back, it must not count itself as a canary (the
+    // soak found hosts leasing a version no canary had deployed).
+    let hosts = fleet("rollout-halted-canary", 1).await;
+    let h = &hosts[0];
+    h.tree(&tree("max-parallel = 2\n    canary = 2", &["h1"]), v("r1"))
+        .await;
+    let (lock, holder) = hold_node_lock(h, None).await;
+    let waiting = "waiting for node locks: /acme/a held by someone (x)";
+    let ran = halted_as_freed(h, waiting, &holder).await;
+    assert!(ran.is_empty(), "{ran:?}");
+    assert!(children(h, lock).await.is_empty(), "the lock was let go");
+    let (data, _) = h.client.get_data(lock).await.unwrap();
+    let data: Value = serde_json::from_slice(&data).unwrap_or(json!({}));
+    assert_eq!(data.get("canary"), None, "{data}");
+    assert_eq!(data.get("in-flight"), None, "{data}");
+}

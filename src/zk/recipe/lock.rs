@@ -61,8 +61,10 @@ impl LockGuard {
     }
 
     /// Writes `data` into the lock node if its data version is still `version` and gives the
-    /// lock back, in one transaction (how a holder clears the record it keeps there). False
-    /// when the version no longer matched: then nothing changed, and the lock is still held.
+    /// lock back, in one transaction (how a holder clears the record it keeps there). The
+    /// guard back when that was not known to be done: the version no longer matched (then
+    /// nothing changed), or the answer was lost (then it may or may not have been applied):
+    /// the caller reads the node and releases the plain way.
     pub async fn release_writing(
         self,
         client: &Client,
@@ -85,6 +87,7 @@ impl LockGuard {
         .await;
         match done {
             Ok(_) => Ok(Ok(())),
+            Err(e) if e.is_connection_loss() || e.is_timeout() => Ok(Err(self)),
             Err(e) if matches!(e.source_error(), Some(zookeeper_client::Error::BadVersion)) => {
                 Ok(Err(self))
             }
