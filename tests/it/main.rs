@@ -58,6 +58,7 @@ mod sync;
 mod syncer_checks;
 mod tls;
 mod tree_parse;
+mod vendor;
 mod yum;
 mod zc_zk_compat;
 mod zk_socket;
