@@ -26,7 +26,8 @@ use zookeeper_client::{Acls, Client, CreateMode};
 const TRIES: usize = 3;
 
 /// `/acme/a` (package foo 1.0, max-parallel 2) deployed to `h1`.
-const TREE: &str = "/acme\n  /a : foo\n    version = '1.0'\n    max-parallel = 2\n    /deploy\n      /h1\n";
+const TREE: &str =
+    "/acme\n  /a : foo\n    version = '1.0'\n    max-parallel = 2\n    /deploy\n      /h1\n";
 
 /// Requests the server received from the session `sid` so far.
 fn received(port: u16, sid: i64) -> i64 {

@@ -238,6 +238,65 @@ async fn open_acl_warnings(client: &Client) -> Result<(Vec<String>, bool), ZkErr
     Ok((warnings, protected))
 }
 
+/// One row per host node under `/hosts` (`hosts`), converged when at `version`.
+fn host_rows(hosts: &ZNode, version: &Value) -> Vec<HostRow> {
+    hosts
+        .children
+        .iter()
+        .map(|(id, node)| {
+            let get = |k: &str| node.props.get(k).cloned().unwrap_or(Value::Null);
+            // Nobody is at a halted (`None`) or paused (`False`) cluster version, not
+            // even a host that never deployed anything (version `None` too).
+            let converged = deployable(version) && node.props.get("version") == Some(version);
+            HostRow {
+                id: id.clone(),
+                name: get("name"),
+                role: get("role"),
+                version: get("version"),
+                converged,
+                error: get("error"),
+                status: get("status"),
+                deployed: get(DEPLOYED_AT),
+                state: crate::summary::state(converged, &get("error"), &get("status")),
+            }
+        })
+        .collect()
+}
+
+/// Why the fleet is mixed: the first host node without the agent property (the original's
+/// agent), if any.
+fn mixed_fleet(hosts: &ZNode) -> Option<String> {
+    hosts
+        .children
+        .iter()
+        .find(|(_, node)| !node.props.contains_key(AGENT_PROPERTY))
+        .map(|(id, node)| {
+            let name = node.props.get("name").map(py_str).unwrap_or_default();
+            format!("host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1")
+        })
+}
+
+/// The node locks, role locks and the `/hosts` lock that have contenders.
+async fn lock_rows(client: &Client) -> Result<Vec<LockRow>, ZkError> {
+    let now_ms = (crate::files::now() * 1000.0) as i64;
+    let mut locks = Vec::new();
+    for base in [AGENT_LOCKS, ROLE_LOCKS] {
+        if let Some(tree) = read_subtree(client, base, &ReadOptions::default()).await? {
+            for (name, lock) in &tree.children {
+                if let Some(row) = contenders(&format!("{base}/{name}"), lock, now_ms) {
+                    locks.push(row);
+                }
+            }
+        }
+    }
+    if let Some(lock) = read_subtree(client, HOSTS_LOCK, &ReadOptions::default()).await? {
+        if let Some(row) = contenders(HOSTS_LOCK, &lock, now_ms) {
+            locks.push(row);
+        }
+    }
+    Ok(locks)
+}
+
 impl Overview {
     /// Reads the overview from ZooKeeper.
     pub async fn read(client: &Client) -> Result<Overview, ZkError> {
@@ -255,51 +314,9 @@ impl Overview {
         crate::zk::halts::effective(&mut cluster, &crate::zk::halts::read_halts(client).await?);
         let version = cluster.get("version").cloned().unwrap_or(Value::Null);
         let (warnings, protected) = open_acl_warnings(client).await?;
-        let rows: Vec<HostRow> = hosts
-            .children
-            .iter()
-            .map(|(id, node)| {
-                let get = |k: &str| node.props.get(k).cloned().unwrap_or(Value::Null);
-                // Nobody is at a halted (`None`) or paused (`False`) cluster version, not
-                // even a host that never deployed anything (version `None` too).
-                let converged = deployable(&version) && node.props.get("version") == Some(&version);
-                HostRow {
-                    id: id.clone(),
-                    name: get("name"),
-                    role: get("role"),
-                    version: get("version"),
-                    converged,
-                    error: get("error"),
-                    status: get("status"),
-                    deployed: get(DEPLOYED_AT),
-                    state: crate::summary::state(converged, &get("error"), &get("status")),
-                }
-            })
-            .collect();
-        let mixed_fleet = hosts
-            .children
-            .iter()
-            .find(|(_, node)| !node.props.contains_key(AGENT_PROPERTY))
-            .map(|(id, node)| {
-                let name = node.props.get("name").map(py_str).unwrap_or_default();
-                format!("host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1")
-            });
-        let now_ms = (crate::files::now() * 1000.0) as i64;
-        let mut locks = Vec::new();
-        for base in [AGENT_LOCKS, ROLE_LOCKS] {
-            if let Some(tree) = read_subtree(client, base, &ReadOptions::default()).await? {
-                for (name, lock) in &tree.children {
-                    if let Some(row) = contenders(&format!("{base}/{name}"), lock, now_ms) {
-                        locks.push(row);
-                    }
-                }
-            }
-        }
-        if let Some(lock) = read_subtree(client, HOSTS_LOCK, &ReadOptions::default()).await? {
-            if let Some(row) = contenders(HOSTS_LOCK, &lock, now_ms) {
-                locks.push(row);
-            }
-        }
+        let rows = host_rows(&hosts, &version);
+        let mixed_fleet = mixed_fleet(&hosts);
+        let locks = lock_rows(client).await?;
         let mut roles = list(client, ROLES).await?;
         roles.extend(
             rows.iter()
@@ -417,6 +434,16 @@ impl Overview {
         }
         out.push_str(&self.summary.render(crate::files::now()));
         out.push('\n');
+        out.push_str(&self.host_table());
+        if !self.locks.is_empty() {
+            out.push('\n');
+            out.push_str(&self.lock_table());
+        }
+        out
+    }
+
+    /// The table of hosts.
+    fn host_table(&self) -> String {
         let cell = |v: &Value| {
             if v.is_null() {
                 "-".to_string()
@@ -448,29 +475,29 @@ impl Overview {
                 cell(&h.error),
             ]);
         }
-        out.push_str(&table(&rows));
-        if !self.locks.is_empty() {
-            out.push('\n');
-            let mut rows = vec![[
-                "LOCK".to_string(),
-                "HOLDER".into(),
-                "AGE".into(),
-                "WAITERS".into(),
-            ]];
-            for l in &self.locks {
-                rows.push([
-                    one_line(&l.path),
-                    l.holder
-                        .as_deref()
-                        .map(one_line)
-                        .unwrap_or_else(|| "-".into()),
-                    l.age.map(duration).unwrap_or_default(),
-                    one_line(&l.waiters.join(", ")),
-                ]);
-            }
-            out.push_str(&table(&rows));
+        table(&rows)
+    }
+
+    /// The table of locks with contenders.
+    fn lock_table(&self) -> String {
+        let mut rows = vec![[
+            "LOCK".to_string(),
+            "HOLDER".into(),
+            "AGE".into(),
+            "WAITERS".into(),
+        ]];
+        for l in &self.locks {
+            rows.push([
+                one_line(&l.path),
+                l.holder
+                    .as_deref()
+                    .map(one_line)
+                    .unwrap_or_else(|| "-".into()),
+                l.age.map(duration).unwrap_or_default(),
+                one_line(&l.waiters.join(", ")),
+            ]);
         }
-        out
+        table(&rows)
     }
 
     /// The commands that end a halt: `resume` (the synced revision) when there is one, and

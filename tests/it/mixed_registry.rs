@@ -162,7 +162,11 @@ async fn pass(h: &TestHost, label: &str, mixed: bool) {
         .stderr
         .contains("mixed fleet: host old (old.example.com)");
     assert_eq!(said, mixed, "{run}");
-    assert_eq!(run.stderr.matches("mixed fleet").count(), usize::from(mixed), "{run}");
+    assert_eq!(
+        run.stderr.matches("mixed fleet").count(),
+        usize::from(mixed),
+        "{run}"
+    );
 }
 
 /// Registers hosts `x<i>` of ours (`agent` property and registry node, ephemeral, one

@@ -40,7 +40,10 @@ fn copy_of_vendor(scratch: &Path) -> PathBuf {
 fn the_vendored_client_is_the_published_crate_plus_the_patches() {
     let (ok, text) = check(&root().join("vendor/zookeeper-client"));
     assert!(ok, "{text}");
-    assert!(text.contains("zookeeper-client 0.11.2 plus 4 patches"), "{text}");
+    assert!(
+        text.contains("zookeeper-client 0.11.2 plus 4 patches"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -72,7 +75,10 @@ fn a_patched_line_changed_again_is_found() {
     let copy = copy_of_vendor(scratch.path());
     let endpoint = copy.join("src/endpoint.rs");
     let text = std::fs::read_to_string(&endpoint).unwrap();
-    assert!(text.contains("Duration::from_secs(1);"), "the cap is in the copy");
+    assert!(
+        text.contains("Duration::from_secs(1);"),
+        "the cap is in the copy"
+    );
     std::fs::write(
         &endpoint,
         text.replace("Duration::from_secs(1);", "Duration::from_secs(2);"),
