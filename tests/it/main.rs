@@ -26,6 +26,7 @@ mod fleet;
 mod fleet_plan;
 mod fleet_plan_rollout;
 mod fleet_status;
+mod function_length;
 mod git_checkout;
 mod harness_selftest;
 mod health_session;
