@@ -12,7 +12,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use zkdeployment::zk::semaphore::{acquire_waiting, try_acquire, TryLease};
+use zkdeployment::zk::recipe::semaphore::Semaphore;
+use zkdeployment::zk::recipe::Attempt;
 use zkdeployment::zk::Client;
 
 /// The server's count of requests received.
@@ -35,13 +36,19 @@ async fn turn(conn: &str, k: u32, rounds: usize) -> Vec<(f64, i64)> {
         let (holders, takers) = clients.split_at(k as usize);
         let mut leases = Vec::new();
         for c in holders {
-            match try_acquire(c, sem, "holder", k, None, None).await.unwrap() {
-                TryLease::Acquired(lease) => leases.push(lease),
-                TryLease::Full { .. } => panic!("full"),
+            match Semaphore::new(c, sem, "holder", k)
+                .try_acquire(None)
+                .await
+                .unwrap()
+            {
+                Attempt::Acquired(lease) => leases.push(lease),
+                Attempt::Busy(_) => panic!("full"),
             }
         }
         let waiting = takers.iter().map(|c| async move {
-            let got = acquire_waiting(c, sem, "taker", k, Duration::from_secs(60), None, None)
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            let got = Semaphore::new(c, sem, "taker", k)
+                .acquire(None, deadline, &mut std::future::pending())
                 .await
                 .unwrap()
                 .expect("a lease");
@@ -49,11 +56,11 @@ async fn turn(conn: &str, k: u32, rounds: usize) -> Vec<(f64, i64)> {
         });
         let waiting = futures::future::join_all(waiting);
         let release = async {
-            // Every taker queued first.
+            // Every taker queued first (in the guard's queue, one of them holding it).
             let guard = format!("{sem}-__lock__");
             loop {
                 let queued = holders[0].list_children(&guard).await.unwrap_or_default();
-                if queued.len() >= k as usize - 1 {
+                if queued.len() >= k as usize {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;

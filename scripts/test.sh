@@ -91,12 +91,12 @@ sim_rc=0
 sim_result=skipped
 if [[ $# -eq 0 ]]; then
   # The fleet simulator (a benchmark) once at 200 hosts, as a smoke test that it still
-  # works: the fleet converges, idles, and the operator's commands run; it exits 1 if a host
-  # never converges or a command fails. The rollout scenarios stay out of it until the
-  # canary-phase herd they found is fixed (docs/capacity.md): they stall at random.
+  # works: the fleet converges, idles, rolls out (canaries, max-parallel, 100 applications,
+  # the ensemble's leader killed mid-rollout), and the operator's commands run; it exits 1
+  # if a host never converges, deploys twice, halts falsely or a command fails.
   zkd_step "smoke test of the fleet simulator: cargo test --locked --bench fleet_sim -- --hosts 200"
   cargo test --locked --bench fleet_sim -- --hosts 200 --script-ms 50 --yum-ms 10 \
-    --scenarios idle,commands \
+    --scenarios idle,rollout,many,leader,commands \
     --idle-secs 2 --limit-secs 300 --heap 256m || sim_rc=$?
   if ((sim_rc == 0)); then sim_result=passed; else sim_result="FAILED (exit $sim_rc)"; fi
 else

@@ -13,11 +13,11 @@ use crate::summary::{summarize, Filter, HostFacts, Summary};
 
 use crate::tree::literal::py_str;
 use crate::zk::index::SKIPPED_ROOTS;
-use crate::zk::lock::sequence_of;
 use crate::zk::multiread::{read_all, Want};
 use crate::zk::paths::{
     AGENT_LOCKS, AGENT_PROPERTY, DEPLOYED_AT, HOSTS, HOSTS_LOCK, ROLES, ROLE_LOCKS, VERSION_SET,
 };
+use crate::zk::recipe::lock::sequence_of;
 use crate::zk::role_lock::{request_sequence, requester};
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
 use crate::zk::{call, join, Client, ZkError};

@@ -1,13 +1,16 @@
 //! The agent: works out what the tree wants on this host ([`discover`]), what the host has
 //! ([`observe`]), every step between the two ([`plan`], pure), and walks that plan
-//! ([`execute`]; deployments under node locks are scheduled by [`deploy`], and each step
-//! runs itself, [`steps`]; rolling deploys, semaphore leases, canaries and health checks in
-//! [`rollout`] and [`health`], the pure rollout rule in [`rollout_rule`]), reporting as it goes ([`status`]). Session state ([`session::Agent`]) is
-//! apart from the state of one pass ([`pass::Pass`]).
+//! ([`execute`]; deployments under node places are scheduled by [`deploy`], which enters
+//! them through [`exclusion`] (node locks, semaphore leases, canaries, the rule between the
+//! two kinds) with the in-flight records of [`in_flight`]; each step runs itself,
+//! [`steps`], health checks in [`health`]; the fleet facts of a rollout in [`rollout`], the
+//! pure rollout rule in [`rollout_rule`]), reporting as it goes ([`status`]). Session state
+//! ([`session::Agent`]) is apart from the state of one pass ([`pass::Pass`]).
 //!
 //! Within the agent, modules depend downward only: `daemon` → `execute` → `deploy` →
-//! `rollout` → `steps` → `health` / `pass` → `session`, with `discover`, `observe`,
-//! `software`, `role`, `mixed` and `cluster` below them; `plan`, `rollout_rule`, `model`, `error` and `status` are shared vocabulary at the
+//! `exclusion` → `in_flight` → `steps` → `health` / `pass` → `session`, with `rollout`,
+//! `discover`, `observe`, `software`, `role`, `mixed` and `cluster` below them; `plan`,
+//! `rollout_rule`, `model`, `error` and `status` are shared vocabulary at the
 //! bottom.
 
 pub mod cluster;
@@ -15,8 +18,10 @@ pub mod daemon;
 pub mod deploy;
 pub mod discover;
 pub mod error;
+pub(crate) mod exclusion;
 pub mod execute;
 pub mod health;
+pub(crate) mod in_flight;
 pub mod inventory;
 pub mod mixed;
 pub mod model;

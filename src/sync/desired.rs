@@ -181,6 +181,7 @@ fn merge(desired: &mut Desired, from: &Node, path: &str, file: &str, authoritati
         match parent.children.get_mut(name) {
             Some(existing) => {
                 existing.props = child.props.clone();
+                existing.raw = child.raw.clone();
                 existing.line = child.line;
             }
             None => {
@@ -188,6 +189,7 @@ fn merge(desired: &mut Desired, from: &Node, path: &str, file: &str, authoritati
                     name.clone(),
                     Node {
                         props: child.props.clone(),
+                        raw: child.raw.clone(),
                         line: child.line,
                         ..Node::default()
                     },

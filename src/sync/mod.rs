@@ -31,8 +31,9 @@ use crate::zk::acl::{Kind, Protection};
 use crate::zk::halts::{clear_halts, effective, is_paused, read_halts, PAUSE};
 use crate::zk::import::{apply_with_acl, plan, plan_delete, read_existing, ApplyError, Op};
 use crate::zk::index::INDEX;
-use crate::zk::lock::{try_lock, TryLock};
 use crate::zk::paths::{version_set, VERSION_SET};
+use crate::zk::recipe::lock::Lock;
+use crate::zk::recipe::Attempt;
 use crate::zk::snapshot::{read_subtree, ReadOptions};
 use crate::zk::{
     call, connect, decode, encode, join, open_persistent, Client, ConnectOptions, ZkError,
@@ -213,10 +214,17 @@ pub async fn run(opts: &Options) -> Result<Outcome, SyncError> {
         });
     }
     let identifier = std::process::id().to_string();
-    let held = match try_lock(&client, HOSTS_LOCK, &identifier).await? {
-        TryLock::Acquired(held) => held,
-        TryLock::Busy { holder } => {
-            let refusal = Refusal::LockBusy(format!("{} ({})", holder.identifier, holder.name));
+    let held = match Lock::new(&client, HOSTS_LOCK, &identifier)
+        .try_acquire()
+        .await?
+    {
+        Attempt::Acquired(held) => held,
+        Attempt::Busy(holder) => {
+            let holder = holder.map_or_else(
+                || "another syncer".to_string(),
+                |h| format!("{} ({})", h.identifier, h.name),
+            );
+            let refusal = Refusal::LockBusy(holder);
             tracing::error!("{refusal}");
             return Ok(Outcome::Refused(refusal));
         }

@@ -33,12 +33,23 @@ pub struct Node {
     pub children: BTreeMap<String, Node>,
     /// 1-based line of the text that defined this node (0 when not from text).
     pub line: usize,
+    /// The node's data when it is not text (not UTF-8), byte for byte: written as it is, in
+    /// text `string_value = b'…'`. `props` then holds what [`encoding::decode`] reads from it.
+    pub raw: Option<Vec<u8>>,
 }
 
 impl Node {
     /// A node without properties or children.
     pub fn new() -> Node {
         Node::default()
+    }
+
+    /// The data a write of this node stores: [`Node::raw`] if set, else the encoded properties.
+    pub fn data(&self) -> Vec<u8> {
+        match &self.raw {
+            Some(raw) => raw.clone(),
+            None => encoding::encode(&self.props),
+        }
     }
 
     /// Number of nodes in this subtree, this node excluded.

@@ -6,14 +6,16 @@
 //! Differences from the original, all deliberate: property values are Python literals parsed by
 //! [`super::literal`] (never evaluated), every error names its line, node names must be usable
 //! as ZooKeeper path elements, and nesting is bounded so no input can exhaust the stack.
+//! `string_value = b'…'` as a node's only property is the node's data byte for byte
+//! ([`Node::raw`] when it is not UTF-8), as the original wrote a Python 2 byte string.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde_json::Value;
 
-use super::encoding::{encode, request_bytes, MAX_NODE_DATA};
-use super::literal::{parse_literal, repr_str};
+use super::encoding::{decode, request_bytes, MAX_NODE_DATA};
+use super::literal::{bytes_literal, parse_literal, repr_str};
 use super::{bad_node_name, Node, Props, LINK_SUFFIX, PLINK_SUFFIX};
 
 /// Deepest node nesting accepted (ZooKeeper paths are bounded anyway).
@@ -179,12 +181,19 @@ fn match_node(s: &[u8]) -> Option<(usize, Option<usize>)> {
 }
 
 /// What one line holds.
-enum Item {
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Item {
+    /// `/name [: kind]`.
     Node { name: String, kind: Option<String> },
+    /// A property, a symbolic link (`name ->` key) or a property link (`name =>` key).
     Prop { key: String, value: Value },
 }
 
-fn classify(stripped: &str, lineno: usize) -> Result<Item, ParseError> {
+/// The property that holds data that is not JSON (see [`super::encoding`]).
+const STRING_VALUE: &str = "string_value";
+
+/// What a line (stripped of its indentation, not a comment) holds; an error names `lineno`.
+pub(crate) fn classify(stripped: &str, lineno: usize) -> Result<Item, ParseError> {
     // Every boundary the matchers return is next to an ASCII character: slicing is safe.
     let b = stripped.as_bytes();
     if let Some((name, (t0, t1))) = match_plink(b) {
@@ -236,6 +245,8 @@ struct Building {
     props: Props,
     children: BTreeMap<String, usize>,
     line: usize,
+    /// The bytes of a `string_value = b'…'` line.
+    bytes: Option<Vec<u8>>,
 }
 
 enum Entry {
@@ -249,6 +260,7 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
         props: Props::new(),
         children: BTreeMap::new(),
         line: 0,
+        bytes: None,
     }];
     // The indentation stack of zc.zk: (indent, entry), starting with the root at -1.
     let mut stack: Vec<(isize, Entry)> = vec![(-1, Entry::Node(0))];
@@ -289,6 +301,7 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
                     props,
                     children: BTreeMap::new(),
                     line: lineno,
+                    bytes: None,
                 });
                 arena[parent].children.insert(name, idx);
                 let top = stack.len() - 1;
@@ -303,6 +316,9 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
                         lineno,
                         format!("duplicate property: {}", quoted(stripped)),
                     ));
+                }
+                if key == STRING_VALUE {
+                    arena[parent].bytes = bytes_literal(raw_line_expr(stripped));
                 }
                 arena[parent].props.insert(key, value);
             }
@@ -355,7 +371,7 @@ fn place(
 fn check_sizes(node: &Node, path: &str) -> Result<(), ParseError> {
     for (name, child) in &node.children {
         let child_path = format!("{path}/{name}");
-        let data = encode(&child.props).len();
+        let data = child.data().len();
         let bytes = request_bytes(&child_path, data);
         if bytes > MAX_NODE_DATA {
             return Err(err(
@@ -386,10 +402,31 @@ pub fn parse_bytes(bytes: &[u8]) -> Result<Node, ParseError> {
     }
 }
 
+/// The expression of a `name = EXPR` line (the line is known to be a property).
+fn raw_line_expr(stripped: &str) -> &str {
+    match match_property(stripped.as_bytes()) {
+        Some((_, e)) => &stripped[e..],
+        None => "",
+    }
+}
+
 fn assemble(arena: &mut Vec<Building>, idx: usize) -> Node {
-    let props = std::mem::take(&mut arena[idx].props);
+    let mut props = std::mem::take(&mut arena[idx].props);
     let kids = std::mem::take(&mut arena[idx].children);
     let line = arena[idx].line;
+    let mut raw = None;
+    // `string_value = b'…'` alone: the node's data is exactly those bytes.
+    if let Some(bytes) = arena[idx].bytes.take().filter(|_| props.len() == 1) {
+        match String::from_utf8(bytes) {
+            Ok(text) => {
+                props.insert(STRING_VALUE.to_string(), Value::String(text));
+            }
+            Err(e) => {
+                props = decode(e.as_bytes());
+                raw = Some(e.into_bytes());
+            }
+        }
+    }
     let children = kids
         .into_iter()
         .map(|(name, c)| (name, assemble(arena, c)))
@@ -398,6 +435,7 @@ fn assemble(arena: &mut Vec<Building>, idx: usize) -> Node {
         props,
         children,
         line,
+        raw,
     }
 }
 

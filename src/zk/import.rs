@@ -10,8 +10,8 @@
 //! Top-level nodes (the import point's children) are never trimmed or reported.
 
 use super::snapshot::{read_subtree, ReadOptions, ZNode};
-use super::{call, encode, join, open_persistent, Client, ZkError};
-use crate::tree::literal::py_str;
+use super::{call, join, open_persistent, Client, ZkError};
+use crate::tree::literal::{py_str, repr_bytes};
 use crate::tree::{Node, Props, LINK_SUFFIX};
 use futures::stream::{self, StreamExt};
 use zookeeper_client::MultiWriteError;
@@ -121,12 +121,20 @@ impl Planner<'_> {
             let cpath = join(path, name);
             match existing.children.get(name) {
                 Some(old) => {
+                    let same = old.props == child.props && old.raw == child.raw;
                     if self.dry_run {
                         self.diff_lines(&cpath, &old.props, &child.props);
-                    } else if old.props != child.props {
+                        if old.props == child.props && !same {
+                            self.plan.lines.push(format!(
+                                "{cpath} string_value change from {} to {}",
+                                shown(old.raw.as_deref(), &old.props),
+                                shown(child.raw.as_deref(), &child.props)
+                            ));
+                        }
+                    } else if !same {
                         self.plan.ops.push(Op::Set {
                             path: cpath.clone(),
-                            data: encode(&child.props),
+                            data: child.data(),
                             version: old.version,
                         });
                     }
@@ -141,7 +149,7 @@ impl Planner<'_> {
     fn create_all(&mut self, path: &str, node: &Node) {
         self.plan.ops.push(Op::Create {
             path: path.to_string(),
-            data: encode(&node.props),
+            data: node.data(),
         });
         for (name, child) in &node.children {
             self.create_all(&join(path, name), child);
@@ -216,6 +224,15 @@ impl Planner<'_> {
                 }
             }
         }
+    }
+}
+
+/// A node's data in a dry run's line: its bytes (`b'…'`) when it is not text, else its
+/// `string_value` as zc.zk prints it.
+fn shown(raw: Option<&[u8]>, props: &Props) -> String {
+    match raw {
+        Some(raw) => repr_bytes(raw),
+        None => props.get("string_value").map(py_str).unwrap_or_default(),
     }
 }
 

@@ -19,6 +19,8 @@ use crate::tree::{Node, Props};
 pub struct ZNode {
     /// Decoded properties.
     pub props: Props,
+    /// The data, when it is not UTF-8 text (`props` then holds a lossy decoding of it).
+    pub raw: Option<Vec<u8>>,
     /// Session owning the node if it is ephemeral, else 0.
     pub ephemeral_owner: i64,
     /// Zxid of the last data change.
@@ -57,6 +59,7 @@ impl ZNode {
                 .map(|(k, c)| (k.clone(), c.to_tree()))
                 .collect(),
             line: 0,
+            raw: self.raw.clone(),
         }
     }
 
@@ -104,6 +107,7 @@ pub async fn read_subtree(
                 }
                 let node = ZNode {
                     props: decode(&data),
+                    raw: std::str::from_utf8(&data).is_err().then(|| data.clone()),
                     ephemeral_owner: stat.ephemeral_owner,
                     mzxid: stat.mzxid,
                     version: stat.version,

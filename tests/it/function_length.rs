@@ -1,19 +1,10 @@
 //! The developers' guide's rule that no function in `src/` is over 80 lines, read from the
 //! sources (formatted by rustfmt: a function's body ends with a `}` at the indentation of its
-//! `fn`), so a long function fails here, naming it. The files of the coordination core that
-//! issue 36 rewrites are left out until that rewrite lands (`REWRITTEN`).
+//! `fn`), so a long function fails here, naming it.
 
 use std::path::{Path, PathBuf};
 
 const MAX_LINES: usize = 80;
-
-/// Files whose long functions the coordination-core rewrite (issue 36) replaces.
-const REWRITTEN: [&str; 4] = [
-    "src/agent/deploy.rs",
-    "src/agent/rollout.rs",
-    "src/zk/lock.rs",
-    "src/zk/semaphore.rs",
-];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -92,9 +83,6 @@ fn no_function_in_src_is_over_80_lines() {
             .unwrap()
             .to_string_lossy()
             .into_owned();
-        if REWRITTEN.contains(&relative.as_str()) {
-            continue;
-        }
         let text = std::fs::read_to_string(&file).unwrap();
         for (at, n, head) in long_functions(&text, MAX_LINES) {
             found.push(format!("{relative}:{at}: {n} lines: {head}"));

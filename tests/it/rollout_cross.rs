@@ -1,8 +1,9 @@
 //! Exclusion across the two kinds of place of a node (docs/design.md, "Exclusion"): after a
 //! change of max-parallel, hosts still deploying the previous version hold leases of the
 //! node's semaphore (K > 1) while the next version uses the node lock (K = 1), or the other
-//! way round. The older of the two goes first: a host that takes the lock waits while older
-//! leases are held, and a host that takes a lease waits while an older holder has the lock.
+//! way round. The older of the two goes first: a host that takes the lock (and writes its
+//! in-flight record) waits while older leases are held, and a host that takes a lease waits
+//! while the lock's holder wrote its record before the lease was made.
 //! Found by the soak (issue 15, seed 1006: K(old) + K(new) hosts inside one node).
 
 use crate::support;
@@ -38,7 +39,15 @@ async fn waits_for_the_older_place(h: &TestHost, held: &str, says: &str) {
         lines(&times),
         run.output()
     );
-    h.client.delete(held, None).await.unwrap();
+    // The holder goes as a holder does: its record cleared as its node goes (one transaction).
+    let mut writer = h.client.new_multi_writer();
+    writer.add_delete(held, None).unwrap();
+    if held.starts_with("/agent-locks/") {
+        writer
+            .add_set_data("/agent-locks/acme,a", b"{}", None)
+            .unwrap();
+    }
+    writer.commit().await.unwrap();
     assert_eq!(run.wait(LIMIT).await, 0, "{}", run.output());
     let starts = lines(&times)
         .iter()
@@ -74,5 +83,11 @@ async fn a_lease_waits_for_an_older_node_lock_holder_after_k_grew() {
     let mode = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
     let (_, seq) = h.client.create(&prefix, b"old (y)", &mode).await.unwrap();
     let held = format!("{prefix}{seq}");
+    // As a holder does before its script: its in-flight record in the lock node's data.
+    let record = r#"{"in-flight": {"host": "y", "name": "old", "path": "/acme/a", "n": 0}}"#;
+    h.client
+        .set_data(lock, record.as_bytes(), None)
+        .await
+        .unwrap();
     waits_for_the_older_place(h, &held, "old (y) (the node lock's holder)").await;
 }

@@ -716,11 +716,9 @@ async fn two_syncers_at_once_apply_once() {
 async fn cluster_lock_nodes_have_kazoos_layout() {
     let env = Env::new("sync-kazoo-layout").await;
     let client = &env.client;
-    let held = match zkdeployment::zk::lock::try_lock(client, "/hosts-lock", "1234")
-        .await
-        .unwrap()
-    {
-        zkdeployment::zk::lock::TryLock::Acquired(h) => h,
+    let lock = zkdeployment::zk::recipe::lock::Lock::new(client, "/hosts-lock", "1234");
+    let held = match lock.try_acquire().await.unwrap() {
+        zkdeployment::zk::recipe::Attempt::Acquired(h) => h,
         other => panic!("{other:?}"),
     };
     let names = client.list_children("/hosts-lock").await.unwrap();

@@ -3,7 +3,8 @@
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use zkdeployment::tree::export::{export_root, export_subtree};
+use zkdeployment::tree::encoding::decode;
+use zkdeployment::tree::export::{check_exportable, export_root, export_subtree};
 use zkdeployment::tree::parse::{parse, parse_bytes};
 use zkdeployment::tree::{Node, Props};
 
@@ -219,7 +220,7 @@ fn string_value_and_empty_type_export() {
     node.props = props(json!({"string_value": "raw data", "type": ""}));
     assert_eq!(
         export_subtree("n", &node),
-        "/n\n  string_value = 'raw data'\n"
+        "/n\n  string_value = 'raw data'\n  type = ''\n"
     );
 }
 
@@ -292,7 +293,7 @@ fn node() -> impl Strategy<Value = Node> {
             .prop_map(|(props, children)| Node {
                 props,
                 children,
-                line: 0,
+                ..Node::default()
             })
     })
 }
@@ -307,12 +308,81 @@ fn strip_lines(mut n: Node) -> Node {
     n
 }
 
+/// Names, keys and values made of what the format gives a meaning to.
+fn hostile() -> impl Strategy<Value = String> {
+    "[a#:=>/ \t\n-]{0,5}"
+}
+
+/// A node with hostile names, keys, types and link targets, or with data that is not text.
+fn hostile_node() -> impl Strategy<Value = Node> {
+    let props = prop::collection::btree_map(
+        prop_oneof![
+            hostile(),
+            hostile().prop_map(|k| format!("{k} ->")),
+            hostile().prop_map(|k| format!("{k} =>")),
+            Just("type".to_string()),
+        ],
+        prop_oneof![hostile().prop_map(Value::String), Just(json!(1))],
+        0..4,
+    );
+    let raw = prop::collection::vec(any::<u8>(), 0..6).prop_map(|mut bytes| {
+        bytes.push(0xff);
+        bytes
+    });
+    let leaf = prop_oneof![
+        props.prop_map(|props| Node {
+            props: props.into_iter().collect(),
+            ..Node::default()
+        }),
+        raw.prop_map(|raw| Node {
+            props: decode(&raw),
+            raw: Some(raw),
+            ..Node::default()
+        }),
+    ];
+    let name = hostile()
+        .prop_filter("a name ZooKeeper takes", |n| {
+            zkdeployment::tree::bad_node_name(n).is_none()
+        })
+        .boxed();
+    leaf.prop_recursive(2, 8, 3, move |inner| {
+        (
+            inner.clone(),
+            prop::collection::btree_map(name.clone(), inner, 0..3),
+        )
+            .prop_map(|(mut node, children)| {
+                node.children = children;
+                node
+            })
+    })
+}
+
+/// Every top node of `root` passes [`check_exportable`].
+fn exportable(root: &Node) -> Result<(), String> {
+    for (name, child) in &root.children {
+        check_exportable(&format!("/{name}"), name, child).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     #[test]
+    fn an_export_that_is_not_refused_parses_back_the_same(
+        children in prop::collection::btree_map("[a:#=-]{1,4}", hostile_node(), 1..3)) {
+        let root = Node { children, ..Node::default() };
+        if exportable(&root).is_ok() {
+            let text = export_root(&root, None);
+            let back = parse(&text).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+            prop_assert_eq!(strip_lines(back), root, "{}", text);
+        }
+    }
+
+    #[test]
     fn export_then_parse_gives_the_same_tree(children in prop::collection::btree_map(name(), node(), 0..4)) {
         let root = Node { children, ..Node::default() };
+        prop_assert_eq!(exportable(&root), Ok(()));
         let text = export_root(&root, None);
         let back = parse(&text).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
         prop_assert_eq!(strip_lines(back), root);

@@ -19,7 +19,25 @@ mod repr;
 mod tests;
 
 pub use parser::parse_literal;
+pub(crate) use repr::repr_bytes;
 pub use repr::{py_str, repr, repr_str};
+
+/// The bytes of `expr` when it is a bytes literal (`b'…'`, `B"…"`, `br'…'`, adjacent ones
+/// concatenated) written in ASCII, each character of its value (escapes such as `\xff`
+/// included) standing for one byte; `None` for anything else. The tree format reads
+/// `string_value = b'…'`, a node's only property, as the node's data byte for byte.
+pub(crate) fn bytes_literal(expr: &str) -> Option<Vec<u8>> {
+    let t = expr.trim_start();
+    let after_b = t.strip_prefix(['b', 'B'])?;
+    let quoted = after_b.strip_prefix(['r', 'R']).unwrap_or(after_b);
+    if !quoted.starts_with(['\'', '"']) || !expr.is_ascii() {
+        return None;
+    }
+    match parse_literal(expr).ok()? {
+        serde_json::Value::String(s) => s.chars().map(|c| u8::try_from(c).ok()).collect(),
+        _ => None,
+    }
+}
 
 /// Error of a literal expression; Display gives the Python-like reason only,
 /// e.g. "invalid syntax", "unexpected EOF while parsing", "name 'foo' is not defined",

@@ -1,5 +1,6 @@
 //! Python-style text of JSON values: [`repr`] (Python 3 `repr` without the `u` prefix),
-//! [`py_str`] (Python `str`), [`repr_str`] (quote choice and escapes of a string) and Python's
+//! [`py_str`] (Python `str`), [`repr_str`] (quote choice and escapes of a string),
+//! [`repr_bytes`] (a `b'…'` literal of data that is not text) and Python's
 //! shortest round-trip float formatting, which the parser also uses for float dict keys.
 
 use serde_json::{Number, Value};
@@ -23,6 +24,27 @@ pub fn py_str(v: &Value) -> String {
 pub fn repr_str(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     write_repr_str(s, &mut out);
+    out
+}
+
+/// Python repr of bytes, with the `b` prefix: printable ASCII as it is (`\\` and `'`
+/// escaped), `\t`, `\n`, `\r`, any other byte as `\xNN`. Plain ASCII, so that
+/// [`super::bytes_literal`] reads back exactly these bytes.
+pub(crate) fn repr_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() + 3);
+    out.push_str("b'");
+    for &b in bytes {
+        match b {
+            b'\\' => out.push_str("\\\\"),
+            b'\'' => out.push_str("\\'"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            b' '..=b'~' => out.push(b as char),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    out.push('\'');
     out
 }
 
@@ -199,6 +221,20 @@ mod tests {
         assert_eq!(
             repr(&json!({"a": {"b": [true, 1.5]}})),
             "{'a': {'b': [True, 1.5]}}"
+        );
+    }
+
+    #[test]
+    fn repr_of_bytes() {
+        assert_eq!(repr_bytes(b""), "b''");
+        assert_eq!(
+            repr_bytes(b"a'\\\n\r\t\x00\x7f\x80\xff~ "),
+            r"b'a\'\\\n\r\t\x00\x7f\x80\xff~ '"
+        );
+        let every: Vec<u8> = (0..=255).collect();
+        assert_eq!(
+            super::super::bytes_literal(&repr_bytes(&every)),
+            Some(every)
         );
     }
 

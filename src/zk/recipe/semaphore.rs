@@ -137,11 +137,12 @@ impl<'a> Semaphore<'a> {
     }
 
     /// Tries once to take a lease, waiting only for the guard (at most a minute), never for a
-    /// lease: the lease (with a record node holding `record`, if given), or the holders.
+    /// lease: the lease (with a record node holding `record`, if given), or the names of the
+    /// leases held (their holders: [`holders`], a read each).
     pub async fn try_acquire(
         &self,
         record: Option<&[u8]>,
-    ) -> Result<Attempt<LeaseGuard, Vec<LeaseHolder>>, ZkError> {
+    ) -> Result<Attempt<LeaseGuard, Vec<String>>, ZkError> {
         // Full already: no need to queue for the guard (counted again under it).
         if leases(self.client, &self.path).await?.len() < self.max_leases as usize {
             let guard = Lock::new(self.client, &guard_path(&self.path), &self.identifier);
@@ -154,7 +155,7 @@ impl<'a> Semaphore<'a> {
                 }
             }
         }
-        Ok(Attempt::Busy(holders(self.client, &self.path).await?))
+        Ok(Attempt::Busy(leases(self.client, &self.path).await?))
     }
 
     /// Takes a lease as kazoo's blocking `acquire` does: in the guard's queue, and, holding the
