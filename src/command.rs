@@ -174,36 +174,7 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
         program: program.clone(),
         reason: format!("cannot create a pipe for its output: {e}"),
     })?;
-    let mut command = TokioCommand::new(&program);
-    command
-        .args(&cmd.argv[1..])
-        .stdin(Stdio::null())
-        .stdout(write.try_clone().map_err(spawn_err)?)
-        .stderr(write);
-    // systemd's notify socket belongs to the agent alone.
-    for var in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] {
-        command.env_remove(var);
-    }
-    for (k, v) in &cmd.env {
-        command.env(k, v);
-    }
-    if let Some(dir) = &cmd.cwd {
-        command.current_dir(dir);
-    }
-    command.kill_on_drop(true);
-    // A hang-up of the terminal a pass was started from must not kill its step: the command
-    // starts with SIGHUP ignored, as under nohup (a program that wants it installs a handler).
-    // SAFETY: between fork and exec only signal(2), which is async-signal-safe.
-    unsafe {
-        command.pre_exec(|| {
-            nix::sys::signal::signal(
-                nix::sys::signal::Signal::SIGHUP,
-                nix::sys::signal::SigHandler::SigIgn,
-            )
-            .map(|_| ())
-            .map_err(std::io::Error::from)
-        });
-    }
+    let mut command = command_for(cmd, write).map_err(spawn_err)?;
     let started = Instant::now();
     let spawned = command.spawn();
     // `command` holds the parent's copies of the write end: close them now (else the
@@ -238,6 +209,42 @@ pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
         tail: tail.text(),
         duration: started.elapsed(),
     })
+}
+
+/// The process to start for `cmd`: its output (stdout and stderr) to `write`, no stdin,
+/// without systemd's notify variables, killed when dropped, SIGHUP ignored.
+fn command_for(cmd: &Cmd, write: std::fs::File) -> std::io::Result<TokioCommand> {
+    let mut command = TokioCommand::new(&cmd.argv[0]);
+    command
+        .args(&cmd.argv[1..])
+        .stdin(Stdio::null())
+        .stdout(write.try_clone()?)
+        .stderr(write);
+    // systemd's notify socket belongs to the agent alone.
+    for var in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] {
+        command.env_remove(var);
+    }
+    for (k, v) in &cmd.env {
+        command.env(k, v);
+    }
+    if let Some(dir) = &cmd.cwd {
+        command.current_dir(dir);
+    }
+    command.kill_on_drop(true);
+    // A hang-up of the terminal a pass was started from must not kill its step: the command
+    // starts with SIGHUP ignored, as under nohup (a program that wants it installs a handler).
+    // SAFETY: between fork and exec only signal(2), which is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGHUP,
+                nix::sys::signal::SigHandler::SigIgn,
+            )
+            .map(|_| ())
+            .map_err(std::io::Error::from)
+        });
+    }
+    Ok(command)
 }
 
 /// A pipe for a command's output: the read end (non-blocking, ours) and the write end (the

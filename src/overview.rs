@@ -402,6 +402,31 @@ async fn open_acl_warnings(client: &Client) -> Result<(Vec<String>, bool), ZkErr
     Ok((warnings, protected))
 }
 
+/// One row per host node under `/hosts` (`hosts`), converged when at `version`.
+fn host_rows(hosts: &ZNode, version: &Value) -> Vec<HostRow> {
+    hosts
+        .children
+        .iter()
+        .map(|(id, node)| {
+            let get = |k: &str| node.props.get(k).cloned().unwrap_or(Value::Null);
+            // Nobody is at a halted (`None`) or paused (`False`) cluster version, not
+            // even a host that never deployed anything (version `None` too).
+            let converged = deployable(version) && node.props.get("version") == Some(version);
+            HostRow {
+                id: id.clone(),
+                name: get("name"),
+                role: get("role"),
+                version: get("version"),
+                converged,
+                error: get("error"),
+                status: get("status"),
+                deployed: get(DEPLOYED_AT),
+                state: crate::summary::state(converged, &get("error"), &get("status")),
+            }
+        })
+        .collect()
+}
+
 impl Overview {
     /// Reads the overview from ZooKeeper.
     pub async fn read(client: &Client) -> Result<Overview, ZkError> {
@@ -419,27 +444,7 @@ impl Overview {
         crate::zk::halts::effective(&mut cluster, &crate::zk::halts::read_halts(client).await?);
         let version = cluster.get("version").cloned().unwrap_or(Value::Null);
         let (warnings, protected) = open_acl_warnings(client).await?;
-        let rows: Vec<HostRow> = hosts
-            .children
-            .iter()
-            .map(|(id, node)| {
-                let get = |k: &str| node.props.get(k).cloned().unwrap_or(Value::Null);
-                // Nobody is at a halted (`None`) or paused (`False`) cluster version, not
-                // even a host that never deployed anything (version `None` too).
-                let converged = deployable(&version) && node.props.get("version") == Some(&version);
-                HostRow {
-                    id: id.clone(),
-                    name: get("name"),
-                    role: get("role"),
-                    version: get("version"),
-                    converged,
-                    error: get("error"),
-                    status: get("status"),
-                    deployed: get(DEPLOYED_AT),
-                    state: crate::summary::state(converged, &get("error"), &get("status")),
-                }
-            })
-            .collect();
+        let rows = host_rows(&hosts, &version);
         let mixed_fleet = mixed_of(&hosts);
         let locks = read_locks(client).await?;
         let mut roles = list(client, ROLES).await?;
@@ -570,6 +575,16 @@ impl Overview {
         }
         out.push_str(&self.summary.render(crate::files::now()));
         out.push('\n');
+        out.push_str(&self.host_table());
+        if !self.locks.is_empty() {
+            out.push('\n');
+            out.push_str(&self.lock_table());
+        }
+        out
+    }
+
+    /// The table of hosts.
+    fn host_table(&self) -> String {
         let cell = |v: &Value| {
             if v.is_null() {
                 "-".to_string()
@@ -601,29 +616,29 @@ impl Overview {
                 cell(&h.error),
             ]);
         }
-        out.push_str(&table(&rows));
-        if !self.locks.is_empty() {
-            out.push('\n');
-            let mut rows = vec![[
-                "LOCK".to_string(),
-                "HOLDER".into(),
-                "AGE".into(),
-                "WAITERS".into(),
-            ]];
-            for l in &self.locks {
-                rows.push([
-                    one_line(&l.path),
-                    l.holder
-                        .as_deref()
-                        .map(one_line)
-                        .unwrap_or_else(|| "-".into()),
-                    l.age.map(duration).unwrap_or_default(),
-                    one_line(&l.waiters.join(", ")),
-                ]);
-            }
-            out.push_str(&table(&rows));
+        table(&rows)
+    }
+
+    /// The table of locks with contenders.
+    fn lock_table(&self) -> String {
+        let mut rows = vec![[
+            "LOCK".to_string(),
+            "HOLDER".into(),
+            "AGE".into(),
+            "WAITERS".into(),
+        ]];
+        for l in &self.locks {
+            rows.push([
+                one_line(&l.path),
+                l.holder
+                    .as_deref()
+                    .map(one_line)
+                    .unwrap_or_else(|| "-".into()),
+                l.age.map(duration).unwrap_or_default(),
+                one_line(&l.waiters.join(", ")),
+            ]);
         }
-        out
+        table(&rows)
     }
 
     /// The lines of a node in the text view: its line, and under it, as for the cluster's

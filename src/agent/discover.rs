@@ -207,43 +207,7 @@ pub fn discover_in<S: TreeSource>(
             )));
         }
         let count = instances(src, deploy_path)?;
-        let link = |e: LinkError| tree_err(format!("{app_path}: {e}"));
-        let kind = match property(src, app_path, "type").map_err(link)? {
-            Some(Value::String(t)) => t,
-            Some(other) => {
-                return Err(tree_err(format!(
-                    "Invalid node type at {app_path}: {}",
-                    repr_bad(&other)
-                )))
-            }
-            None => return Err(tree_err(format!("No type for {app_path}"))),
-        };
-        let words: Vec<&str> = kind.split_whitespace().collect();
-        let (rpm, subtype) = match words.as_slice() {
-            [rpm] => (rpm.to_string(), None),
-            [rpm, sub] => (rpm.to_string(), Some(sub.to_string())),
-            _ => return Err(tree_err(format!("Invalid node type: {}", repr_str(&kind)))),
-        };
-        check_plain_name("package", &rpm).map_err(|e| tree_err(format!("{e} at {app_path}")))?;
-        let version = match property(src, app_path, "version").map_err(link)? {
-            Some(Value::String(v)) if !v.trim().is_empty() && !v.chars().any(char::is_control) => {
-                Wanted::Exact(v)
-            }
-            Some(Value::String(v)) => {
-                return Err(tree_err(format!(
-                    "Invalid version for {app_path}: {}",
-                    repr_str(&v)
-                )))
-            }
-            Some(other) => {
-                return Err(tree_err(format!(
-                    "Version of {app_path} is not a string: {}",
-                    repr_bad(&other)
-                )))
-            }
-            None if is_versioned_name(&rpm) => Wanted::Any,
-            None => return Err(tree_err(format!("No version found for {app_path}"))),
-        };
+        let (rpm, subtype, version) = package_of(src, app_path)?;
         let app = app_name(&rpm).to_string();
         check_plain_name("application", &app)
             .map_err(|e| tree_err(format!("{e} at {app_path}")))?;
@@ -264,6 +228,52 @@ pub fn discover_in<S: TreeSource>(
     }
     out.controller = controller(src, host)?;
     Ok(out)
+}
+
+/// The package of the application node at `app_path`: from its `type` (`RPM` or
+/// `RPM SUBTYPE`) and `version` (optional for a versioned package name).
+fn package_of<S: TreeSource>(
+    src: &S,
+    app_path: &str,
+) -> Result<(String, Option<String>, Wanted), DiscoverError> {
+    let link = |e: LinkError| tree_err(format!("{app_path}: {e}"));
+    let kind = match property(src, app_path, "type").map_err(link)? {
+        Some(Value::String(t)) => t,
+        Some(other) => {
+            return Err(tree_err(format!(
+                "Invalid node type at {app_path}: {}",
+                repr_bad(&other)
+            )))
+        }
+        None => return Err(tree_err(format!("No type for {app_path}"))),
+    };
+    let words: Vec<&str> = kind.split_whitespace().collect();
+    let (rpm, subtype) = match words.as_slice() {
+        [rpm] => (rpm.to_string(), None),
+        [rpm, sub] => (rpm.to_string(), Some(sub.to_string())),
+        _ => return Err(tree_err(format!("Invalid node type: {}", repr_str(&kind)))),
+    };
+    check_plain_name("package", &rpm).map_err(|e| tree_err(format!("{e} at {app_path}")))?;
+    let version = match property(src, app_path, "version").map_err(link)? {
+        Some(Value::String(v)) if !v.trim().is_empty() && !v.chars().any(char::is_control) => {
+            Wanted::Exact(v)
+        }
+        Some(Value::String(v)) => {
+            return Err(tree_err(format!(
+                "Invalid version for {app_path}: {}",
+                repr_str(&v)
+            )))
+        }
+        Some(other) => {
+            return Err(tree_err(format!(
+                "Version of {app_path} is not a string: {}",
+                repr_bad(&other)
+            )))
+        }
+        None if is_versioned_name(&rpm) => Wanted::Any,
+        None => return Err(tree_err(format!("No version found for {app_path}"))),
+    };
+    Ok((rpm, subtype, version))
 }
 
 fn repr_bad(v: &Value) -> String {

@@ -91,46 +91,7 @@ impl Agent {
         &self,
         version: &Value,
     ) -> Result<(Discovered, Installed, Plan, DiscoveryReport), Interrupt> {
-        let mode = if self.walk {
-            Mode::Walk
-        } else {
-            Mode::Index(version)
-        };
-        // Discovery made ahead (with the read of the version, by the daemon) is used when it
-        // describes this version.
-        let ahead = self
-            .ahead
-            .lock()
-            .expect("discovery ahead")
-            .take()
-            .filter(|(_, snap)| !self.walk && snap.version.as_ref() == Some(version));
-        let read_ahead = ahead.is_some();
-        let (discovered, snap) = match ahead {
-            Some(found) => found,
-            None => {
-                let guess = std::mem::take(&mut *self.read_guess.lock().expect("read guess"));
-                discover_guessing(&self.client, &self.host, mode, &guess)
-                    .await
-                    .map_err(|e| match e {
-                        DiscoverFailure::Zk(e) => Interrupt::Lost(e),
-                        DiscoverFailure::Tree(e) => StepError::Tree(e).into(),
-                    })?
-            }
-        };
-        let discovery = snap.report();
-        tracing::info!(
-            "discovery ({:?}{}) read {} nodes, {} deployments",
-            discovery.source,
-            if read_ahead {
-                ", read with the version"
-            } else {
-                ""
-            },
-            discovery.reads,
-            discovered.deployments.len()
-        );
-        *self.read_guess.lock().expect("read guess") = snap.next_guess();
-        drop(snap);
+        let (discovered, discovery) = self.discover(version).await?;
         let root = &self.config.root;
         // How each deployment rolls out depends on the fleet (mixed or not, how many hosts
         // a percentage counts): asked first, answered while yum runs. The request leaves
@@ -167,6 +128,50 @@ impl Agent {
         }
         plan.apply_rollout(&rollout.nodes, rollout.mixed);
         Ok((discovered, installed, plan, discovery))
+    }
+
+    /// Discovers the deployments of this host at `version`: with what was discovered ahead
+    /// (with the read of the version, by the daemon) when it describes this version, else
+    /// from the index (guessing from the last read) or by the walk.
+    async fn discover(&self, version: &Value) -> Result<(Discovered, DiscoveryReport), Interrupt> {
+        let mode = if self.walk {
+            Mode::Walk
+        } else {
+            Mode::Index(version)
+        };
+        let ahead = self
+            .ahead
+            .lock()
+            .expect("discovery ahead")
+            .take()
+            .filter(|(_, snap)| !self.walk && snap.version.as_ref() == Some(version));
+        let read_ahead = ahead.is_some();
+        let (discovered, snap) = match ahead {
+            Some(found) => found,
+            None => {
+                let guess = std::mem::take(&mut *self.read_guess.lock().expect("read guess"));
+                discover_guessing(&self.client, &self.host, mode, &guess)
+                    .await
+                    .map_err(|e| match e {
+                        DiscoverFailure::Zk(e) => Interrupt::Lost(e),
+                        DiscoverFailure::Tree(e) => StepError::Tree(e).into(),
+                    })?
+            }
+        };
+        let discovery = snap.report();
+        tracing::info!(
+            "discovery ({:?}{}) read {} nodes, {} deployments",
+            discovery.source,
+            if read_ahead {
+                ", read with the version"
+            } else {
+                ""
+            },
+            discovery.reads,
+            discovered.deployments.len()
+        );
+        *self.read_guess.lock().expect("read guess") = snap.next_guess();
+        Ok((discovered, discovery))
     }
 
     /// The plan a pass would run now, without changing anything.
@@ -209,19 +214,7 @@ impl Agent {
     ) -> Result<PassOutcome, ZkError> {
         self.metrics.halted = version.is_null();
         if version.is_null() || version == Value::Bool(false) {
-            tracing::warn!(
-                "Not deploying because cluster version is {}",
-                py_str(&version)
-            );
-            // `systemctl status` says why nothing happens (the status file keeps the last
-            // pass's outcome, which the monitor reads).
-            crate::systemd::status(if version.is_null() {
-                "not deploying: the cluster is halted"
-            } else {
-                "not deploying: deployments are paused"
-            });
-            self.write_metrics();
-            return Ok(PassOutcome::Skipped(version));
+            return Ok(self.skip_pass(version));
         }
         self.update_host_node(|p| {
             p.remove("error");
@@ -245,37 +238,10 @@ impl Agent {
         tracing::info!("Deploying version {}", py_str(&version));
         let started = pass.started;
         let mut basis = None;
-        let mut result = run_plan(&mut pass, &mut basis).await;
-        pass.controlled = false;
-        if let Some(lock) = pass.role_lock.take() {
-            // The pass did not end well: the request stays, and the role stays locked.
-            lock.leave(&self.client, false).await?;
-        }
-        // The version record left for the final status goes in its write (one write, not
-        // two), with the inventory; that write failing fails the pass, as the record's would.
-        let mut done_written = false;
-        if let (Ok(()), Some(at)) = (&result, pass.record_at.take()) {
-            let inventory = self.take_inventory(&version, basis.take(), true);
-            match pass.final_done_recording(inventory, at).await {
-                Ok(()) => done_written = true,
-                Err(e) => result = Err(e),
-            }
-        }
+        let (result, done_written) = self.run_and_record(&mut pass, &mut basis).await?;
         let (outcome, report_outcome, error) = match result {
             Ok(()) => {
-                tracing::info!("Done deploying version {}", py_str(&version));
-                if !done_written {
-                    // The inventory goes in the same write as the status (one write, not two).
-                    let inventory = self.take_inventory(&version, basis.take(), true);
-                    pass.final_status("done", ReportOutcome::Done, None, inventory)
-                        .await;
-                }
-                pass.metrics.passes_done += 1;
-                // The failure last mailed is over: if it happens again, that is news worth
-                // a mail.
-                if let Err(e) = forget_failure(&self.mail_state()) {
-                    tracing::warn!("cannot forget the failure last mailed: {e}");
-                }
+                self.pass_done(&mut pass, &mut basis, done_written).await;
                 (PassOutcome::Done, ReportOutcome::Done, None)
             }
             Err(Interrupt::Abandon(why)) => {
@@ -290,20 +256,7 @@ impl Agent {
                     Some(why),
                 )
             }
-            Err(Interrupt::Blocked(paths)) => {
-                let why = format!("blocked by {}", paths.join(", "));
-                tracing::warn!("Not recording version {}: {why}", py_str(&version));
-                let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
-                let text = super::status::blocked_status(&refs);
-                pass.final_status(&text, ReportOutcome::Abandoned, Some(why.clone()), None)
-                    .await;
-                pass.metrics.passes_abandoned += 1;
-                (
-                    PassOutcome::Abandoned(why.clone()),
-                    ReportOutcome::Abandoned,
-                    Some(why),
-                )
-            }
+            Err(Interrupt::Blocked(paths)) => ended_blocked(&mut pass, &paths).await,
             Err(Interrupt::Fail(failure)) => {
                 let message = fail(&mut pass, failure).await?;
                 (
@@ -313,26 +266,7 @@ impl Agent {
                 )
             }
             Err(Interrupt::Lost(e)) => {
-                tracing::warn!("Abandoning deployment: {e}");
-                // The report first, then the status (see `Pass::final_status`).
-                let report = finish(
-                    &mut pass,
-                    started,
-                    ReportOutcome::Abandoned,
-                    Some(e.to_string()),
-                );
-                let _ = self.run_dir.write_report(&report);
-                if let Err(io) = self
-                    .run_dir
-                    .set_status(&version, &format!("abandoned ({e})"))
-                {
-                    tracing::warn!("cannot write the status file: {io}");
-                }
-                // No step runs while the session is rebuilt: the agent is idle for the
-                // watchdog.
-                crate::systemd::busy(false);
-                pass.metrics.passes_abandoned += 1;
-                pass.write_metrics();
+                self.session_lost(&mut pass, &e);
                 let (metrics, recorded) = (pass.metrics, pass.recorded);
                 self.end_pass(metrics, recorded, &version);
                 return Err(e);
@@ -345,6 +279,105 @@ impl Agent {
             pass.metrics.last_success = report.finished;
             pass.metrics.converged = true;
         }
+        self.write_pass_end(&mut pass, &report).await;
+        let (metrics, recorded) = (pass.metrics, pass.recorded);
+        self.end_pass(metrics, recorded, &version);
+        Ok(outcome)
+    }
+
+    /// A pass at a halted (`null`) or paused (`false`) cluster version: nothing is deployed;
+    /// the log and `systemctl status` say why.
+    fn skip_pass(&mut self, version: Value) -> PassOutcome {
+        tracing::warn!(
+            "Not deploying because cluster version is {}",
+            py_str(&version)
+        );
+        // `systemctl status` says why nothing happens (the status file keeps the last
+        // pass's outcome, which the monitor reads).
+        crate::systemd::status(if version.is_null() {
+            "not deploying: the cluster is halted"
+        } else {
+            "not deploying: deployments are paused"
+        });
+        self.write_metrics();
+        PassOutcome::Skipped(version)
+    }
+
+    /// Runs the pass's plan, leaves the role lock of a pass that did not end well, and
+    /// writes the version record left for the final status: the plan's result (a failed
+    /// record's write included), and whether that write was made.
+    async fn run_and_record(
+        &self,
+        pass: &mut Pass<'_>,
+        basis: &mut Option<(Installed, Vec<Step>)>,
+    ) -> Result<(Result<(), Interrupt>, bool), ZkError> {
+        let mut result = run_plan(pass, basis).await;
+        pass.controlled = false;
+        if let Some(lock) = pass.role_lock.take() {
+            // The pass did not end well: the request stays, and the role stays locked.
+            lock.leave(&self.client, false).await?;
+        }
+        // The version record left for the final status goes in its write (one write, not
+        // two), with the inventory; that write failing fails the pass, as the record's would.
+        let mut done_written = false;
+        if let (Ok(()), Some(at)) = (&result, pass.record_at.take()) {
+            let inventory = self.take_inventory(&pass.version, basis.take(), true);
+            match pass.final_done_recording(inventory, at).await {
+                Ok(()) => done_written = true,
+                Err(e) => result = Err(e),
+            }
+        }
+        Ok((result, done_written))
+    }
+
+    /// A pass that ran every step: the final status (unless written with the version
+    /// record), the metrics, and the failure last mailed forgotten.
+    async fn pass_done(
+        &self,
+        pass: &mut Pass<'_>,
+        basis: &mut Option<(Installed, Vec<Step>)>,
+        done_written: bool,
+    ) {
+        tracing::info!("Done deploying version {}", py_str(&pass.version));
+        if !done_written {
+            // The inventory goes in the same write as the status (one write, not two).
+            let inventory = self.take_inventory(&pass.version, basis.take(), true);
+            pass.final_status("done", ReportOutcome::Done, None, inventory)
+                .await;
+        }
+        pass.metrics.passes_done += 1;
+        // The failure last mailed is over: if it happens again, that is news worth a mail.
+        if let Err(e) = forget_failure(&self.mail_state()) {
+            tracing::warn!("cannot forget the failure last mailed: {e}");
+        }
+    }
+
+    /// A pass whose session was lost: the report and the status file say it was abandoned
+    /// (nothing is written to ZooKeeper), and the metrics count it.
+    fn session_lost(&self, pass: &mut Pass<'_>, e: &ZkError) {
+        tracing::warn!("Abandoning deployment: {e}");
+        // The report first, then the status (see `Pass::final_status`).
+        let report = finish(
+            pass,
+            pass.started,
+            ReportOutcome::Abandoned,
+            Some(e.to_string()),
+        );
+        let _ = self.run_dir.write_report(&report);
+        if let Err(io) = self
+            .run_dir
+            .set_status(&pass.version, &format!("abandoned ({e})"))
+        {
+            tracing::warn!("cannot write the status file: {io}");
+        }
+        // No step runs while the session is rebuilt: the agent is idle for the watchdog.
+        crate::systemd::busy(false);
+        pass.metrics.passes_abandoned += 1;
+        pass.write_metrics();
+    }
+
+    /// The metrics file and the pass report, at the end of a pass that kept its session.
+    async fn write_pass_end(&self, pass: &mut Pass<'_>, report: &Report) {
         // Read for the metrics file alone: a host without one sends no request for it.
         if self.config.metrics_file.is_some() {
             pass.metrics.halted = cluster_version(&self.client)
@@ -353,12 +386,9 @@ impl Agent {
                 .unwrap_or(false);
         }
         pass.write_metrics();
-        if let Err(e) = self.run_dir.write_report(&report) {
+        if let Err(e) = self.run_dir.write_report(report) {
             tracing::warn!("cannot write the pass report: {e}");
         }
-        let (metrics, recorded) = (pass.metrics, pass.recorded);
-        self.end_pass(metrics, recorded, &version);
-        Ok(outcome)
     }
 
     /// Publishes what the host has after a pass (see [`inventory`]): the disk observed again,
@@ -488,6 +518,25 @@ async fn run_plan(
     });
     ran?;
     ended_with_left(pass)
+}
+
+/// A pass that left halted or paused nodes undone: its status `blocked PATH...`.
+async fn ended_blocked(
+    pass: &mut Pass<'_>,
+    paths: &[String],
+) -> (PassOutcome, ReportOutcome, Option<String>) {
+    let why = format!("blocked by {}", paths.join(", "));
+    tracing::warn!("Not recording version {}: {why}", py_str(&pass.version));
+    let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let text = super::status::blocked_status(&refs);
+    pass.final_status(&text, ReportOutcome::Abandoned, Some(why.clone()), None)
+        .await;
+    pass.metrics.passes_abandoned += 1;
+    (
+        PassOutcome::Abandoned(why.clone()),
+        ReportOutcome::Abandoned,
+        Some(why),
+    )
 }
 
 /// A pass whose steps ran, judged by the application nodes it left undone (CONTRACT 15): a

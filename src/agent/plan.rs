@@ -467,6 +467,48 @@ pub struct Inputs<'a> {
     pub after: Option<&'a [String]>,
 }
 
+/// Undeploy steps for the installed instances the tree no longer wants, in order.
+fn undeploy_steps(wanted: &[Deployment], installed: &Installed) -> Vec<Step> {
+    let wanted_instances: BTreeSet<(&str, &str, u32)> = wanted
+        .iter()
+        .map(|d| (d.app.as_str(), d.path.as_str(), d.n))
+        .collect();
+    let mut old = installed.deployments.clone();
+    old.sort();
+    old.iter()
+        .filter(|d| !wanted_instances.contains(&(d.app.as_str(), d.path.as_str(), d.n)))
+        .map(|d| Step::Undeploy {
+            rpm: d.rpm.clone(),
+            app: d.app.clone(),
+            path: d.path.clone(),
+            n: d.n,
+        })
+        .collect()
+}
+
+/// Deploy steps for every wanted instance, by path and number; under the role lock of
+/// `role` when a role controller runs the deployments, else each under its node lock.
+fn deploy_steps(wanted: &[Deployment], role: Option<&str>) -> Vec<Step> {
+    let mut deploys: Vec<&Deployment> = wanted.iter().collect();
+    deploys.sort_by(|a, b| (&a.path, a.n).cmp(&(&b.path, b.n)));
+    deploys
+        .into_iter()
+        .map(|d| Step::Deploy {
+            rpm: d.rpm.clone(),
+            app: d.app.clone(),
+            path: d.path.clone(),
+            n: d.n,
+            version: opt(&d.version),
+            subtype: d.subtype.clone(),
+            lock: match role {
+                Some(role) => Lock::Role(role_lock_path(role)),
+                None => Lock::Node(node_lock_path(&d.path)),
+            },
+            rollout: Rollout::default(),
+        })
+        .collect()
+}
+
 /// Every step of a pass, in order (see the module documentation).
 pub fn plan(inputs: Inputs<'_>) -> Result<Plan, PlanError> {
     let Inputs {
@@ -479,22 +521,7 @@ pub fn plan(inputs: Inputs<'_>) -> Result<Plan, PlanError> {
     let versions = package_versions(wanted)?;
     let mut steps = Vec::new();
     steps.extend(controller_step(controller, installed));
-    let wanted_instances: BTreeSet<(&str, &str, u32)> = wanted
-        .iter()
-        .map(|d| (d.app.as_str(), d.path.as_str(), d.n))
-        .collect();
-    let mut old = installed.deployments.clone();
-    old.sort();
-    for d in &old {
-        if !wanted_instances.contains(&(d.app.as_str(), d.path.as_str(), d.n)) {
-            steps.push(Step::Undeploy {
-                rpm: d.rpm.clone(),
-                app: d.app.clone(),
-                path: d.path.clone(),
-                n: d.n,
-            });
-        }
-    }
+    steps.extend(undeploy_steps(wanted, installed));
     // With a role controller, the role lock covers installs and deployments, between the
     // controller's two scripts; node locks are not used.
     let role_run = match (controller, role) {
@@ -519,23 +546,10 @@ pub fn plan(inputs: Inputs<'_>) -> Result<Plan, PlanError> {
             });
         }
     }
-    let mut deploys: Vec<&Deployment> = wanted.iter().collect();
-    deploys.sort_by(|a, b| (&a.path, a.n).cmp(&(&b.path, b.n)));
-    for d in deploys {
-        steps.push(Step::Deploy {
-            rpm: d.rpm.clone(),
-            app: d.app.clone(),
-            path: d.path.clone(),
-            n: d.n,
-            version: opt(&d.version),
-            subtype: d.subtype.clone(),
-            lock: match &role_run {
-                Some((_, role)) => Lock::Role(role_lock_path(role)),
-                None => Lock::Node(node_lock_path(&d.path)),
-            },
-            rollout: Rollout::default(),
-        });
-    }
+    steps.extend(deploy_steps(
+        wanted,
+        role_run.as_ref().map(|(_, role)| role.as_str()),
+    ));
     if let Some((rpm, role)) = role_run {
         steps.push(Step::EndingDeployments { rpm, role });
     }

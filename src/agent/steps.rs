@@ -153,37 +153,17 @@ impl Step {
                 installed,
                 remove,
             } => {
-                let mut r = Ok(());
-                if let Some(old) = remove {
-                    tracing::info!("removing the role controller {old}");
-                    r = software::uninstall(&pass.yum, root, old, &mut ran).await;
-                }
-                if let (Ok(()), Some(rpm)) = (&r, rpm) {
-                    r = software::install(
-                        &mut pass.yum,
-                        root,
-                        rpm,
-                        version.as_deref(),
-                        installed.clone(),
-                        &mut ran,
-                    )
-                    .await;
-                }
-                r
+                let wanted = rpm.as_deref().map(|rpm| (rpm, version.as_deref()));
+                let (installed, remove) = (installed.clone(), remove.as_deref());
+                role_controller(pass, wanted, installed, remove, &mut ran).await
             }
             Step::StartingDeployments { rpm, role } | Step::EndingDeployments { rpm, role } => {
-                let name = self.action();
-                let script = observe::opt_dir(root, rpm).join("bin").join(&name);
+                let script = observe::opt_dir(root, rpm).join("bin").join(self.action());
                 let cmd = pass.script(vec![script.display().to_string(), role_path(role)], None);
                 run_recorded(&cmd, record).await.map_err(StepError::from)
             }
             Step::Undeploy { rpm, app, path, n } => {
-                let script = observe::deploy_script(root, rpm).display().to_string();
-                let cmd = pass.script(vec![script, "-u".into(), path.clone(), n.to_string()], None);
-                match run_recorded(&cmd, record).await {
-                    Ok(()) => observe::remove_markers(root, app, path, *n).map_err(StepError::from),
-                    Err(e) => Err(e.into()),
-                }
+                undeploy(pass, rpm, app, path, *n, record).await
             }
             Step::Install {
                 rpm,
@@ -218,15 +198,7 @@ impl Step {
                     .await?;
                 pass.mark_recorded()
             }
-            Step::After { command } => {
-                tracing::info!("Running after hook");
-                let cmd = pass.script(command.clone(), None);
-                let r = run_recorded(&cmd, record).await;
-                if r.is_err() {
-                    tracing::error!("FAILED after deploying version {}", py_str(&pass.version));
-                }
-                r.map_err(StepError::from)
-            }
+            Step::After { command } => run_after(pass, command, record).await,
             // Made ready here unless it was beforehand: the properties snapshot, the
             // `.script` marker's temporary file, the command; then run.
             Step::Deploy { .. } => match ready.or_else(|| self.ready(pass)) {
@@ -244,6 +216,62 @@ impl Step {
         }
         result.map_err(Interrupt::from)
     }
+}
+
+/// The role controller step: `remove` (the installed controller to remove) uninstalled,
+/// then `wanted` (package and version) installed, what ran recorded in `ran`.
+async fn role_controller(
+    pass: &mut Pass<'_>,
+    wanted: Option<(&str, Option<&str>)>,
+    installed: Option<String>,
+    remove: Option<&str>,
+    ran: &mut Ran,
+) -> Result<(), StepError> {
+    let agent = pass.agent;
+    let root = &agent.config.root;
+    if let Some(old) = remove {
+        tracing::info!("removing the role controller {old}");
+        software::uninstall(&pass.yum, root, old, ran).await?;
+    }
+    if let Some((rpm, version)) = wanted {
+        software::install(&mut pass.yum, root, rpm, version, installed, ran).await?;
+    }
+    Ok(())
+}
+
+/// The undeploy step: the deploy script run with `-u` for instance `n` of `path`, recorded
+/// in `record`; then the instance's markers removed.
+async fn undeploy(
+    pass: &mut Pass<'_>,
+    rpm: &str,
+    app: &str,
+    path: &str,
+    n: u32,
+    record: &mut StepReport,
+) -> Result<(), StepError> {
+    let root = &pass.agent.config.root;
+    let script = observe::deploy_script(root, rpm).display().to_string();
+    let cmd = pass.script(
+        vec![script, "-u".into(), path.to_string(), n.to_string()],
+        None,
+    );
+    run_recorded(&cmd, record).await?;
+    observe::remove_markers(root, app, path, n).map_err(StepError::from)
+}
+
+/// The `after` hook: `command` run and recorded in `record`; a failure logged.
+async fn run_after(
+    pass: &mut Pass<'_>,
+    command: &[String],
+    record: &mut StepReport,
+) -> Result<(), StepError> {
+    tracing::info!("Running after hook");
+    let cmd = pass.script(command.to_vec(), None);
+    let r = run_recorded(&cmd, record).await;
+    if r.is_err() {
+        tracing::error!("FAILED after deploying version {}", py_str(&pass.version));
+    }
+    r.map_err(StepError::from)
 }
 
 /// The instance a deploy script runs for.

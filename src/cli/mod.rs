@@ -120,10 +120,6 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
-    if matches!(cli.command, Command::Agent(_)) {
-        // Before any thread exists (it may execute the binary again).
-        crate::agent::daemon::without_malloc_cache();
-    }
     let level = match &cli.command {
         Command::Agent(a) if a.verbose() => "debug",
         Command::Agent(_) => "info",

@@ -31,18 +31,12 @@ pub(super) fn read_ini(path: &Path, text: &str) -> Result<Vec<(String, Entry)>, 
             continue;
         }
         let indent = raw.chars().take_while(|c| c.is_whitespace()).count();
-        if let Some(key_indent) = current {
-            if indent > key_indent {
-                if in_ours {
-                    if let Some((_, entry)) = entries.last_mut() {
-                        if !entry.value.is_empty() {
-                            entry.value.push('\n');
-                        }
-                        entry.value.push_str(stripped);
-                    }
-                }
-                continue;
+        // A continuation line: part of the value of the key line above.
+        if current.is_some_and(|key_indent| indent > key_indent) {
+            if let Some((_, entry)) = entries.last_mut().filter(|_| in_ours) {
+                continue_value(&mut entry.value, stripped);
             }
+            continue;
         }
         if stripped.len() >= 2 && stripped.starts_with('[') && stripped.ends_with(']') {
             let name = &stripped[1..stripped.len() - 1];
@@ -88,13 +82,8 @@ pub(super) fn read_ini(path: &Path, text: &str) -> Result<Vec<(String, Entry)>, 
             });
         }
         first_line.insert(key.to_string(), line);
-        entries.push((
-            key.to_string(),
-            Entry {
-                value: value.to_string(),
-                line,
-            },
-        ));
+        let value = value.to_string();
+        entries.push((key.to_string(), Entry { value, line }));
     }
     if section_line.is_none() {
         return Err(ConfigError::NoSection {
@@ -102,6 +91,15 @@ pub(super) fn read_ini(path: &Path, text: &str) -> Result<Vec<(String, Entry)>, 
         });
     }
     Ok(entries)
+}
+
+/// Adds a continuation line (`stripped`) to a value, on a line of its own unless the value
+/// is empty.
+fn continue_value(value: &mut String, stripped: &str) {
+    if !value.is_empty() {
+        value.push('\n');
+    }
+    value.push_str(stripped);
 }
 
 fn syntax(path: &Path, line: usize, text: &str) -> ConfigError {

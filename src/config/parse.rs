@@ -39,20 +39,7 @@ pub fn parse(
     if let Some(role) = &role {
         check_plain_name(role).map_err(|m| values.invalid("role", m))?;
     }
-
-    let after = match values.optional("after")? {
-        None => None,
-        Some(v) => {
-            let words = shell_words::split(&v).map_err(|_| {
-                values.invalid(
-                    "after",
-                    "cannot split into words: missing closing quote".into(),
-                )
-            })?;
-            Some(words).filter(|w| !w.is_empty())
-        }
-    };
-
+    let after = after(&values)?;
     let ZkSettings {
         zookeeper,
         zookeeper_auth,
@@ -60,105 +47,20 @@ pub fn parse(
         tls,
         ..
     } = connection(&values)?;
-
     let session_timeout = match values.optional("session-timeout")? {
         None => DEFAULT_SESSION_TIMEOUT,
         Some(v) => parse_seconds(&v).map_err(|m| values.invalid("session-timeout", m))?,
     };
-
-    let root = match values.optional("root")? {
-        None => PathBuf::from("/"),
-        Some(v) => {
-            let p = PathBuf::from(&v);
-            if !p.is_absolute() {
-                return Err(values.invalid(
-                    "root",
-                    format!("expected an absolute path, got {}", quote(&v)),
-                ));
-            }
-            p
-        }
-    };
-
-    let host_name = match values.optional("host-name")? {
-        None => fqdn(),
-        Some(v) => {
-            check_plain_name(&v).map_err(|m| values.invalid("host-name", m))?;
-            v
-        }
-    };
-
-    // Not set (nor the file a `file://` value names): the host name.
-    let host_id = values
-        .optional("host-id")?
-        .unwrap_or_else(|| host_name.clone());
-    check_plain_name(&host_id).map_err(|m| values.invalid("host-id", m))?;
-
-    let yum = match values.optional("yum")? {
-        None => DEFAULT_YUM.to_string(),
-        Some(v) => {
-            if v.chars().any(char::is_control) {
-                return Err(values.invalid("yum", format!("expected a command, got {}", quote(&v))));
-            }
-            v
-        }
-    };
-
-    let mail_to = match values.optional("mail-to")? {
-        None => Vec::new(),
-        Some(v) => {
-            let mut out = Vec::new();
-            for item in v
-                .split([',', '\n'])
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-            {
-                if !looks_like_address(item) {
-                    return Err(values.invalid(
-                        "mail-to",
-                        format!(
-                            "expected comma-separated mail addresses, got {}",
-                            quote(item)
-                        ),
-                    ));
-                }
-                out.push(item.to_string());
-            }
-            out
-        }
-    };
-
-    let mail_from = match values.optional("mail-from")? {
-        None => format!("zkdeployment@{host_name}"),
-        Some(v) => {
-            if !looks_like_address(&v) {
-                return Err(values.invalid(
-                    "mail-from",
-                    format!("expected a mail address, got {}", quote(&v)),
-                ));
-            }
-            v
-        }
-    };
-
+    let root = root(&values)?;
+    let (host_name, host_id) = host_names(&values)?;
+    let yum = command(&values, "yum", "a command")?.unwrap_or_else(|| DEFAULT_YUM.to_string());
+    let (mail_to, mail_from) = mail_addresses(&values, &host_name)?;
     let smtp = match values.optional("smtp")? {
         None => None,
         Some(v) => Some(parse_smtp(&v).map_err(|m| values.invalid("smtp", m))?),
     };
-
-    let sendmail = match values.optional("sendmail")? {
-        None => PathBuf::from(DEFAULT_SENDMAIL),
-        Some(v) => {
-            if v.chars().any(char::is_control) {
-                return Err(values.invalid(
-                    "sendmail",
-                    format!("expected a command path, got {}", quote(&v)),
-                ));
-            }
-            PathBuf::from(v)
-        }
-    };
-
+    let sendmail = command(&values, "sendmail", "a command path")?
+        .map_or_else(|| PathBuf::from(DEFAULT_SENDMAIL), PathBuf::from);
     let metrics_file = values
         .optional("metrics-file")?
         .map(|v| resolve_path(path, &v));
@@ -183,6 +85,104 @@ pub fn parse(
         sendmail,
         metrics_file,
     })
+}
+
+/// `after`: the command split into words (`None` when unset or empty).
+fn after(values: &Values<'_>) -> Result<Option<Vec<String>>, ConfigError> {
+    let Some(v) = values.optional("after")? else {
+        return Ok(None);
+    };
+    let words = shell_words::split(&v).map_err(|_| {
+        values.invalid(
+            "after",
+            "cannot split into words: missing closing quote".into(),
+        )
+    })?;
+    Ok(Some(words).filter(|w| !w.is_empty()))
+}
+
+/// `root`: an absolute path, `/` when unset.
+fn root(values: &Values<'_>) -> Result<PathBuf, ConfigError> {
+    let Some(v) = values.optional("root")? else {
+        return Ok(PathBuf::from("/"));
+    };
+    let p = PathBuf::from(&v);
+    if !p.is_absolute() {
+        return Err(values.invalid(
+            "root",
+            format!("expected an absolute path, got {}", quote(&v)),
+        ));
+    }
+    Ok(p)
+}
+
+/// `host-name` (the machine's name when unset) and `host-id` (the host name when unset, nor
+/// the file a `file://` value names), both plain names.
+fn host_names(values: &Values<'_>) -> Result<(String, String), ConfigError> {
+    let host_name = match values.optional("host-name")? {
+        None => fqdn(),
+        Some(v) => {
+            check_plain_name(&v).map_err(|m| values.invalid("host-name", m))?;
+            v
+        }
+    };
+    let host_id = values
+        .optional("host-id")?
+        .unwrap_or_else(|| host_name.clone());
+    check_plain_name(&host_id).map_err(|m| values.invalid("host-id", m))?;
+    Ok((host_name, host_id))
+}
+
+/// A command key (`yum`, `sendmail`): any text without control characters; `what` names
+/// what is expected in the error.
+fn command(values: &Values<'_>, key: &str, what: &str) -> Result<Option<String>, ConfigError> {
+    let value = values.optional(key)?;
+    if let Some(v) = &value {
+        if v.chars().any(char::is_control) {
+            return Err(values.invalid(key, format!("expected {what}, got {}", quote(v))));
+        }
+    }
+    Ok(value)
+}
+
+/// `mail-to` (comma- or line-separated addresses, none when unset) and `mail-from`
+/// (`zkdeployment@HOST-NAME` when unset).
+fn mail_addresses(
+    values: &Values<'_>,
+    host_name: &str,
+) -> Result<(Vec<String>, String), ConfigError> {
+    let mut mail_to = Vec::new();
+    if let Some(v) = values.optional("mail-to")? {
+        for item in v
+            .split([',', '\n'])
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            if !looks_like_address(item) {
+                return Err(values.invalid(
+                    "mail-to",
+                    format!(
+                        "expected comma-separated mail addresses, got {}",
+                        quote(item)
+                    ),
+                ));
+            }
+            mail_to.push(item.to_string());
+        }
+    }
+    let mail_from = match values.optional("mail-from")? {
+        None => format!("zkdeployment@{host_name}"),
+        Some(v) => {
+            if !looks_like_address(&v) {
+                return Err(values.invalid(
+                    "mail-from",
+                    format!("expected a mail address, got {}", quote(&v)),
+                ));
+            }
+            v
+        }
+    };
+    Ok((mail_to, mail_from))
 }
 
 /// [`super::load_connection`]'s parser: the connection keys only.

@@ -622,175 +622,165 @@ fn groups<K: Ord>(map: BTreeMap<K, BTreeSet<String>>) -> Vec<Group<K>> {
         .collect()
 }
 
-/// Plans every registered host and groups the changes.
-pub fn plan_fleet<N: TreeSource>(
-    current: &dyn Current,
-    candidate: &Indexed<'_, N>,
-    hosts: &[Registered],
-    facts: &FleetFacts,
-) -> FleetPlan {
-    let mut packages: BTreeMap<PackageChange, BTreeSet<String>> = BTreeMap::new();
-    let mut instances: BTreeMap<InstanceChange, BTreeSet<String>> = BTreeMap::new();
-    let mut other: BTreeMap<OtherChange, BTreeSet<String>> = BTreeMap::new();
-    let mut failures: BTreeMap<FailureGroup, BTreeSet<String>> = BTreeMap::new();
-    let mut deployers: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut rollouts: BTreeMap<String, NodeRollout> = BTreeMap::new();
-    let mut out = FleetPlan {
-        registered: hosts.len(),
-        packages: Vec::new(),
-        instances: Vec::new(),
-        properties: Vec::new(),
-        other: Vec::new(),
-        failures: Vec::new(),
-        mixed_fleet: facts.mixed.clone(),
-        rollouts: Vec::new(),
-        counts: Counts::default(),
-        changed: Vec::new(),
-        routine: Vec::new(),
-        idle: Vec::new(),
-        without_inventory: Vec::new(),
-        hosts: Vec::new(),
-    };
-    for registered in hosts {
-        let (hp, installed) = plan_host(current, candidate, registered, facts);
-        let id = hp.id.clone();
-        if !hp.inventory {
-            out.without_inventory.push(id.clone());
-        }
+/// The changes of the hosts planned so far, each with the hosts it concerns.
+#[derive(Default)]
+struct Changes {
+    packages: BTreeMap<PackageChange, BTreeSet<String>>,
+    instances: BTreeMap<InstanceChange, BTreeSet<String>>,
+    other: BTreeMap<OtherChange, BTreeSet<String>>,
+    failures: BTreeMap<FailureGroup, BTreeSet<String>>,
+    /// Application node → the hosts deploying it.
+    deployers: BTreeMap<String, BTreeSet<String>>,
+    rollouts: BTreeMap<String, NodeRollout>,
+}
+
+impl Changes {
+    /// Adds the changes of one host's plan.
+    fn add_host<N: TreeSource>(
+        &mut self,
+        hp: &HostPlan,
+        installed: &Installed,
+        registered: &Registered,
+        candidate: &Indexed<'_, N>,
+        facts: &FleetFacts,
+    ) {
         if let Some(e) = &hp.error {
-            failures
+            self.failures
                 .entry(FailureGroup { error: e.clone() })
                 .or_default()
-                .insert(id.clone());
+                .insert(hp.id.clone());
         }
         // Packages whose version changes: whether they have a health check is not known yet.
         let reinstalled: BTreeSet<&str> = hp
             .steps
             .iter()
             .filter_map(|s| match s {
-                Step::Install { rpm, .. } if !routine(s, &installed) => Some(rpm.as_str()),
+                Step::Install { rpm, .. } if !routine(s, installed) => Some(rpm.as_str()),
                 _ => None,
             })
             .collect();
         for step in &hp.steps {
+            let id = hp.id.clone();
             match step {
                 Step::Install {
                     rpm,
                     version,
                     installed: have,
-                } if !routine(step, &installed) => {
-                    packages
-                        .entry(package_change(rpm, have.as_ref(), version.as_ref()))
-                        .or_default()
-                        .insert(id.clone());
+                } if !routine(step, installed) => {
+                    let change = package_change(rpm, have.as_ref(), version.as_ref());
+                    self.packages.entry(change).or_default().insert(id);
                 }
                 Step::Uninstall { rpm } => {
-                    let from = installed.versions.get(rpm).cloned().flatten();
-                    packages
-                        .entry(PackageChange {
-                            change: "remove",
-                            rpm: rpm.clone(),
-                            from,
-                            to: None,
-                        })
-                        .or_default()
-                        .insert(id.clone());
+                    let change = PackageChange {
+                        change: "remove",
+                        rpm: rpm.clone(),
+                        from: installed.versions.get(rpm).cloned().flatten(),
+                        to: None,
+                    };
+                    self.packages.entry(change).or_default().insert(id);
                 }
-                Step::Deploy {
-                    rpm,
-                    path,
-                    n,
-                    rollout,
-                    ..
-                } => {
-                    deployers
-                        .entry(path.clone())
-                        .or_default()
-                        .insert(id.clone());
+                Step::Deploy { rpm, .. } => {
                     let reinstalled = reinstalled.contains(rpm.as_str());
                     let health = registered.health_check(rpm).filter(|_| !reinstalled);
-                    let node = rollouts.entry(path.clone()).or_insert_with(|| {
-                        node_rollout(candidate.tree, path, rollout, health, facts)
-                    });
-                    if node.health != health {
-                        node.health = None;
-                    }
-                    node.changes |= reinstalled || !routine(step, &installed);
-                    if !routine(step, &installed) {
-                        instances
-                            .entry(InstanceChange {
-                                change: "add",
-                                path: path.clone(),
-                                n: *n,
-                                rpm: rpm.clone(),
-                            })
-                            .or_default()
-                            .insert(id.clone());
-                    }
+                    self.add_deploy(step, id, installed, reinstalled, health, candidate, facts);
                 }
                 Step::Undeploy { rpm, path, n, .. } => {
-                    instances
-                        .entry(InstanceChange {
-                            change: "remove",
-                            path: path.clone(),
-                            n: *n,
-                            rpm: rpm.clone(),
-                        })
-                        .or_default()
-                        .insert(id.clone());
+                    let change = InstanceChange {
+                        change: "remove",
+                        path: path.clone(),
+                        n: *n,
+                        rpm: rpm.clone(),
+                    };
+                    self.instances.entry(change).or_default().insert(id);
                 }
-                _ if !routine(step, &installed) => {
-                    other
-                        .entry(OtherChange {
-                            step: step.to_string(),
-                        })
-                        .or_default()
-                        .insert(id.clone());
+                _ if !routine(step, installed) => {
+                    let change = OtherChange {
+                        step: step.to_string(),
+                    };
+                    self.other.entry(change).or_default().insert(id);
                 }
                 _ => {}
             }
         }
-        out.hosts.push(hp);
     }
-    // Properties: each application node deployed in the candidate that exists in the current
-    // tree, compared once (links resolved on each side).
-    let mut cache: HashMap<String, Vec<PropertyChange>> = HashMap::new();
-    for (path, hosts) in &deployers {
-        let changes = cache.entry(path.clone()).or_insert_with(|| {
-            match (
-                current.properties(path),
-                resolved_props(candidate.tree, path),
-            ) {
-                (Some(old), Ok(new)) => property_changes(&old, &new),
-                _ => Vec::new(),
-            }
-        });
+
+    /// Adds a host's deploy step (`step`, a [`Step::Deploy`]): the node's deployers, its
+    /// rollout (its health check kept only while every host has the same), and an added
+    /// instance unless the step is routine.
+    #[allow(clippy::too_many_arguments)]
+    fn add_deploy<N: TreeSource>(
+        &mut self,
+        step: &Step,
+        id: String,
+        installed: &Installed,
+        reinstalled: bool,
+        health: Option<bool>,
+        candidate: &Indexed<'_, N>,
+        facts: &FleetFacts,
+    ) {
+        let Step::Deploy {
+            rpm,
+            path,
+            n,
+            rollout,
+            ..
+        } = step
+        else {
+            return;
+        };
+        self.deployers
+            .entry(path.clone())
+            .or_default()
+            .insert(id.clone());
+        let node = self
+            .rollouts
+            .entry(path.clone())
+            .or_insert_with(|| node_rollout(candidate.tree, path, rollout, health, facts));
+        if node.health != health {
+            node.health = None;
+        }
+        node.changes |= reinstalled || !routine(step, installed);
+        if !routine(step, installed) {
+            let change = InstanceChange {
+                change: "add",
+                path: path.clone(),
+                n: *n,
+                rpm: rpm.clone(),
+            };
+            self.instances.entry(change).or_default().insert(id);
+        }
+    }
+}
+
+/// Properties: each application node deployed in the candidate that exists in the current
+/// tree, compared once (links resolved on each side), with the hosts deploying it.
+fn property_groups<N: TreeSource>(
+    current: &dyn Current,
+    candidate: &Indexed<'_, N>,
+    deployers: &BTreeMap<String, BTreeSet<String>>,
+) -> Vec<Group<PropertiesChange>> {
+    let mut out = Vec::new();
+    for (path, hosts) in deployers {
+        let changes = match (
+            current.properties(path),
+            resolved_props(candidate.tree, path),
+        ) {
+            (Some(old), Ok(new)) => property_changes(&old, &new),
+            _ => Vec::new(),
+        };
         if !changes.is_empty() {
             let what = PropertiesChange {
                 path: path.clone(),
-                changes: changes.clone(),
+                changes,
             };
-            out.properties
-                .push(Group::of(what, hosts.iter().cloned().collect()));
+            out.push(Group::of(what, hosts.iter().cloned().collect()));
         }
     }
-    for group in &out.properties {
-        if let Some(node) = rollouts.get_mut(&group.what.path) {
-            node.changes = true;
-        }
-    }
-    out.rollouts = rollouts
-        .into_iter()
-        .map(|(path, what)| {
-            let hosts = deployers.get(&path);
-            Group::of(
-                what,
-                hosts
-                    .map(|h| h.iter().cloned().collect())
-                    .unwrap_or_default(),
-            )
-        })
-        .collect();
+    out
+}
+
+/// Sorts the planned hosts into changed, routine and idle, and counts them.
+fn sort_hosts(out: &mut FleetPlan) {
     // A host re-running a deployment with new settings has changes too.
     let resettled: BTreeSet<&String> = out.properties.iter().flat_map(|g| &g.hosts).collect();
     for hp in &mut out.hosts {
@@ -811,7 +801,62 @@ pub fn plan_fleet<N: TreeSource>(
         idle: out.idle.len(),
         without_inventory: out.without_inventory.len(),
     };
-    out.packages = groups(packages);
+}
+
+/// Plans every registered host and groups the changes.
+pub fn plan_fleet<N: TreeSource>(
+    current: &dyn Current,
+    candidate: &Indexed<'_, N>,
+    hosts: &[Registered],
+    facts: &FleetFacts,
+) -> FleetPlan {
+    let mut changes = Changes::default();
+    let mut out = FleetPlan {
+        registered: hosts.len(),
+        packages: Vec::new(),
+        instances: Vec::new(),
+        properties: Vec::new(),
+        other: Vec::new(),
+        failures: Vec::new(),
+        mixed_fleet: facts.mixed.clone(),
+        rollouts: Vec::new(),
+        counts: Counts::default(),
+        changed: Vec::new(),
+        routine: Vec::new(),
+        idle: Vec::new(),
+        without_inventory: Vec::new(),
+        hosts: Vec::new(),
+    };
+    for registered in hosts {
+        let (hp, installed) = plan_host(current, candidate, registered, facts);
+        if !hp.inventory {
+            out.without_inventory.push(hp.id.clone());
+        }
+        changes.add_host(&hp, &installed, registered, candidate, facts);
+        out.hosts.push(hp);
+    }
+    out.properties = property_groups(current, candidate, &changes.deployers);
+    for group in &out.properties {
+        if let Some(node) = changes.rollouts.get_mut(&group.what.path) {
+            node.changes = true;
+        }
+    }
+    let deployers = &changes.deployers;
+    out.rollouts = changes
+        .rollouts
+        .into_iter()
+        .map(|(path, what)| {
+            let hosts = deployers.get(&path);
+            Group::of(
+                what,
+                hosts
+                    .map(|h| h.iter().cloned().collect())
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    sort_hosts(&mut out);
+    out.packages = groups(changes.packages);
     let rank = |c: &str| {
         ["install", "upgrade", "downgrade", "change", "remove"]
             .iter()
@@ -820,9 +865,9 @@ pub fn plan_fleet<N: TreeSource>(
     };
     out.packages
         .sort_by(|a, b| (rank(a.what.change), &a.what).cmp(&(rank(b.what.change), &b.what)));
-    out.instances = groups(instances);
-    out.other = groups(other);
-    out.failures = groups(failures);
+    out.instances = groups(changes.instances);
+    out.other = groups(changes.other);
+    out.failures = groups(changes.failures);
     out
 }
 

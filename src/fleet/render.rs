@@ -93,29 +93,7 @@ fn version(v: &Option<String>) -> &str {
 /// `per_host` adds every host's steps.
 pub fn render(plan: &FleetPlan, revision: &str, cluster: &Value, per_host: bool) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "Plan for {} (cluster version now {}): {} registered host{}",
-        short(revision),
-        short(&crate::tree::literal::py_str(cluster)),
-        plan.registered,
-        if plan.registered == 1 { "" } else { "s" }
-    );
-    let _ = writeln!(
-        out,
-        "  hosts that change: {}; that only re-run what they have: {}; with nothing to do: {}",
-        plan.counts.changed, plan.counts.routine, plan.counts.idle
-    );
-    if plan.counts.without_inventory > 0 {
-        let _ = writeln!(
-            out,
-            "  without an inventory, planned as if converged on the current tree: {}",
-            counted_line(plan.counts.without_inventory, &plan.without_inventory)
-        );
-    }
-    if let Some(why) = &plan.mixed_fleet {
-        let _ = writeln!(out, "  mixed fleet: {why}");
-    }
+    header(&mut out, plan, revision, cluster);
     section(&mut out, "Packages:", &plan.packages, |p| match p.change {
         "install" => format!("install    {} {}", p.rpm, version(&p.to)),
         "remove" => match p.from.as_deref() {
@@ -144,6 +122,52 @@ pub fn render(plan: &FleetPlan, revision: &str, cluster: &Value, per_host: bool)
             text
         },
     );
+    rollout_section(&mut out, plan);
+    section(&mut out, "Other steps:", &plan.other, |o| o.step.clone());
+    section(
+        &mut out,
+        "Failures (these passes would fail before changing anything, and halt the cluster):",
+        &plan.failures,
+        |f| f.error.clone(),
+    );
+    if !plan.has_changes() && !plan.has_failures() {
+        out.push_str("\nNo changes: every host would only re-run what it has.\n");
+    }
+    if per_host {
+        hosts_section(&mut out, plan);
+    }
+    out
+}
+
+/// The plan's first lines: what is planned against what, and how many hosts change.
+fn header(out: &mut String, plan: &FleetPlan, revision: &str, cluster: &Value) {
+    let _ = writeln!(
+        out,
+        "Plan for {} (cluster version now {}): {} registered host{}",
+        short(revision),
+        short(&crate::tree::literal::py_str(cluster)),
+        plan.registered,
+        if plan.registered == 1 { "" } else { "s" }
+    );
+    let _ = writeln!(
+        out,
+        "  hosts that change: {}; that only re-run what they have: {}; with nothing to do: {}",
+        plan.counts.changed, plan.counts.routine, plan.counts.idle
+    );
+    if plan.counts.without_inventory > 0 {
+        let _ = writeln!(
+            out,
+            "  without an inventory, planned as if converged on the current tree: {}",
+            counted_line(plan.counts.without_inventory, &plan.without_inventory)
+        );
+    }
+    if let Some(why) = &plan.mixed_fleet {
+        let _ = writeln!(out, "  mixed fleet: {why}");
+    }
+}
+
+/// How the deployments that change roll out (those with other than the default rollout).
+fn rollout_section(out: &mut String, plan: &FleetPlan) {
     let rollouts: Vec<Group<NodeRollout>> = plan
         .rollouts
         .iter()
@@ -151,7 +175,7 @@ pub fn render(plan: &FleetPlan, revision: &str, cluster: &Value, per_host: bool)
         .cloned()
         .collect();
     section(
-        &mut out,
+        out,
         "Rollout (how the deployments that change go out across the fleet):",
         &rollouts,
         |r| {
@@ -181,20 +205,6 @@ pub fn render(plan: &FleetPlan, revision: &str, cluster: &Value, per_host: bool)
             "  (health check unknown: only a host knows; its inventory says so for the version it has installed)\n",
         );
     }
-    section(&mut out, "Other steps:", &plan.other, |o| o.step.clone());
-    section(
-        &mut out,
-        "Failures (these passes would fail before changing anything, and halt the cluster):",
-        &plan.failures,
-        |f| f.error.clone(),
-    );
-    if !plan.has_changes() && !plan.has_failures() {
-        out.push_str("\nNo changes: every host would only re-run what it has.\n");
-    }
-    if per_host {
-        hosts_section(&mut out, plan);
-    }
-    out
 }
 
 /// Every host's steps (`plan --per-host`), as `deploy --dry-run` prints them.

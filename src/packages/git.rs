@@ -261,25 +261,7 @@ fn checkout_blocking(
             .clone(location, dir)
             .map_err(git("clone"))?
     };
-    {
-        let mut remote = repo.find_remote("origin").map_err(git("fetch"))?;
-        let mut options = crate::gitauth::fetch_options();
-        // `All`, not the default auto-follow: auto-followed tags never overwrite local ones,
-        // and a tag moved at LOCATION must move here too.
-        options
-            .prune(FetchPrune::On)
-            .download_tags(AutotagOption::All);
-        remote
-            .fetch(
-                &[
-                    "+refs/heads/*:refs/remotes/origin/*",
-                    "+refs/tags/*:refs/tags/*",
-                ],
-                Some(&mut options),
-                None,
-            )
-            .map_err(git("fetch"))?;
-    }
+    fetch_origin(&repo).map_err(git("fetch"))?;
     let commit = resolve(&repo, &wanted.reference).map_err(|e| GitError::Git {
         what: "resolve",
         location: location.to_string(),
@@ -309,6 +291,25 @@ fn checkout_blocking(
     let built = read_marker(dir, BUILT_MARKER);
     let needs_build = built.as_deref() != Some(commit.as_str());
     Ok((commit, needs_build))
+}
+
+/// Fetches every branch and tag of `origin`, pruning what is gone there.
+fn fetch_origin(repo: &Repository) -> Result<(), git2::Error> {
+    let mut remote = repo.find_remote("origin")?;
+    let mut options = crate::gitauth::fetch_options();
+    // `All`, not the default auto-follow: auto-followed tags never overwrite local ones,
+    // and a tag moved at LOCATION must move here too.
+    options
+        .prune(FetchPrune::On)
+        .download_tags(AutotagOption::All);
+    remote.fetch(
+        &[
+            "+refs/heads/*:refs/remotes/origin/*",
+            "+refs/tags/*:refs/tags/*",
+        ],
+        Some(&mut options),
+        None,
+    )
 }
 
 /// REF as `refs/remotes/origin/REF`, else `refs/tags/REF`, else a full or abbreviated commit

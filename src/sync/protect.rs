@@ -88,28 +88,7 @@ pub async fn protect(
         (NODE_PAUSES.to_string(), owned.clone()),
     ];
     nodes.push((NODE_STATE.to_string(), register.clone()));
-    // Every persistent node under the repository's roots as it is now (after the apply):
-    // the nodes its files define and any other node found there (a node left untrimmed under
-    // a `.zkx` overlay is discovered by agents like any other). Ephemeral nodes belong to
-    // their sessions and are left alone.
-    let persistent = ReadOptions {
-        include_ephemeral: false,
-        skip: &|_| false,
-    };
-    let mut owned_paths = Vec::new();
-    let roots = desired
-        .roots()
-        .iter()
-        .map(|r| join("/", r))
-        .collect::<Vec<_>>();
-    for root in roots.iter().map(String::as_str).chain([DEPLOYMENT_INDEX]) {
-        if SHARED.contains(&root) {
-            continue;
-        }
-        if let Some(node) = read_subtree(client, root, &persistent).await? {
-            znode_paths(root, &node, &mut |p| owned_paths.push(p));
-        }
-    }
+    let owned_paths = owned_paths(client, desired).await?;
     nodes.extend(owned_paths.into_iter().map(|p| (p, owned.clone())));
     // Shared nodes a `.zkx` file defines (role lock nodes) stay open to every host.
     for (name, node) in &desired.tree.children {
@@ -134,6 +113,32 @@ pub async fn protect(
         );
     }
     Ok(repaired)
+}
+
+/// Every persistent node under the repository's roots as it is now (after the apply), and
+/// under the deployment index: the nodes its files define and any other node found there (a
+/// node left untrimmed under a `.zkx` overlay is discovered by agents like any other).
+/// Ephemeral nodes belong to their sessions and are left alone; shared roots are left out.
+async fn owned_paths(client: &Client, desired: &Desired) -> Result<Vec<String>, ZkError> {
+    let persistent = ReadOptions {
+        include_ephemeral: false,
+        skip: &|_| false,
+    };
+    let mut owned_paths = Vec::new();
+    let roots = desired
+        .roots()
+        .iter()
+        .map(|r| join("/", r))
+        .collect::<Vec<_>>();
+    for root in roots.iter().map(String::as_str).chain([DEPLOYMENT_INDEX]) {
+        if SHARED.contains(&root) {
+            continue;
+        }
+        if let Some(node) = read_subtree(client, root, &persistent).await? {
+            znode_paths(root, &node, &mut |p| owned_paths.push(p));
+        }
+    }
+    Ok(owned_paths)
 }
 
 /// Checks and repairs the ACLs of `/deployment-index` and its children only (after a new

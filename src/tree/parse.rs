@@ -277,30 +277,7 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
         let indent = (line.chars().count() - stripped.chars().count()) as isize;
         let item = classify(stripped, lineno)?;
 
-        let top_indent = stack.last().map(|e| e.0).unwrap_or(-1);
-        if indent > top_indent {
-            if !matches!(stack.last(), Some((_, Entry::Node(_)))) {
-                return Err(err(
-                    lineno,
-                    format!("Can't indent under properties: {}", quoted(line)),
-                ));
-            }
-            stack.push((indent, Entry::Prop));
-        } else {
-            while stack.len() > 1 && indent < stack[stack.len() - 1].0 {
-                stack.pop();
-            }
-            if indent > stack[stack.len() - 1].0 {
-                return Err(err(
-                    lineno,
-                    format!("Invalid indentation: {}", quoted(stripped)),
-                ));
-            }
-        }
-        let parent = match stack[stack.len() - 2].1 {
-            Entry::Node(idx) => idx,
-            Entry::Prop => unreachable!("a property never has entries above it"),
-        };
+        let parent = place(&mut stack, indent, line, stripped, lineno)?;
         match item {
             Item::Node { name, kind } => {
                 if let Some(why) = bad_node_name(&name) {
@@ -350,6 +327,43 @@ pub fn parse(text: &str) -> Result<Node, ParseError> {
     let root = assemble(&mut arena, 0);
     check_sizes(&root, "")?;
     Ok(root)
+}
+
+/// Places a line indented by `indent` on the indentation `stack`: a deeper line goes under
+/// the entry above it (which must be a node), a shallower one closes entries down to its
+/// level (which must exist). Returns the arena index of the line's parent node; the line's
+/// own entry is the stack's top (a property until the caller says otherwise).
+fn place(
+    stack: &mut Vec<(isize, Entry)>,
+    indent: isize,
+    line: &str,
+    stripped: &str,
+    lineno: usize,
+) -> Result<usize, ParseError> {
+    let top_indent = stack.last().map(|e| e.0).unwrap_or(-1);
+    if indent > top_indent {
+        if !matches!(stack.last(), Some((_, Entry::Node(_)))) {
+            return Err(err(
+                lineno,
+                format!("Can't indent under properties: {}", quoted(line)),
+            ));
+        }
+        stack.push((indent, Entry::Prop));
+    } else {
+        while stack.len() > 1 && indent < stack[stack.len() - 1].0 {
+            stack.pop();
+        }
+        if indent > stack[stack.len() - 1].0 {
+            return Err(err(
+                lineno,
+                format!("Invalid indentation: {}", quoted(stripped)),
+            ));
+        }
+    }
+    match stack[stack.len() - 2].1 {
+        Entry::Node(idx) => Ok(idx),
+        Entry::Prop => unreachable!("a property never has entries above it"),
+    }
 }
 
 /// Refuses a node whose write ZooKeeper would not take (its path and its properties, encoded,

@@ -421,28 +421,11 @@ pub async fn read_index(
     let guessed = guessed_generations(guess);
     let mut first = vec![super::paths::HOSTS.to_string(), INDEX.to_string()];
     first.extend(guessed.iter().flat_map(|g| entries(g)));
-    let fixed = first.len();
-    if fixed + guess.nodes.len() <= BATCH {
-        first.extend(guess.nodes.iter().cloned());
-    }
-    let wants: Vec<Want> = first.iter().cloned().map(Want::Data).collect();
-    let mut results = read_at_once(client, &wants).await?;
-    let ahead: Vec<(String, MultiReadResult)> = first
-        .split_off(fixed)
-        .into_iter()
-        .zip(results.split_off(fixed))
-        .collect();
-    let mut got = first
-        .iter()
-        .zip(results)
-        .map(|(path, result)| {
-            Ok(data_and_stat(path, result)?.map(|(data, stat)| (decode(&data), stat.mzxid)))
-        })
-        .collect::<Result<Vec<_>, ZkError>>()?;
+    let (mut got, ahead, reads) = read_first(client, first, &guess.nodes).await?;
     let mut read = IndexRead {
         answer: IndexAnswer::Unusable(String::new()),
         generation: None,
-        reads: wants.len(),
+        reads,
         hit: false,
         ahead,
         version: None,
@@ -451,31 +434,13 @@ pub async fn read_index(
         read.answer = IndexAnswer::Unusable(why);
         Ok(read)
     };
-    let (Some((hosts, hosts_mzxid)), Some((root, root_mzxid))) = (got.remove(0), got.remove(0))
-    else {
+    let (Some(hosts), Some((root, root_mzxid))) = (got.remove(0), got.remove(0)) else {
         return unusable(read, "no /hosts or no index".into());
     };
-    if root.get("format").and_then(Value::as_u64) != Some(FORMAT) {
-        return unusable(read, "unknown index format".into());
-    }
-    let (Some(version), Some(generation)) = (
-        root.get("version"),
-        root.get("generation").and_then(Value::as_str),
-    ) else {
-        return unusable(read, "the index describes no version".into());
+    let (version, generation) = match check_root(&hosts, &root, root_mzxid, acting_on) {
+        Ok(found) => found,
+        Err(why) => return unusable(read, why),
     };
-    if hosts_mzxid != root_mzxid {
-        return unusable(
-            read,
-            "/hosts was written after the index (resume, halt or another writer)".into(),
-        );
-    }
-    if hosts.get("version") != Some(version) || acting_on.is_some_and(|v| v != version) {
-        return unusable(read, "the index describes another version".into());
-    }
-    if generation_number(generation).is_none() {
-        return unusable(read, format!("bad generation name {generation:?}"));
-    }
     let wanted = entries(generation);
     match guessed.iter().position(|g| g == generation) {
         Some(i) => {
@@ -510,6 +475,68 @@ pub async fn read_index(
     read.generation = Some(generation.to_string());
     read.version = Some(version.clone());
     Ok(read)
+}
+
+/// A node's decoded data and `mzxid`, as [`read_index`] reads them (`None`: no node).
+type Read = Option<(Props, i64)>;
+
+/// [`read_index`]'s first multi-read: `first` (`/hosts`, the root, the guessed generations'
+/// entries) and, if they fit in one request, the guessed `nodes`. Returns what `first` read,
+/// the guessed nodes with their results, and the number of nodes read.
+async fn read_first(
+    client: &Client,
+    mut first: Vec<String>,
+    nodes: &[String],
+) -> Result<(Vec<Read>, Vec<(String, MultiReadResult)>, usize), ZkError> {
+    let fixed = first.len();
+    if fixed + nodes.len() <= BATCH {
+        first.extend(nodes.iter().cloned());
+    }
+    let wants: Vec<Want> = first.iter().cloned().map(Want::Data).collect();
+    let mut results = read_at_once(client, &wants).await?;
+    let ahead: Vec<(String, MultiReadResult)> = first
+        .split_off(fixed)
+        .into_iter()
+        .zip(results.split_off(fixed))
+        .collect();
+    let got = first
+        .iter()
+        .zip(results)
+        .map(|(path, result)| {
+            Ok(data_and_stat(path, result)?.map(|(data, stat)| (decode(&data), stat.mzxid)))
+        })
+        .collect::<Result<Vec<_>, ZkError>>()?;
+    Ok((got, ahead, wants.len()))
+}
+
+/// The version the index's `root` describes and its live generation, if the index may
+/// answer for `acting_on` (see the module doc): else why not. `hosts` is `/hosts` as read
+/// with the root.
+fn check_root<'r>(
+    (hosts, hosts_mzxid): &(Props, i64),
+    root: &'r Props,
+    root_mzxid: i64,
+    acting_on: Option<&Value>,
+) -> Result<(&'r Value, &'r str), String> {
+    if root.get("format").and_then(Value::as_u64) != Some(FORMAT) {
+        return Err("unknown index format".into());
+    }
+    let (Some(version), Some(generation)) = (
+        root.get("version"),
+        root.get("generation").and_then(Value::as_str),
+    ) else {
+        return Err("the index describes no version".into());
+    };
+    if *hosts_mzxid != root_mzxid {
+        return Err("/hosts was written after the index (resume, halt or another writer)".into());
+    }
+    if hosts.get("version") != Some(version) || acting_on.is_some_and(|v| v != version) {
+        return Err("the index describes another version".into());
+    }
+    if generation_number(generation).is_none() {
+        return Err(format!("bad generation name {generation:?}"));
+    }
+    Ok((version, generation))
 }
 
 /// Why an index reading is not used: stale or malformed (logged as information), or wrong,

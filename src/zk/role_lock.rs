@@ -102,29 +102,8 @@ pub async fn enter(
         client.create(&prefix, data.as_bytes(), &mode),
     )
     .await?;
-    let mut ours = format!("{REQUEST_PREFIX}{seq}");
-    let all = requests(client, &path).await?;
-    let mine: Vec<&String> = all
-        .iter()
-        .filter(|(_, who)| who.as_deref() == Some(host_id))
-        .map(|(name, _)| name)
-        .collect();
-    if let Some(first_ours) = mine.first() {
-        if **first_ours != ours {
-            tracing::info!("re-adopting our earlier role lock request {first_ours}");
-        }
-        // Only the first request of ours may stay: another one (left by a pass cut off
-        // between creating its request and adopting an earlier one) would block the role
-        // for every other host until this one runs a pass again, which may be never.
-        for extra in mine.iter().skip(1) {
-            let node = join(&path, extra);
-            match call_retrying("delete", &node, || client.delete(&node, None)).await {
-                Err(e) if !e.is_no_node() => return Err(e.into()),
-                _ => {}
-            }
-        }
-        ours = (*first_ours).clone();
-    }
+    let ours =
+        adopt_first_request(client, &path, host_id, format!("{REQUEST_PREFIX}{seq}")).await?;
     let mut logged: Option<String> = None;
     loop {
         let (names, _, watcher) =
@@ -174,6 +153,39 @@ pub async fn enter(
     Ok(RoleLock {
         request: join(&path, &ours),
     })
+}
+
+/// The request of this host (`host_id`) that stays in the role lock at `path`: its first
+/// one (`created` unless an earlier one is left); any other request of its own is deleted.
+async fn adopt_first_request(
+    client: &Client,
+    path: &str,
+    host_id: &str,
+    created: String,
+) -> Result<String, RoleLockError> {
+    let all = requests(client, path).await?;
+    let mine: Vec<&String> = all
+        .iter()
+        .filter(|(_, who)| who.as_deref() == Some(host_id))
+        .map(|(name, _)| name)
+        .collect();
+    let Some(first_ours) = mine.first() else {
+        return Ok(created);
+    };
+    if **first_ours != created {
+        tracing::info!("re-adopting our earlier role lock request {first_ours}");
+    }
+    // Only the first request of ours may stay: another one (left by a pass cut off between
+    // creating its request and adopting an earlier one) would block the role for every other
+    // host until this one runs a pass again, which may be never.
+    for extra in mine.iter().skip(1) {
+        let node = join(path, extra);
+        match call_retrying("delete", &node, || client.delete(&node, None)).await {
+            Err(e) if !e.is_no_node() => return Err(e.into()),
+            _ => {}
+        }
+    }
+    Ok((*first_ours).clone())
 }
 
 /// `hostname (requestor)` of a request node, as far as it can be read.

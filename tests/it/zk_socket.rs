@@ -1,6 +1,7 @@
 //! The ZooKeeper connection itself: the client the agent and every command use sets
-//! `TCP_NODELAY` (vendor/README.md), so a batch of pipelined requests is never held back by
-//! Nagle's algorithm until the server has answered its first part.
+//! `TCP_NODELAY` (vendor/README.md, `patches/0002-tcp-nodelay.patch`), so a batch of
+//! pipelined requests is never held back by Nagle's algorithm until the server has answered
+//! its first part.
 
 use crate::support;
 
@@ -67,48 +68,4 @@ async fn the_zookeeper_connection_sets_tcp_nodelay() {
             "fd {fd} to ZooKeeper ({address}) has no TCP_NODELAY"
         );
     }
-}
-
-/// The voluntary context switches of this process's threads named `name`, summed (0 when
-/// there is none).
-fn switches_of_threads_named(name: &str) -> u64 {
-    let mut total = 0;
-    for entry in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
-        let dir = entry.expect("task entry").path();
-        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        if comm.trim_end() != name {
-            continue;
-        }
-        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
-        total += status
-            .lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    total
-}
-
-/// The client reads its answers on the runtime that polls it (tokio's own socket), not
-/// through `async-io`'s reactor thread, which woke once for every answer and then woke the
-/// runtime's thread (vendor/README.md). That thread still serves the client's timers (a
-/// session tick every 500 ms with 10 s sessions, 2–4 wake-ups a second): 200 requests
-/// answered one after the other, in milliseconds, must not wake it 200 times.
-#[tokio::test(flavor = "current_thread")]
-async fn answers_are_read_by_the_runtime_not_a_reactor_thread() {
-    let conn = support::chroot("own-socket").await;
-    let client = connect(&ConnectOptions::new(conn.clone()))
-        .await
-        .expect("connected");
-    client.check_stat("/").await.expect("stat /");
-    let before = switches_of_threads_named("async-io");
-    const REQUESTS: u64 = 200;
-    for _ in 0..REQUESTS {
-        client.check_stat("/").await.expect("stat /");
-    }
-    let woken = switches_of_threads_named("async-io") - before;
-    assert!(
-        woken < REQUESTS / 4,
-        "the async-io thread woke {woken} times for {REQUESTS} answers"
-    );
 }

@@ -176,7 +176,7 @@ pub struct IterableEndpoints {
     endpoints: Vec<Endpoint>,
 }
 
-/// The longest wait between two rounds of connection attempts (zkdeployment's change).
+/// The longest wait between two rounds of connection attempts.
 const MAX_ROUND_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Copy, Clone, Debug)]
@@ -237,9 +237,8 @@ impl IterableEndpoints {
         if index.offset == 0 {
             let jitter = Duration::from_millis(fastrand::u32(0..100).into());
             let base = Duration::from_millis(1000).min(unit * size as u32);
-            // zkdeployment: the wait between two rounds of the servers doubles up to a second,
-            // no more (it grew without bound, so a client left its last seconds before its
-            // session's end untried: see vendor/README.md).
+            // The wait between two rounds of the servers doubles up to a second, no more:
+            // unbounded, it left a client's last seconds before its session's end untried.
             base.saturating_mul(2u32.saturating_pow(index.cycles as u32 - 1))
                 .min(MAX_ROUND_WAIT)
                 .saturating_add(jitter)

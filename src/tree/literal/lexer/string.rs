@@ -92,52 +92,58 @@ impl Lexer {
                 }
                 continue;
             }
-            match n {
-                '\n' => {}
-                '\r' => {
-                    if self.at(self.pos) == Some('\n') {
-                        self.pos += 1;
-                    }
-                }
-                '\\' | '\'' | '"' => out.push(n),
-                'a' => out.push('\x07'),
-                'b' => out.push('\x08'),
-                'f' => out.push('\x0c'),
-                'n' => out.push('\n'),
-                'r' => out.push('\r'),
-                't' => out.push('\t'),
-                'v' => out.push('\x0b'),
-                '0'..='7' => {
-                    let mut code = n.to_digit(8).unwrap_or(0);
-                    for _ in 0..2 {
-                        match self.at(self.pos).and_then(|c| c.to_digit(8)) {
-                            Some(d) => {
-                                code = code * 8 + d;
-                                self.pos += 1;
-                            }
-                            None => break,
-                        }
-                    }
-                    if bytes {
-                        code &= 0xff;
-                    }
-                    // At most 0o777: always a valid scalar value.
-                    out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
-                }
-                'x' => {
-                    let code = self.hex_code(2, "\\xXX")?;
-                    out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
-                }
-                'u' | 'U' if !bytes => {
-                    out.push(self.unicode_escape(if n == 'u' { 4 } else { 8 })?)
-                }
-                'N' if !bytes => return Err(err("unsupported: \\N{...} escape")),
-                _ => {
-                    out.push('\\');
-                    out.push(n);
+            self.escape(n, bytes, &mut out)?;
+        }
+    }
+
+    /// The escape whose letter is `n` (it and its backslash consumed) in a string that is
+    /// not raw, added to `out`; `bytes` for a bytes literal (octal escapes taken modulo 256,
+    /// no `\u`, `\U`, `\N`). An unknown escape stays as written.
+    fn escape(&mut self, n: char, bytes: bool, out: &mut String) -> Result<(), LiteralError> {
+        match n {
+            '\n' => {}
+            '\r' => {
+                if self.at(self.pos) == Some('\n') {
+                    self.pos += 1;
                 }
             }
+            '\\' | '\'' | '"' => out.push(n),
+            'a' => out.push('\x07'),
+            'b' => out.push('\x08'),
+            'f' => out.push('\x0c'),
+            'n' => out.push('\n'),
+            'r' => out.push('\r'),
+            't' => out.push('\t'),
+            'v' => out.push('\x0b'),
+            '0'..='7' => {
+                let mut code = n.to_digit(8).unwrap_or(0);
+                for _ in 0..2 {
+                    match self.at(self.pos).and_then(|c| c.to_digit(8)) {
+                        Some(d) => {
+                            code = code * 8 + d;
+                            self.pos += 1;
+                        }
+                        None => break,
+                    }
+                }
+                if bytes {
+                    code &= 0xff;
+                }
+                // At most 0o777: always a valid scalar value.
+                out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
+            }
+            'x' => {
+                let code = self.hex_code(2, "\\xXX")?;
+                out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
+            }
+            'u' | 'U' if !bytes => out.push(self.unicode_escape(if n == 'u' { 4 } else { 8 })?),
+            'N' if !bytes => return Err(err("unsupported: \\N{...} escape")),
+            _ => {
+                out.push('\\');
+                out.push(n);
+            }
         }
+        Ok(())
     }
 }
 

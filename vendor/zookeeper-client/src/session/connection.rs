@@ -4,7 +4,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_io::Timer;
-#[cfg(not(feature = "tokio"))]
 use async_net::TcpStream;
 use asyncs::select;
 use bytes::buf::BufMut;
@@ -25,62 +24,7 @@ use crate::tls::TlsClient;
 pub enum Connection {
     Raw(TcpStream),
     #[cfg(feature = "tls")]
-    Tls(Box<TlsStream<async_net::TcpStream>>),
-}
-
-/// zkdeployment: with the `tokio` feature the plain connection is tokio's own socket, driven
-/// by the caller's tokio runtime. `async_net`'s socket is driven by `async-io`'s reactor
-/// thread: every answer from the server woke that thread first, which then woke the
-/// runtime's thread (two thread wake-ups per answer instead of one, and CPU spent on both).
-#[cfg(feature = "tokio")]
-#[derive(Debug)]
-pub struct TcpStream(tokio::net::TcpStream);
-
-#[cfg(feature = "tokio")]
-impl TcpStream {
-    async fn connect(addr: (&str, u16)) -> Result<Self> {
-        tokio::net::TcpStream::connect(addr).await.map(Self)
-    }
-
-    fn set_nodelay(&self, nodelay: bool) -> Result<()> {
-        self.0.set_nodelay(nodelay)
-    }
-}
-
-#[cfg(feature = "tokio")]
-impl AsyncRead for TcpStream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<Result<usize>> {
-        // As `async-net`: nothing to read into is answered at once (tokio would wait for the
-        // socket to be readable first).
-        if buf.is_empty() {
-            return Poll::Ready(Ok(0));
-        }
-        let mut read = tokio::io::ReadBuf::new(buf);
-        match tokio::io::AsyncRead::poll_read(Pin::new(&mut self.get_mut().0), cx, &mut read) {
-            Poll::Ready(Ok(())) => Poll::Ready(Ok(read.filled().len())),
-            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-#[cfg(feature = "tokio")]
-impl AsyncWrite for TcpStream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<Result<usize>> {
-        tokio::io::AsyncWrite::poll_write(Pin::new(&mut self.get_mut().0), cx, buf)
-    }
-
-    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<Result<usize>> {
-        tokio::io::AsyncWrite::poll_write_vectored(Pin::new(&mut self.get_mut().0), cx, bufs)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        tokio::io::AsyncWrite::poll_flush(Pin::new(&mut self.get_mut().0), cx)
-    }
-
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        tokio::io::AsyncWrite::poll_shutdown(Pin::new(&mut self.get_mut().0), cx)
-    }
+    Tls(Box<TlsStream<TcpStream>>),
 }
 
 pub trait AsyncReadToBuf: AsyncReadExt {
@@ -190,7 +134,7 @@ impl Connection {
     }
 
     #[cfg(feature = "tls")]
-    pub fn new_tls(stream: TlsStream<async_net::TcpStream>) -> Self {
+    pub fn new_tls(stream: TlsStream<TcpStream>) -> Self {
         Self::Tls(stream.into())
     }
 
@@ -255,8 +199,8 @@ impl Connector {
             return Err(Error::new(ErrorKind::Unsupported, "tls not supported"));
         }
         let stream = TcpStream::connect((endpoint.host, endpoint.port)).await?;
-        // zkdeployment: requests are small and pipelined; without TCP_NODELAY, Nagle's
-        // algorithm holds a second write until the first is acknowledged (a round trip).
+        // Requests are small and often pipelined: without TCP_NODELAY, Nagle's algorithm holds
+        // a second write until the first is acknowledged, that is until the server answers.
         stream.set_nodelay(true)?;
         Ok(Connection::new_raw(stream))
     }

@@ -562,24 +562,18 @@ impl Session {
                     r?;
                     self.last_send = Instant::now();
                 },
-                r = requester.next(), if !channel_halted => {
-                    // zkdeployment: every request already queued is taken before the next
-                    // write, so that requests issued together go out in one write (one
-                    // syscall, one wake-up of the server) instead of one write each.
-                    let mut next = r;
-                    let mut taken = 0;
-                    loop {
-                        let open = next.is_some();
-                        self.take_request(next, depot, &mut channel_halted);
-                        taken += 1;
-                        if !open || taken >= Self::MAX_REQUESTS_PER_WRITE {
-                            break;
+                r = requester.next(), if !channel_halted => match r {
+                    None => {
+                        if !self.detached {
+                            depot.push_session(SessionOperation::new_without_body(OpCode::CloseSession));
                         }
-                        match requester.try_recv() {
-                            Ok(r) => next = Some(r),
-                            Err(mpsc::TryRecvError::Closed) => next = None,
-                            Err(mpsc::TryRecvError::Empty) => break,
-                        }
+                        channel_halted = true;
+                    }
+                    Some(Request::Session(operation)) => depot.push_session(operation),
+                    Some(Request::RemoveWatcher {
+                        id, responser
+                    }) => {
+                        self.watch_manager.remove_watcher(id, responser, depot);
                     }
                 },
                 now = tick.as_mut() => {
@@ -594,25 +588,6 @@ impl Session {
         }
         writer.flush().await.map_err(Error::other)?;
         Err(err.unwrap_or(Error::ClientClosed))
-    }
-
-    /// zkdeployment: the most requests taken from the channel before a write.
-    const MAX_REQUESTS_PER_WRITE: usize = 256;
-
-    /// zkdeployment: one request from the channel (`None`: the channel is closed).
-    fn take_request(&mut self, r: Option<Request>, depot: &mut Depot, channel_halted: &mut bool) {
-        match r {
-            None => {
-                if !self.detached {
-                    depot.push_session(SessionOperation::new_without_body(OpCode::CloseSession));
-                }
-                *channel_halted = true;
-            },
-            Some(Request::Session(operation)) => depot.push_session(operation),
-            Some(Request::RemoveWatcher { id, responser }) => {
-                self.watch_manager.remove_watcher(id, responser, depot);
-            },
-        }
     }
 
     fn send_ping(&mut self, depot: &mut Depot, now: Instant) {

@@ -164,7 +164,7 @@ impl TlsClient {
 
     pub async fn connect(&self, host: &str, port: u16) -> std::io::Result<TlsStream<TcpStream>> {
         let stream = TcpStream::connect((host, port)).await?;
-        // zkdeployment: see `connect_endpoint` (TCP_NODELAY).
+        // See `connect_endpoint` in src/session/connection.rs (TCP_NODELAY).
         stream.set_nodelay(true)?;
         let domain = ServerName::try_from(host).unwrap().to_owned();
         self.inner.connect(domain, stream).await
