@@ -138,16 +138,7 @@ pub(crate) async fn try_enter(pass: &Pass<'_>, node: &Node<'_>) -> Result<Entry,
             }),
         };
     }
-    let record = lease_record(pass, node);
-    let sem = node.semaphore();
-    let semaphore = Semaphore::new(client, &sem, &id, node.rollout.parallel);
-    match semaphore.try_acquire(Some(&record)).await? {
-        Attempt::Acquired(lease) => settle_lease(pass, node, lease).await,
-        Attempt::Busy(_) => Ok(Entry::Busy {
-            who: format!("{} lease holders", node.rollout.parallel),
-            queue: Queue::Semaphore,
-        }),
-    }
+    try_enter_leased(pass, node).await
 }
 
 /// Waits for `node` as `queue` says, at most until `deadline`, unless `cancel` resolves
@@ -270,7 +261,7 @@ async fn settle_lock(
     }
 }
 
-/// [`try_enter`] for a node whose canaries are done.
+/// [`try_enter`] for a node with K > 1 whose canaries are done: a lease.
 async fn try_enter_leased(pass: &Pass<'_>, node: &Node<'_>) -> Result<Entry, Interrupt> {
     let client = &pass.agent.client;
     let (sem, record) = (node.semaphore(), lease_record(pass, node));

@@ -246,15 +246,7 @@ impl Agent {
             }
             Err(Interrupt::Abandon(why)) => {
                 tracing::warn!("Abandoning deployment because {why}");
-                let text = format!("abandoned ({why})");
-                pass.final_status(&text, ReportOutcome::Abandoned, Some(why.clone()), None)
-                    .await;
-                pass.metrics.passes_abandoned += 1;
-                (
-                    PassOutcome::Abandoned(why.clone()),
-                    ReportOutcome::Abandoned,
-                    Some(why),
-                )
+                ended_abandoned(&mut pass, &format!("abandoned ({why})"), why).await
             }
             Err(Interrupt::Blocked(paths)) => ended_blocked(&mut pass, &paths).await,
             Err(Interrupt::Fail(failure)) => {
@@ -528,8 +520,16 @@ async fn ended_blocked(
     let why = format!("blocked by {}", paths.join(", "));
     tracing::warn!("Not recording version {}: {why}", py_str(&pass.version));
     let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
-    let text = super::status::blocked_status(&refs);
-    pass.final_status(&text, ReportOutcome::Abandoned, Some(why.clone()), None)
+    ended_abandoned(pass, &super::status::blocked_status(&refs), why).await
+}
+
+/// A pass that stopped early on purpose: its status `text`, `why` in its report.
+async fn ended_abandoned(
+    pass: &mut Pass<'_>,
+    text: &str,
+    why: String,
+) -> (PassOutcome, ReportOutcome, Option<String>) {
+    pass.final_status(text, ReportOutcome::Abandoned, Some(why.clone()), None)
         .await;
     pass.metrics.passes_abandoned += 1;
     (
