@@ -59,6 +59,11 @@ eval "$zk_vars"
 export ZKD_TEST_ZK=$ZK_CONNECT
 zkd_note "ZKD_TEST_ZK=$ZKD_TEST_ZK (log: $ZK_LOG)"
 
+# The property tests draw the same cases on every run of this command (CI included), so a
+# red run is the code's, never the dice's; `cargo test` run by hand draws new ones (set
+# PROPTEST_RNG_SEED to replay a run).
+export PROPTEST_RNG_SEED=${PROPTEST_RNG_SEED:-20261129}
+
 runner=cargo
 if [[ ${ZKD_TEST_RUNNER:-} != cargo ]] && cargo nextest --version >/dev/null 2>&1; then
   runner=nextest

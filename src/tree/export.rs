@@ -45,7 +45,9 @@ fn head(name: &str, node: &Node) -> (Line, bool) {
                 name: name.to_string(),
                 kind: Some(kind.clone()),
             };
-            if !kind.is_empty() && classify(&text, 0).as_ref() == Ok(&want) {
+            // Read back as the parser reads a line: its trailing blanks dropped first.
+            let read = classify(text.trim_end_matches(is_blank), 0);
+            if !kind.is_empty() && read.as_ref() == Ok(&want) {
                 return ((text, Some(want)), true);
             }
         }
