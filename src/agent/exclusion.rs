@@ -120,7 +120,7 @@ pub(crate) enum Entry {
 }
 
 /// The identifier a host's contenders and leases hold: `<name> (<id>)`.
-pub(crate) fn identifier(pass: &Pass<'_>) -> String {
+fn identifier(pass: &Pass<'_>) -> String {
     let host = &pass.agent.host;
     format!("{} ({})", host.name, host.id)
 }
@@ -180,12 +180,20 @@ async fn in_canary_phase(client: &Client, node: &Node<'_>) -> Result<bool, ZkErr
     if node.rollout.canary == 0 || !node.leased() {
         return Ok(false);
     }
-    let props = match call_retrying("get", node.lock, || client.get_data(node.lock)).await {
-        Ok((data, _)) => decode(&data),
-        Err(e) if e.is_no_node() => Props::default(),
-        Err(e) => return Err(e),
-    };
-    Ok(!canaries_done(&props, node))
+    let props = read_lock_node(client, node.lock).await?.map(|(p, _)| p);
+    Ok(!canaries_done(&props.unwrap_or_default(), node))
+}
+
+/// The node lock's data and stat (`None` while the lock node does not exist).
+async fn read_lock_node(
+    client: &Client,
+    lock: &str,
+) -> Result<Option<(Props, zookeeper_client::Stat)>, ZkError> {
+    match call_retrying("get", lock, || client.get_data(lock)).await {
+        Ok((data, stat)) => Ok(Some((decode(&data), stat))),
+        Err(e) if e.is_no_node() => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 fn canaries_done(props: &Props, node: &Node<'_>) -> bool {
@@ -379,12 +387,9 @@ async fn look_after_lease(
     if let Some(message) = dead_lease_holder(pass, &node.semaphore(), Some(lease.name())).await? {
         return Ok(Some(Err(message)));
     }
-    let (data, stat) = match call_retrying("get", node.lock, || client.get_data(node.lock)).await {
-        Ok(read) => read,
-        Err(e) if e.is_no_node() => return Ok(None),
-        Err(e) => return Err(e),
+    let Some((props, stat)) = read_lock_node(client, node.lock).await? else {
+        return Ok(None);
     };
-    let props = decode(&data);
     let Some(rec) = lock_record(&props) else {
         return Ok(None);
     };

@@ -7,7 +7,7 @@
 //! transaction each, [`crate::zk::recipe::semaphore`]). A live holder's record goes when it
 //! lets go of its place, or before. So a record still there when its place is seen free was
 //! left by a holder that died mid-step: the host that finds it halts the cluster naming it
-//! ([`halt_for_dead_holder`]), and clears it. A record left by this very process (an earlier
+//! ([`halting`]), and clears it. A record left by this very process (an earlier
 //! session) is cleared silently.
 
 use serde_json::{json, Value};
@@ -68,25 +68,15 @@ pub(crate) fn lock_record(props: &Props) -> Option<&serde_json::Map<String, Valu
     }
 }
 
-/// Halts the cluster for a holder that died mid-step, and gives the interrupt that ends this
-/// host's step.
-pub(crate) async fn halt_for_dead_holder(
-    pass: &Pass<'_>,
-    message: String,
-) -> Result<Interrupt, ZkError> {
-    let agent = pass.agent;
-    halt(&agent.client, &agent.host, &pass.version, &message).await?;
-    Ok(Interrupt::Fail(Failure {
-        error: StepError::DiedInFlight(message),
-        halted: true,
-    }))
-}
-
-/// [`halt_for_dead_holder`] as the pass's outcome: the halt's interrupt, or the error that
-/// kept the halt from being recorded.
+/// Halts the cluster for a holder that died mid-step: the interrupt that ends this host's
+/// step, or the error that kept the halt from being recorded.
 pub(crate) async fn halting(pass: &Pass<'_>, message: String) -> Interrupt {
-    match halt_for_dead_holder(pass, message).await {
-        Ok(interrupt) => interrupt,
+    let agent = pass.agent;
+    match halt(&agent.client, &agent.host, &pass.version, &message).await {
+        Ok(()) => Interrupt::Fail(Failure {
+            error: StepError::DiedInFlight(message),
+            halted: true,
+        }),
         Err(e) => e.into(),
     }
 }
