@@ -2,8 +2,9 @@
 //! repository and runs the real `zkdeployment sync` every second or so; sometimes it is
 //! killed mid-apply, a nemesis fault), the operator (notices every halt, records it, and
 //! resumes it after a moment with the real `zkdeployment resume`, recording any other halt
-//! that resume says it cleared; samples the hosts' versions) and the supervisor (plays
-//! systemd: restarts an agent that exited 1).
+//! that resume says it cleared; journals node halts, node pauses and failure records and
+//! ends them with `resume PATH`, see `budget.rs`; samples the hosts' versions) and the
+//! supervisor (plays systemd: restarts an agent that exited 1).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -65,6 +66,7 @@ pub fn version_text(v: &Value) -> String {
 pub async fn operator(world: Arc<World>, mut rng: Rng, stop: Arc<std::sync::atomic::AtomicBool>) {
     let mut last_sample = 0.0;
     let mut seen = std::collections::BTreeSet::new();
+    let mut resumer = super::budget::Resumer::default();
     while !stop.load(Ordering::SeqCst) {
         tokio::time::sleep(Duration::from_millis(150)).await;
         let props = match world
@@ -92,6 +94,7 @@ pub async fn operator(world: Arc<World>, mut rng: Rng, stop: Arc<std::sync::atom
         }
         let key = props.get("halt").map(Value::to_string).unwrap_or_default();
         let still = props.get("version") == Some(&Value::Null);
+        let version = props.get("version").cloned().unwrap_or(Value::Null);
         let looked_at = props
             .get("halt")
             .map(|h| (text(h, "host"), text(h, "error")));
@@ -116,6 +119,9 @@ pub async fn operator(world: Arc<World>, mut rng: Rng, stop: Arc<std::sync::atom
                     }
                 }
             }
+        }
+        if let Some(present) = super::budget::observe(&world).await {
+            resumer.round(&world, &present, &version, &mut rng).await;
         }
         if now() - last_sample > 1.0 {
             last_sample = now();

@@ -1,4 +1,5 @@
-//! What the agents' own logs say, for the checker: when each agent process began each pass.
+//! What the agents' own logs say, for the checker: when each agent process began each pass,
+//! and what it did with a failure of a node with a failure budget ([`outcomes`]).
 //!
 //! An agent logs `Deploying version V` (INFO, with the default `tracing` timestamp
 //! `YYYY-MM-DDTHH:MM:SS.ffffffZ`, UTC, from the machine's one clock, as the scripts' `date
@@ -6,6 +7,8 @@
 //! the fleet is mixed, docs/design.md, "Exclusion") is made after that line.
 
 use std::path::Path;
+
+use super::world::Outcome;
 
 /// The times (seconds since the epoch) at which the agent whose output is `file` began its
 /// passes, in order.
@@ -15,6 +18,68 @@ pub fn pass_starts(file: &Path) -> Vec<f64> {
         .filter(|l| l.contains(" Deploying version "))
         .filter_map(|l| l.split_whitespace().next().and_then(epoch))
         .collect()
+}
+
+/// What the agent `pid` of `host`, whose output is `file`, said it did with failures of
+/// nodes with a budget (CONTRACT 15): `PATH left undone: ERROR (failed host P of PATH,
+/// within its budget of F (max-failures))` is a quarantine (`within`), `... ; the node is
+/// halted)` a node halt; each at the version of the pass it belongs to (its last `Deploying
+/// version V` line before it).
+pub fn outcomes(file: &Path, host: &str, pid: u64) -> Vec<Outcome> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    outcomes_of(&text, host, pid)
+}
+
+/// [`outcomes`] of an agent's output `text`.
+pub fn outcomes_of(text: &str, host: &str, pid: u64) -> Vec<Outcome> {
+    let mut version = String::new();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if let Some((_, v)) = line.split_once(" Deploying version ") {
+            version = v.trim().to_string();
+            continue;
+        }
+        let Some((head, error)) = line.split_once(" left undone: ") else {
+            continue;
+        };
+        let (Some(path), Some(time)) = (
+            head.split_whitespace().last(),
+            line.split_whitespace().next().and_then(epoch),
+        ) else {
+            continue;
+        };
+        let kind = if error.ends_with("; the node is halted)") {
+            "node-halt"
+        } else if !error.starts_with("quarantined for ") && within(error, path) {
+            "within"
+        } else {
+            continue;
+        };
+        out.push(Outcome {
+            host: host.to_string(),
+            pid,
+            time,
+            path: path.to_string(),
+            version: version.clone(),
+            kind,
+        });
+    }
+    out
+}
+
+/// True if `error` ends as a quarantine's message of `path` does: `... (failed host P of
+/// PATH, within its budget of F (max-failures))`.
+fn within(error: &str, path: &str) -> bool {
+    let Some((_, tail)) = error.rsplit_once(" (failed host ") else {
+        return false;
+    };
+    let Some((place, rest)) = tail.split_once(&format!(" of {path}, within its budget of ")) else {
+        return false;
+    };
+    let Some(f) = rest.strip_suffix(" (max-failures))") else {
+        return false;
+    };
+    place.parse::<u32>().is_ok() && f.parse::<u32>().is_ok()
 }
 
 /// `YYYY-MM-DDTHH:MM:SS[.fraction]Z` as seconds since the epoch.
@@ -53,4 +118,28 @@ fn timestamps_are_read_as_the_scripts_clock_reads_them() {
     assert_eq!(epoch("2026-11-25T20:24:34.250000Z"), Some(1_795_638_274.25));
     assert_eq!(epoch("2000-03-01T00:00:00Z"), Some(951_868_800.0));
     assert_eq!(epoch("not a time"), None);
+}
+
+#[test]
+fn outcomes_are_read_with_their_pass_version() {
+    let log = "\
+2026-11-25T20:24:34.250000Z  INFO zkdeployment::agent::execute: Deploying version v7
+2026-11-25T20:24:35.000000Z ERROR zkdeployment::agent::deploy: /acme/a left undone: zookeeper-deploy /acme/a 0 exited 3 (failed host 2 of /acme/a, within its budget of 2 (max-failures))
+2026-11-25T20:24:36.000000Z ERROR zkdeployment::agent::deploy: /acme/a left undone: quarantined for /acme/a at this cluster version: boom (failed host 2 of /acme/a, within its budget of 2 (max-failures))
+2026-11-25T20:24:37.000000Z  INFO zkdeployment::agent::execute: Deploying version v8
+2026-11-25T20:24:38.000000Z ERROR zkdeployment::agent::deploy: /acme/b left undone: boom (failed host 3 of /acme/b, beyond its budget of 2 (max-failures); the node is halted)
+2026-11-25T20:24:39.000000Z ERROR zkdeployment::agent::deploy: /acme/c left undone: boom (failed host 3 of /acme/c, within its budget of x (max-failures))
+";
+    let found = outcomes_of(log, "h1", 9);
+    let brief: Vec<(&str, &str, &str, f64)> = found
+        .iter()
+        .map(|o| (o.path.as_str(), o.version.as_str(), o.kind, o.time))
+        .collect();
+    assert_eq!(
+        brief,
+        [
+            ("/acme/a", "v7", "within", 1_795_638_275.0),
+            ("/acme/b", "v8", "node-halt", 1_795_638_278.0)
+        ]
+    );
 }

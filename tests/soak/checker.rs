@@ -26,23 +26,27 @@
 //!   own exclusion and `cross`, at most one host is inside a node then.
 //! - Health checks: each follows a successful deploy run of its instance by the same agent,
 //!   and a step whose last check did not pass halts the cluster with `Health check failed for
-//!   PATH N: ...`.
+//!   PATH N: ...` (or, on a node with a failure budget, is settled by it: a quarantine or a
+//!   node halt, `budget_check.rs`).
 //! - Runs end: a run without an `end` line must have been killed with its agent.
 //! - Halts: each has its record (host, name, version, error, time) and a cause the nemesis
 //!   made (a failed run of the recording host, or, for an in-flight record, a host the
-//!   nemesis killed or cut off, or a server fault); each failed run is followed by a halt
-//!   (unless its agent was killed or lost its session before it could write it). A holder the
+//!   nemesis killed or cut off, or a server fault); each failed run is followed by a halt, or
+//!   on a node with a failure budget by a quarantine or a node halt (unless its agent was
+//!   killed or lost its session before it could write it). A holder the
 //!   nemesis killed mid-step is named by a halt (an agent's `halting the cluster: ... (HOST)
 //!   died deploying PATH N`), unless nobody deploys its node any more.
 //! - Versions: an agent that records version V had no failed step at V (a failed script, a
 //!   health check that never passed, or none run where the package has one) that was not
 //!   followed by a new pass (so it never records a version whose steps did not all succeed).
+//! - Failure budgets, node halts and pauses: `budget_check.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde_json::Value;
 
+use super::budget_check::{settled, BudgetCounts};
 use super::oracle::{Check, Verdict};
 use super::tree::{has_health, Tree};
 use super::world::{Journal, MixedWindow, AGENT_SESSION};
@@ -122,6 +126,8 @@ pub struct Counts {
     pub unknown: usize,
     /// Why the first unchecked run could not be checked.
     pub unknown_example: Option<String>,
+    /// Failure budgets, node halts and pauses (`budget_check.rs`).
+    pub budget: BudgetCounts,
 }
 
 /// Reads the scripts' log.
@@ -208,11 +214,12 @@ pub fn check(
         halt_lines,
     };
     check_nodes(runs, &steps, &seen, counts, &mut out);
-    check_halts(runs, journal, &mut out);
-    check_health_halts(runs, &steps, journal, halt_lines, counts, &mut out);
+    check_halts(runs, journal, commits, &mut out);
+    check_health_halts(runs, &steps, &seen, counts, &mut out);
     check_holder_kills(journal, verdicts, halt_lines, commits, counts, &mut out);
     check_mixed(runs, &steps, &seen, counts, &mut out);
     check_versions(runs, &steps, journal, &mut out);
+    super::budget_check::check(runs, journal, commits, &mut counts.budget, &mut out);
     out
 }
 
@@ -373,7 +380,7 @@ fn check_verdicts(
 }
 
 /// A run that failed a step (a health check another one followed is a retry, not a failure).
-fn failed(r: &RunLog) -> bool {
+pub fn failed(r: &RunLog) -> bool {
     r.rc.is_some_and(|rc| rc != 0) && r.kind != "health-retry"
 }
 
@@ -613,11 +620,16 @@ fn check_canaries(
 fn check_health_halts(
     runs: &[RunLog],
     steps: &[Step],
-    journal: &Journal,
-    halt_lines: &[String],
+    seen: &Seen,
     counts: &mut Counts,
     out: &mut Vec<String>,
 ) {
+    let Seen {
+        journal,
+        commits,
+        halt_lines,
+        ..
+    } = *seen;
     for step in steps.iter().filter(|s| !s.health.is_empty()) {
         let last = &runs[*step.health.last().unwrap()];
         if last.rc == Some(0) {
@@ -637,7 +649,7 @@ fn check_health_halts(
         }) || halt_lines.iter().any(|l| {
             l.starts_with(&format!("{} ", last.host))
                 && l.contains(&format!("halting the cluster: {want}"))
-        });
+        }) || settled(last, journal, commits);
         let end = last.end.unwrap_or(last.start);
         let lost = journal
             .kills
@@ -777,7 +789,7 @@ fn text(v: Option<&Value>) -> String {
     }
 }
 
-fn check_halts(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
+fn check_halts(runs: &[RunLog], journal: &Journal, commits: &Commits, out: &mut Vec<String>) {
     let mut halt_times = Vec::new();
     for (seen, props) in &journal.halts {
         let Some(Value::Object(halt)) = props.get("halt") else {
@@ -825,7 +837,8 @@ fn check_halts(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
         }
     }
     for run in runs.iter().filter(|r| failed(r)) {
-        if halt_times.iter().any(|t| *t >= run.start - 1.0) {
+        // A failure of a node with a budget may be settled by it (a quarantine, a node halt).
+        if halt_times.iter().any(|t| *t >= run.start - 1.0) || settled(run, journal, commits) {
             continue;
         }
         // The halt is written after the script ends: an agent killed, or whose session was

@@ -18,10 +18,21 @@
 //! nodes left over, sessions left open by exited processes, and a default-budget run that
 //! applied fewer than 200 faults.
 //!
+//! Failure budgets (CONTRACT 15): some `/acme` nodes have `max-failures` (counts and
+//! percentages) and `on-failure = 'halt-node'`; the nemesis makes their scripts fail on
+//! several hosts at once and pauses nodes (`budget.rs`), the operator ends node halts, pauses
+//! and quarantines with `resume PATH`, and the checker (`budget_check.rs`) proves, for every
+//! node and cluster version, that no more than F hosts were quarantined, that a quarantined
+//! host did not run the node again before a resume, that nobody entered a node after its
+//! halt or pause was recorded, and that every failure was a quarantine or a halt; after
+//! convergence no node halt, pause or failure record at the last commit is left.
+//!
 //! `SOAK_SEED` replays a run (default: a new seed each run); the seed is printed first, and
 //! the summary is one line: `soak: seed=... faults=N (kind=n ...) ... steps=(lock=.. lease=..
 //! canary=.. most-inside=..) health=(runs=.. passed=.. failed=..) killed-holders=(lease=..
-//! lock=.. named=..) cross=.. mixed=(windows=.. steps=.. parallel-asked=..) violations=N`.
+//! lock=.. named=..) cross=.. mixed=(windows=.. steps=.. parallel-asked=..)
+//! budget=(quarantined=.. node-halts=.. records=.. full=.. ambiguous=.. late=.. pauses=..
+//! node-resumes=..) violations=N`.
 
 #[allow(dead_code)] // the soak uses a few of the shared helpers
 #[path = "../support/mod.rs"]
@@ -29,6 +40,8 @@ mod support;
 
 mod actors;
 mod agent_log;
+mod budget;
+mod budget_check;
 mod checker;
 mod nemesis;
 mod oracle;
@@ -49,6 +62,7 @@ use zkdeployment::tree::export::export_root;
 use zkdeployment::tree::parse::parse;
 use zkdeployment::tree::Node;
 use zkdeployment::zk::decode;
+use zkdeployment::zk::node_state::{parse_record, version_key, HALT_PREFIX};
 
 use actors::version_text;
 use rng::Rng;
@@ -60,8 +74,10 @@ const DEFAULT_SECONDS: u64 = 120;
 const CONVERGE_LIMIT: Duration = Duration::from_secs(150);
 /// Top-level nodes the agents and the syncer keep beside the tree (the syncer writes the
 /// deployment index, docs/design.md, "The deployment index").
-const RUNTIME_ROOTS: [&str; 8] = [
+const RUNTIME_ROOTS: [&str; 10] = [
     "hosts",
+    "node-state",
+    "node-pauses",
     "agent-registry",
     "hosts-lock",
     "agent-locks",
@@ -153,6 +169,11 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
         );
     }
     journal.passes = passes;
+    journal.outcomes = journal
+        .agent_logs
+        .iter()
+        .flat_map(|(host, pid, log)| agent_log::outcomes(log, host, *pid))
+        .collect();
     let journal = journal;
     let mut counts = checker::Counts::default();
     let mut violations = journal.violations.clone();
@@ -207,7 +228,8 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
          stale-records={} steps=(lock={} lease={} canary={} most-inside={}) \
          health=(runs={} passed={} failed={}) killed-holders=(lease={} lock={} named={} \
          unnamed={}) cross={} mixed=(windows={} steps={} parallel-asked={}) after-resume={} \
-         violations={}",
+         budget=(quarantined={} node-halts={} records={} full={} ambiguous={} late={} \
+         pauses={} node-resumes={}) violations={}",
         kinds.join(" "),
         syncs.join(" "),
         world.commits.lock().unwrap().len(),
@@ -234,6 +256,22 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
         counts.mixed_steps,
         counts.mixed_parallel,
         counts.after_resume,
+        counts.budget.quarantined,
+        counts.budget.node_halts,
+        counts.budget.records,
+        counts.budget.full,
+        counts.budget.ambiguous,
+        counts.budget.late,
+        journal
+            .node_commands
+            .iter()
+            .filter(|c| c.what == "pause" && c.code == 0)
+            .count(),
+        journal
+            .node_commands
+            .iter()
+            .filter(|c| c.what == "resume")
+            .count(),
         violations.len()
     );
 
@@ -498,6 +536,19 @@ async fn final_state(world: &World) {
     let requests = children(world, &format!("/role-locks/{}", tree::ROLE)).await;
     if !requests.is_empty() {
         world.violation(format!("the role lock keeps requests {requests:?}"));
+    }
+    // Every host done at the last commit: no node halted or paused, nobody quarantined at it.
+    let vkey = version_key(&Value::String(last.clone()));
+    for name in children(world, "/node-state").await {
+        let left =
+            name.starts_with(HALT_PREFIX) || parse_record(&name).is_some_and(|r| r.vkey == vkey);
+        if left {
+            world.violation(format!("/node-state/{name} is left after convergence"));
+        }
+    }
+    let paused = children(world, "/node-pauses").await;
+    if !paused.is_empty() {
+        world.violation(format!("node pauses {paused:?} are left after convergence"));
     }
     // The tree in ZooKeeper is exactly the last commit's.
     let hosts_props = props(world, "/hosts").await;

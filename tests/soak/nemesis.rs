@@ -27,6 +27,11 @@
 //! `health-deadline`: the step fails and halts the cluster), `health-hang` (a check never
 //! returns: the agent kills it at the deadline, and halts).
 //!
+//! Aimed at failure budgets, node halts and pauses (CONTRACT 15, `budget.rs`): `budget-fail`
+//! (the next deploy run of a node with a budget fails on 1 to F + 2 of its hosts at once: some
+//! are quarantined, the one beyond the budget halts the node or the cluster) and `node-pause`
+//! (`zkdeployment pause PATH` for 1–5 s, then `resume PATH`).
+//!
 //! And `mixed-fleet` (CONTRACT section 11, the mixed-fleet rule): a host node of the
 //! original's agent (no `agent` property, as `tests/it/rollout.rs` makes one) is registered
 //! for 6–12 s, its `version` following the cluster's as a converged original agent's would
@@ -55,7 +60,7 @@ use super::support::agent::now;
 use super::world::{HolderKill, MixedWindow, World, PLAIN};
 
 /// The kinds and their weights.
-const KINDS: [(&str, f64); 17] = [
+const KINDS: [(&str, f64); 19] = [
     ("session-cut", 3.0),
     ("agent-kill", 2.0),
     ("agent-term", 1.5),
@@ -73,6 +78,8 @@ const KINDS: [(&str, f64); 17] = [
     ("script-chatty", 0.5),
     ("script-daemon-writes", 0.5),
     ("log-stall", 0.6),
+    ("budget-fail", 1.5),
+    ("node-pause", 0.5),
 ];
 
 /// The kinds that act on a host without a role (a node lock or lease holder).
@@ -94,6 +101,7 @@ const HEAL_LIMIT: Duration = Duration::from_secs(180);
 pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant, target: u32) {
     let ensemble_busy = Arc::new(AtomicBool::new(false));
     let mixed_busy = Arc::new(AtomicBool::new(false));
+    let pause_busy = Arc::new(AtomicBool::new(false));
     let weights: Vec<f64> = KINDS.iter().map(|(_, w)| *w).collect();
     let mut tasks = tokio::task::JoinSet::new();
     // The budget is time; a run whose faults took long to heal (held slots) or were not
@@ -106,7 +114,27 @@ pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant, target: u32) {
         let kind = KINDS[rng.weighted(&weights)].0;
         let r = rng.fork();
         let w = world.clone();
-        if kind == "mixed-fleet" {
+        if kind == "budget-fail" {
+            // Claims the hosts it makes fail.
+            tasks.spawn(async move {
+                let mut r = r;
+                if super::budget::budget_fail(&w, &mut r).await {
+                    w.fault(kind);
+                }
+            });
+        } else if kind == "node-pause" {
+            if pause_busy.swap(true, Ordering::SeqCst) {
+                continue;
+            }
+            let busy = pause_busy.clone();
+            tasks.spawn(async move {
+                let mut r = r;
+                if super::budget::node_pause(&w, &mut r).await {
+                    w.fault(kind);
+                }
+                busy.store(false, Ordering::SeqCst);
+            });
+        } else if kind == "mixed-fleet" {
             if mixed_busy.swap(true, Ordering::SeqCst) {
                 continue;
             }

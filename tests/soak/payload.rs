@@ -13,6 +13,8 @@
 //! One-shot fault knobs, files in `$SOAK_DIR/knobs/HOST/` taken (renamed) by the first
 //! deploy run that finds them:
 //! - `fail`: the run fails (exit 3);
+//! - `fail-node` (its content an application path): the first deploy run of that node fails
+//!   (exit 3), other nodes' runs leave it (the nemesis's `budget-fail`);
 //! - `hang`: the run writes its pid to `hanging` and waits; SIGTERM makes it fail (exit 7),
 //!   SIGUSR1 lets it finish normally (the nemesis's deadline decides which);
 //! - `daemon`: the run starts a background process that keeps the script's stdout open for
@@ -121,6 +123,10 @@ if [ "$kind" = health ]; then
   finish 0
 fi
 if [ "$kind" = deploy ]; then
+  if [ "$(cat "$knobs/fail-node" 2>/dev/null)" = "$path" ] && take fail-node; then
+    echo "soak: $path failing as the nemesis asked (fail-node)"
+    finish 3
+  fi
   if [ -e "$knobs/fail" ] && mv "$knobs/fail" "$knobs/fail.$$" 2>/dev/null; then
     echo "soak: $path failing as the nemesis asked"
     finish 3

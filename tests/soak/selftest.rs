@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use super::checker::{check, Counts, RunLog};
 use super::oracle::{Check, Verdict};
-use super::tree::{AcmeNode, MaxParallel, Tree};
-use super::world::{HolderKill, Journal, MixedWindow};
+use super::tree::{AcmeNode, Budget, MaxFailures, MaxParallel, Tree};
+use super::world::{HolderKill, Journal, MixedWindow, NodeCommand, NodeRecord, Outcome};
 
 fn run(id: &str, host: &str, path: &str, start: f64, end: Option<f64>, rc: Option<i32>) -> RunLog {
     RunLog {
@@ -39,6 +39,7 @@ fn tree(parallel: MaxParallel, canary: Option<u32>, pkg: &'static str) -> Tree {
         rev: 0,
         parallel,
         canary,
+        budget: Budget::default(),
     };
     Tree {
         foo: pkg,
@@ -843,5 +844,218 @@ fn a_halt_resume_cleared_is_read_from_its_output() {
     assert_eq!(
         super::actors::cleared_halt("cluster version set to 'r1'; halt cleared"),
         None
+    );
+}
+
+/// One commit `v1` (made at time 0) whose `/acme/a` and `/acme/b` (on `h1`..`h4`) have
+/// `budget`.
+fn budget_commits(budget: Budget) -> Vec<(String, f64, Tree)> {
+    let mut t = tree(MaxParallel::Count(4), None, "1.4");
+    for node in t.acme.values_mut() {
+        node.budget = budget;
+    }
+    vec![("v1".into(), 0.0, t)]
+}
+
+/// An agent's account of a failure of `path` at `v1` (`within` or `node-halt`).
+fn outcome(host: &str, path: &str, time: f64, kind: &'static str) -> Outcome {
+    Outcome {
+        host: host.into(),
+        pid: 100,
+        time,
+        path: path.into(),
+        version: "v1".into(),
+        kind,
+    }
+}
+
+/// A record seen under `/node-state` or `/node-pauses`.
+fn node_record(kind: &'static str, host: &str, path: &str, ctime: f64, place: usize) -> NodeRecord {
+    let data = json!({"host": host, "name": format!("{host}.example.com"), "version": "v1",
+                      "error": "Command failed: zookeeper-deploy", "time": ctime - 0.01});
+    NodeRecord {
+        kind,
+        name: format!("{kind}~{path}~{host}"),
+        path: path.into(),
+        czxid: 1,
+        ctime,
+        seen: ctime + 0.1,
+        data: data.as_object().unwrap().clone(),
+        place,
+    }
+}
+
+fn resume_path(path: &str, start: f64) -> NodeCommand {
+    NodeCommand {
+        what: "resume",
+        path: path.into(),
+        start,
+        end: start + 0.2,
+        code: 0,
+    }
+}
+
+const ONE: Budget = Budget {
+    max: Some(MaxFailures::Count(1)),
+    halt_node: true,
+};
+
+#[test]
+fn more_hosts_quarantined_than_the_budget_are_flagged_between_resumes() {
+    // h1 and h2 fail /acme/a (F = 1): both say they are quarantined.
+    let runs = vec![
+        run("a", "h1", "/acme/a", 1.0, Some(1.5), Some(3)),
+        run("b", "h2", "/acme/a", 1.2, Some(1.6), Some(3)),
+    ];
+    let mut journal = Journal::default();
+    journal.outcomes = vec![
+        outcome("h1", "/acme/a", 1.7, "within"),
+        outcome("h2", "/acme/a", 1.8, "within"),
+    ];
+    let commits = budget_commits(ONE);
+    let found = violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits);
+    assert!(
+        found.len() == 1
+            && found[0].contains("2 hosts quarantined for /acme/a at v1, its budget F = 1"),
+        "{found:?}"
+    );
+    // A resume PATH between the two starts the count again.
+    journal.node_commands = vec![resume_path("/acme/a", 1.05)];
+    let mut late = runs.clone();
+    late[1].start = 1.3;
+    late[0].end = Some(1.04);
+    journal.outcomes[0].time = 1.04;
+    let found = violations_at(late.clone(), held(&late, "lease"), &journal, &commits);
+    assert_eq!(found, Vec::<String>::new());
+    // A quarantine where the tree gives no budget at all is flagged.
+    let found = violations_at(
+        runs.clone(),
+        held(&runs, "lease"),
+        &journal,
+        &budget_commits(Budget::default()),
+    );
+    assert!(
+        found.iter().any(|f| f.contains("its budget F = 0")),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_quarantined_host_running_the_node_again_before_a_resume_is_flagged() {
+    let runs = vec![
+        run("a", "h1", "/acme/a", 1.0, Some(1.5), Some(3)),
+        run("b", "h1", "/acme/a", 3.0, Some(3.5), Some(0)),
+    ];
+    let mut journal = Journal::default();
+    journal.outcomes = vec![outcome("h1", "/acme/a", 1.7, "within")];
+    let commits = budget_commits(ONE);
+    let found = violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits);
+    assert!(
+        found.len() == 1 && found[0].contains("h1 was quarantined for /acme/a at v1"),
+        "{found:?}"
+    );
+    journal.node_commands = vec![resume_path("/acme/a", 2.0)];
+    let found = violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits);
+    assert_eq!(found, Vec::<String>::new());
+}
+
+#[test]
+fn entering_a_node_after_its_halt_or_pause_was_recorded_is_flagged() {
+    // h1 fails /acme/a and halts it (F = 0, halt-node) at 1.6; h2 enters it at 5.0.
+    let runs = vec![
+        run("a", "h1", "/acme/a", 1.0, Some(1.5), Some(3)),
+        run("b", "h2", "/acme/a", 5.0, Some(5.5), Some(0)),
+    ];
+    let halt_node = Budget {
+        max: None,
+        halt_node: true,
+    };
+    let commits = budget_commits(halt_node);
+    let mut journal = Journal::default();
+    journal.outcomes = vec![outcome("h1", "/acme/a", 1.65, "node-halt")];
+    journal.node_records = vec![node_record("halt", "h1", "/acme/a", 1.6, 0)];
+    let found = violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits);
+    assert!(
+        !found.is_empty()
+            && found
+                .iter()
+                .all(|f| f.contains("h2 entered /acme/a at 5.000")),
+        "{found:?}"
+    );
+    // Resumed before: fine.
+    journal.node_commands = vec![resume_path("/acme/a", 4.0)];
+    assert_eq!(
+        violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits),
+        Vec::<String>::new()
+    );
+    // Within SEEN of the halt: counted, not flagged.
+    journal.node_commands.clear();
+    let mut soon = runs.clone();
+    soon[1].start = 2.5;
+    soon[1].end = Some(2.9);
+    let mut counts = Counts::default();
+    let found = check(
+        &mut soon,
+        &held(&runs, "lease"),
+        &journal,
+        &commits,
+        &[],
+        &mut counts,
+    );
+    assert_eq!(found, Vec::<String>::new());
+    assert_eq!(counts.budget.late, 1);
+    // A pause of /acme/b (the nemesis's), entered 3 s later.
+    let runs = vec![run("c", "h3", "/acme/b", 13.0, Some(13.5), Some(0))];
+    let mut journal = Journal::default();
+    journal.node_records = vec![node_record("pause", "operator", "/acme/b", 10.0, 0)];
+    let found = violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits);
+    assert!(
+        found.len() == 1 && found[0].contains("h3 entered /acme/b at 13.000, after the pause"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_failure_of_a_node_with_a_budget_must_be_a_quarantine_or_a_halt() {
+    let runs = vec![run("a", "h1", "/acme/a", 1.0, Some(1.5), Some(3))];
+    let commits = budget_commits(ONE);
+    // Nothing: flagged.
+    let found = violations_at(
+        runs.clone(),
+        held(&runs, "lease"),
+        &Journal::default(),
+        &commits,
+    );
+    assert!(
+        found.len() == 1 && found[0].contains("a failed run halted nothing"),
+        "{found:?}"
+    );
+    // Its failure record within F (the agent's log lost): a quarantine.
+    let mut journal = Journal::default();
+    journal.node_records = vec![node_record("fail", "h1", "/acme/a", 1.6, 1)];
+    assert_eq!(
+        violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits),
+        Vec::<String>::new()
+    );
+    // Its record beyond F, and no halt: flagged.
+    journal.node_records[0].place = 2;
+    let found = violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits);
+    assert!(
+        found.len() == 1 && found[0].contains("a failed run halted nothing"),
+        "{found:?}"
+    );
+    // ... unless the node was halted.
+    journal
+        .node_records
+        .push(node_record("halt", "h1", "/acme/a", 1.7, 0));
+    assert_eq!(
+        violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits),
+        Vec::<String>::new()
+    );
+    // A node halt and a failure record no failed run explains are flagged.
+    let found = violations_at(Vec::new(), Vec::new(), &journal, &commits);
+    assert!(
+        found.len() == 2 && found.iter().all(|f| f.contains("no failed run explains")),
+        "{found:?}"
     );
 }

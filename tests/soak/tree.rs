@@ -9,6 +9,10 @@
 //! "change of max-parallel between versions needs no operator" rule); every `/acme` node has a
 //! short `health-deadline` ([`HEALTH_DEADLINE`]). Packages `foo` 1.0 and 2.0 and `webapp` have
 //! a `zookeeper-health` check (`payload.rs`), `foo` 1.4 has none.
+//!
+//! Failure budgets (CONTRACT 15): an `/acme` node may carry `max-failures` (a count or a
+//! percentage of its deploy targets) and `on-failure = 'halt-node'`, changed between commits
+//! like `max-parallel` ([`Budget`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -43,6 +47,42 @@ impl MaxParallel {
     }
 }
 
+/// A `max-failures` value as written in the tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxFailures {
+    /// A count.
+    Count(u32),
+    /// `'P%'`.
+    Percent(u32),
+}
+
+/// The failure budget of a node as written: `max-failures` (None: not written, 0) and
+/// `on-failure = 'halt-node'` (`halt_node`; else not written, `'halt-cluster'`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Budget {
+    /// `max-failures`.
+    pub max: Option<MaxFailures>,
+    /// `on-failure = 'halt-node'`.
+    pub halt_node: bool,
+}
+
+impl Budget {
+    /// The effective F for a node with `targets` deploy targets (`P%` rounded down).
+    pub fn effective(self, targets: usize) -> usize {
+        match self.max {
+            None => 0,
+            Some(MaxFailures::Count(n)) => n as usize,
+            Some(MaxFailures::Percent(p)) => targets * p as usize / 100,
+        }
+    }
+
+    /// True if a failure goes through the budget (F > 0 or `halt-node`): otherwise it halts
+    /// the cluster, as the original's.
+    pub fn budgeted(self, targets: usize) -> bool {
+        self.effective(targets) > 0 || self.halt_node
+    }
+}
+
 /// One `/acme` application node.
 #[derive(Debug, Clone)]
 pub struct AcmeNode {
@@ -54,12 +94,24 @@ pub struct AcmeNode {
     pub parallel: MaxParallel,
     /// `canary` (None: not written).
     pub canary: Option<u32>,
+    /// `max-failures` and `on-failure`.
+    pub budget: Budget,
 }
 
 impl AcmeNode {
     /// The effective max-parallel K of this node.
     pub fn k(&self) -> usize {
         self.parallel.effective(self.hosts.len())
+    }
+
+    /// The effective budget F of this node.
+    pub fn f(&self) -> usize {
+        self.budget.effective(self.hosts.len())
+    }
+
+    /// True if a failure of this node goes through its budget.
+    pub fn budgeted(&self) -> bool {
+        self.budget.budgeted(self.hosts.len())
     }
 
     /// The effective canary count (0 unless K > 1).
@@ -119,7 +171,7 @@ impl Tree {
     pub fn mutate(&self, plain: &[String], rng: &mut Rng) -> Tree {
         let mut t = self.clone();
         for _ in 0..1 + rng.below(3) {
-            match rng.weighted(&[5.0, 2.0, 2.0, 2.0, 1.0, 1.0, 0.5, 0.5, 0.7, 2.5]) {
+            match rng.weighted(&[5.0, 2.0, 2.0, 2.0, 1.0, 1.0, 0.5, 0.5, 0.7, 2.5, 1.5]) {
                 0 => {
                     let k = pick_key(&t.acme, rng);
                     t.acme.get_mut(&k).unwrap().rev += 1;
@@ -133,12 +185,14 @@ impl Tree {
                     let k = pick_key(&t.acme, rng);
                     let rev = t.acme[&k].rev + 1;
                     let (parallel, canary) = (t.acme[&k].parallel, t.acme[&k].canary);
+                    let budget = t.acme[&k].budget;
                     t.acme.insert(
                         k,
                         AcmeNode {
                             rev,
                             parallel,
                             canary,
+                            budget,
                             ..random_node(plain, rng)
                         },
                     );
@@ -176,6 +230,13 @@ impl Tree {
                     node.parallel = parallel;
                     node.canary = canary;
                 }
+                10 => {
+                    // Another failure budget for a node: F changes between versions.
+                    let k = pick_key(&t.acme, rng);
+                    let node = t.acme.get_mut(&k).unwrap();
+                    node.rev += 1;
+                    node.budget = random_budget(rng);
+                }
                 _ => {}
             }
         }
@@ -197,6 +258,16 @@ impl Tree {
             }
             if let Some(c) = node.canary {
                 acme.push_str(&format!("    canary = {c}\n"));
+            }
+            match node.budget.max {
+                None => {}
+                Some(MaxFailures::Count(n)) => acme.push_str(&format!("    max-failures = {n}\n")),
+                Some(MaxFailures::Percent(p)) => {
+                    acme.push_str(&format!("    max-failures = '{p}%'\n"))
+                }
+            }
+            if node.budget.halt_node {
+                acme.push_str("    on-failure = 'halt-node'\n");
             }
             acme.push_str("    /deploy\n");
             for (host, n) in &node.hosts {
@@ -275,6 +346,25 @@ fn random_node(plain: &[String], rng: &mut Rng) -> AcmeNode {
         rev: 0,
         parallel,
         canary,
+        budget: random_budget(rng),
+    }
+}
+
+/// A random failure budget: two nodes in five have none (a failure halts the cluster); the
+/// others a count or a percentage (some rounding down to 0), `halt-node` or not.
+fn random_budget(rng: &mut Rng) -> Budget {
+    let max = match rng.weighted(&[2.0, 0.6, 1.0, 0.6, 0.6, 0.6, 0.6]) {
+        0 => return Budget::default(),
+        1 => None,
+        2 => Some(MaxFailures::Count(1)),
+        3 => Some(MaxFailures::Count(2)),
+        4 => Some(MaxFailures::Percent(20)),
+        5 => Some(MaxFailures::Percent(50)),
+        _ => Some(MaxFailures::Count(0)),
+    };
+    Budget {
+        max,
+        halt_node: max.is_none() || rng.chance(0.5),
     }
 }
 

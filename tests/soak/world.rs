@@ -87,8 +87,71 @@ pub struct Journal {
     /// Pass starts (`Deploying version ...` in an agent's log): (host, agent pid, time), read
     /// from the agents' logs at the end (see `agent_log::pass_starts`).
     pub passes: Vec<(String, u64, f64)>,
+    /// Node halts, node pauses and failure records (CONTRACT 15) seen under `/node-state`
+    /// and `/node-pauses`, each once (see `budget.rs`).
+    pub node_records: Vec<NodeRecord>,
+    /// Every `zkdeployment pause PATH` and `resume PATH` the soak ran.
+    pub node_commands: Vec<NodeCommand>,
+    /// What the agents said they did with failures of nodes with a budget, read from their
+    /// logs at the end (see `agent_log::outcomes`).
+    pub outcomes: Vec<Outcome>,
     /// Everything found wrong while running.
     pub violations: Vec<String>,
+}
+
+/// A node halt, node pause or failure record, as first seen.
+#[derive(Debug, Clone)]
+pub struct NodeRecord {
+    /// `halt`, `pause` or `fail`.
+    pub kind: &'static str,
+    /// Its node's name under `/node-state` or `/node-pauses`.
+    pub name: String,
+    /// The application node's path.
+    pub path: String,
+    /// The transaction that created it (a halt or pause made again is another record).
+    pub czxid: i64,
+    /// When it was created (the server's clock, the machine's one clock), in seconds.
+    pub ctime: f64,
+    /// When the soak first saw it.
+    pub seen: f64,
+    /// Its data.
+    pub data: serde_json::Map<String, Value>,
+    /// A failure record's place among the failed hosts of its node at its version in the
+    /// listing it was first seen in (0 for a halt or pause).
+    pub place: usize,
+}
+
+/// One `zkdeployment pause PATH` or `resume PATH` run.
+#[derive(Debug, Clone)]
+pub struct NodeCommand {
+    /// `pause` or `resume`.
+    pub what: &'static str,
+    /// The application node.
+    pub path: String,
+    /// When it was started...
+    pub start: f64,
+    /// ... and when it had ended.
+    pub end: f64,
+    /// Its exit status.
+    pub code: i32,
+}
+
+/// What an agent said it did with a failure of a node, from its log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The host.
+    pub host: String,
+    /// The agent process.
+    pub pid: u64,
+    /// When it said so.
+    pub time: f64,
+    /// The application node.
+    pub path: String,
+    /// The cluster version of the pass (its last `Deploying version` line).
+    pub version: String,
+    /// `within` (quarantined: the failure within the budget) or `node-halt` (the node halted,
+    /// beyond the budget or by a canary).
+    pub kind: &'static str,
 }
 
 /// An agent the nemesis killed while one of its scripts (a deploy script or a health check)
