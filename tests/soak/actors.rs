@@ -95,6 +95,14 @@ pub async fn operator(world: Arc<World>, mut rng: Rng, stop: Arc<std::sync::atom
         let key = props.get("halt").map(Value::to_string).unwrap_or_default();
         let still = props.get("version") == Some(&Value::Null);
         let version = props.get("version").cloned().unwrap_or(Value::Null);
+        {
+            let t = now();
+            let versions = &mut world.journal.lock().unwrap().versions;
+            match versions.last_mut() {
+                Some((v, _, last)) if *v == version => *last = t,
+                _ => versions.push((version.clone(), t, t)),
+            }
+        }
         let looked_at = props
             .get("halt")
             .map(|h| (text(h, "host"), text(h, "error")));

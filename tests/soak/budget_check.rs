@@ -4,11 +4,12 @@
 //! `resume PATH` commands run ([`NodeCommand`]s). For every node N and cluster version V:
 //!
 //! - no more than F hosts are quarantined for N at V (F as the trees the agents may have read
-//!   for V give it: the most of them), counted between two `resume PATH N` (which clears the
-//!   records and starts the count again; a quarantine whose record may have been made while
-//!   one ran is left out of both counts) ([`check_counts`]);
-//! - a quarantined host runs no deploy script of N at V again until a `resume PATH N` that
-//!   may have removed its record ([`check_retries`]);
+//!   for V give it: the most of them), counted between two clearings of N's records at V (a
+//!   `resume PATH N`, or a new cluster version, whose sync deletes the records of the others:
+//!   a host still in a pass of V then counts from an empty budget; a quarantine whose record
+//!   may have been made during a clearing is left out of both counts) ([`check_counts`]);
+//! - a quarantined host runs no deploy script of N at V again until a clearing that may have
+//!   removed its record ([`check_retries`]);
 //! - nobody enters N (starts a deploy script of it) once its halt or pause was recorded,
 //!   until a `resume PATH N` began, but for [`SEEN`] after it was made (the agent reads the
 //!   node's gate after taking its place, then starts the script) ([`check_entries`]);
@@ -71,7 +72,7 @@ fn quarantines(journal: &Journal) -> impl Iterator<Item = &Outcome> {
 }
 
 /// The `resume PATH` runs of `path`: (start, end).
-fn resumes(journal: &Journal, path: &str) -> Vec<(f64, f64)> {
+fn node_resumes(journal: &Journal, path: &str) -> Vec<(f64, f64)> {
     journal
         .node_commands
         .iter()
@@ -79,6 +80,24 @@ fn resumes(journal: &Journal, path: &str) -> Vec<(f64, f64)> {
         .map(|c| (c.start, c.end))
         .collect()
 }
+
+/// What may have deleted the failure records of `path` at `version`, each from when it may
+/// have begun to when it surely had ended: the `resume PATH` runs of `path`, and every new
+/// cluster version but `version` (its sync, or resume, deletes the records of the others:
+/// a host still in a pass of `version` then counts its failure from an empty budget).
+fn clearings(journal: &Journal, path: &str, version: &str) -> Vec<(f64, f64)> {
+    let versions = journal.versions.windows(2).filter_map(|w| {
+        let ((_, _, before), (new, first, _)) = (&w[0], &w[1]);
+        (!new.is_null() && version_text(new) != version).then_some((*before, first + PRUNE_WITHIN))
+    });
+    let mut out = node_resumes(journal, path);
+    out.extend(versions);
+    out
+}
+
+/// How long after the operator saw a new cluster version the sync (or resume) that set it
+/// may still be deleting the failure records of the others.
+pub const PRUNE_WITHIN: f64 = 3.0;
 
 /// When the failure `q` reports began: the latest start of a run of its host on its node at
 /// its version before it (its record was made after that).
@@ -127,7 +146,7 @@ fn check_counts(
     for q in quarantines(journal) {
         counts.quarantined += 1;
         let lo = failure_start(runs, q);
-        let rs = resumes(journal, &q.path);
+        let rs = clearings(journal, &q.path, &q.version);
         if rs.iter().any(|(s, e)| *s < q.time && *e > lo) {
             counts.ambiguous += 1;
             continue;
@@ -156,7 +175,7 @@ fn check_counts(
 fn check_retries(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
     for q in quarantines(journal) {
         let lo = failure_start(runs, q);
-        let rs = resumes(journal, &q.path);
+        let rs = clearings(journal, &q.path, &q.version);
         let again = runs.iter().find(|r| {
             r.kind == "deploy"
                 && r.host == q.host
@@ -217,7 +236,7 @@ fn check_entries(
     let (mut flagged, mut late) = (BTreeSet::new(), BTreeSet::new());
     for (path, made, what) in holds(journal) {
         // The first resume that may have ended it (one running when it was made may have).
-        let until = resumes(journal, path)
+        let until = node_resumes(journal, path)
             .into_iter()
             .filter(|(_, e)| *e > made)
             .map(|(s, _)| s)

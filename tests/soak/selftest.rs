@@ -1059,3 +1059,31 @@ fn a_failure_of_a_node_with_a_budget_must_be_a_quarantine_or_a_halt() {
         "{found:?}"
     );
 }
+
+#[test]
+fn a_new_cluster_version_starts_the_count_again_for_a_pass_still_at_the_old_one() {
+    // h7 is quarantined for /acme/a at v1 (F = 1); the cluster moves to v2 (its sync deletes
+    // v1's records); h6, still in a pass of v1, fails it and counts from an empty budget.
+    let runs = vec![
+        run("a", "h7", "/acme/a", 1.0, Some(1.5), Some(3)),
+        run("b", "h6", "/acme/a", 6.0, Some(6.5), Some(3)),
+    ];
+    let mut journal = Journal::default();
+    journal.outcomes = vec![
+        outcome("h7", "/acme/a", 1.7, "within"),
+        outcome("h6", "/acme/a", 6.7, "within"),
+    ];
+    let commits = budget_commits(ONE);
+    journal.versions = vec![(json!("v1"), 0.0, 1.9), (json!("v2"), 2.0, 9.0)];
+    assert_eq!(
+        violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits),
+        Vec::<String>::new()
+    );
+    // The same cluster version all along: flagged.
+    journal.versions = vec![(json!("v1"), 0.0, 9.0)];
+    let found = violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits);
+    assert!(
+        found.len() == 1 && found[0].contains("2 hosts quarantined"),
+        "{found:?}"
+    );
+}

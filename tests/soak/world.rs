@@ -92,6 +92,9 @@ pub struct Journal {
     pub node_records: Vec<NodeRecord>,
     /// Every `zkdeployment pause PATH` and `resume PATH` the soak ran.
     pub node_commands: Vec<NodeCommand>,
+    /// The cluster's versions as the operator saw them, in order: (version, null for a halt;
+    /// first seen; last seen before it changed).
+    pub versions: Vec<(Value, f64, f64)>,
     /// What the agents said they did with failures of nodes with a budget, read from their
     /// logs at the end (see `agent_log::outcomes`).
     pub outcomes: Vec<Outcome>,
