@@ -281,7 +281,8 @@ pub async fn budget_fail(world: &World, rng: &mut Rng) -> bool {
         std::fs::write(&tmp, &path).unwrap();
         std::fs::rename(&tmp, knobs.join("fail-node")).unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(6);
+    // Longer than a plain knob's wait: only a pass that deploys this node takes it.
+    let deadline = Instant::now() + Duration::from_secs(10);
     let waiting = || {
         claimed
             .iter()

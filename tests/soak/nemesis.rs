@@ -78,7 +78,7 @@ const KINDS: [(&str, f64); 19] = [
     ("script-chatty", 0.5),
     ("script-daemon-writes", 0.5),
     ("log-stall", 0.6),
-    ("budget-fail", 1.5),
+    ("budget-fail", 2.5),
     ("node-pause", 0.5),
 ];
 
