@@ -246,7 +246,9 @@ impl Resumer {
 }
 
 /// `budget-fail`: the next deploy run of a node with a budget (of the last commit) fails on
-/// 1 to F + 2 of its hosts (the free ones) at once; true if any run took the knob.
+/// 1 to F + 2 of its hosts (the `fail-node` knob); true if a run took one within 10 s. A
+/// knob no run took stays for the host's next pass (only a pass that deploys the node takes
+/// it, and the cluster is often halted), until [`clear_knobs`].
 pub async fn budget_fail(world: &World, rng: &mut Rng) -> bool {
     let (_, tree) = world.last_commit();
     let nodes: Vec<(&String, usize, Vec<usize>)> = tree
@@ -267,40 +269,37 @@ pub async fn budget_fail(world: &World, rng: &mut Rng) -> bool {
     }
     let (name, f, mut slots) = nodes[rng.below(nodes.len())].clone();
     let path = format!("/acme/{name}");
-    let want = 1 + rng.below(f + 2);
-    let mut claimed = Vec::new();
-    while claimed.len() < want && !slots.is_empty() {
-        let i = slots.remove(rng.below(slots.len()));
-        if world.claim(i) {
-            claimed.push(i);
-        }
+    let mut chosen = Vec::new();
+    for _ in 0..(1 + rng.below(f + 2)).min(slots.len()) {
+        chosen.push(slots.remove(rng.below(slots.len())));
     }
-    for &i in &claimed {
+    for &i in &chosen {
         let knobs = &world.slots[i].knobs;
         let tmp = knobs.join("fail-node.tmp");
         std::fs::write(&tmp, &path).unwrap();
         std::fs::rename(&tmp, knobs.join("fail-node")).unwrap();
     }
-    // Longer than a plain knob's wait: only a pass that deploys this node takes it.
     let deadline = Instant::now() + Duration::from_secs(10);
-    let waiting = || {
-        claimed
+    let taken = || {
+        chosen
             .iter()
-            .any(|i| world.slots[*i].knobs.join("fail-node").exists())
+            .filter(|i| {
+                std::fs::read_to_string(world.slots[**i].knobs.join("fail-node")).ok()
+                    != Some(path.clone())
+            })
+            .count()
     };
-    while waiting() && Instant::now() < deadline {
+    while taken() < chosen.len() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let mut taken = 0;
-    for &i in &claimed {
-        // A run may take it at the last moment: then it was applied.
-        match std::fs::remove_file(world.slots[i].knobs.join("fail-node")) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => taken += 1,
-            _ => {}
-        }
-        world.release(i);
+    taken() > 0
+}
+
+/// Removes the `fail-node` knobs no run took (when the faults stop).
+pub fn clear_knobs(world: &World) {
+    for slot in &world.slots {
+        let _ = std::fs::remove_file(slot.knobs.join("fail-node"));
     }
-    taken > 0
 }
 
 /// The slot of the host `id`.

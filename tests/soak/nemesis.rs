@@ -27,10 +27,10 @@
 //! `health-deadline`: the step fails and halts the cluster), `health-hang` (a check never
 //! returns: the agent kills it at the deadline, and halts).
 //!
-//! Aimed at failure budgets, node halts and pauses (CONTRACT 15, `budget.rs`): `budget-fail`
-//! (the next deploy run of a node with a budget fails on 1 to F + 2 of its hosts at once: some
-//! are quarantined, the one beyond the budget halts the node or the cluster) and `node-pause`
-//! (`zkdeployment pause PATH` for 1–5 s, then `resume PATH`).
+//! Aimed at failure budgets, node halts and pauses (CONTRACT 15, `budget.rs`), one of each at
+//! a time: `budget-fail` (the next deploy run of a node with a budget fails on 1 to F + 2 of
+//! its hosts: some are quarantined, the one beyond the budget halts the node or the cluster)
+//! and `node-pause` (`zkdeployment pause PATH` for 1–5 s, then `resume PATH`).
 //!
 //! And `mixed-fleet` (CONTRACT section 11, the mixed-fleet rule): a host node of the
 //! original's agent (no `agent` property, as `tests/it/rollout.rs` makes one) is registered
@@ -102,6 +102,7 @@ pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant, target: u32) {
     let ensemble_busy = Arc::new(AtomicBool::new(false));
     let mixed_busy = Arc::new(AtomicBool::new(false));
     let pause_busy = Arc::new(AtomicBool::new(false));
+    let budget_busy = Arc::new(AtomicBool::new(false));
     let weights: Vec<f64> = KINDS.iter().map(|(_, w)| *w).collect();
     let mut tasks = tokio::task::JoinSet::new();
     // The budget is time; a run whose faults took long to heal (held slots) or were not
@@ -115,12 +116,16 @@ pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant, target: u32) {
         let r = rng.fork();
         let w = world.clone();
         if kind == "budget-fail" {
-            // Claims the hosts it makes fail.
+            if budget_busy.swap(true, Ordering::SeqCst) {
+                continue;
+            }
+            let busy = budget_busy.clone();
             tasks.spawn(async move {
                 let mut r = r;
                 if super::budget::budget_fail(&w, &mut r).await {
                     w.fault(kind);
                 }
+                busy.store(false, Ordering::SeqCst);
             });
         } else if kind == "node-pause" {
             if pause_busy.swap(true, Ordering::SeqCst) {
@@ -180,6 +185,8 @@ pub async fn run(world: Arc<World>, mut rng: Rng, until: Instant, target: u32) {
         }
     })
     .await;
+    // Knobs no run took (the tasks that set them are done).
+    super::budget::clear_knobs(&world);
     if healed.is_err() {
         world.violation(format!(
             "faults still healing {HEAL_LIMIT:?} after the deadline"
