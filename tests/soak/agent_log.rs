@@ -23,8 +23,10 @@ pub fn pass_starts(file: &Path) -> Vec<f64> {
 /// What the agent `pid` of `host`, whose output is `file`, said it did with failures of
 /// nodes with a budget (CONTRACT 15): `PATH left undone: ERROR (failed host P of PATH,
 /// within its budget of F (max-failures))` is a quarantine (`within`), `... ; the node is
-/// halted)` a node halt; each at the version of the pass it belongs to (its last `Deploying
-/// version V` line before it).
+/// halted)` a node halt; and what it left undone for them: `PATH left undone: quarantined
+/// for ...` (`kept-quarantined`), `PATH is halted; not deploying it` (`kept-halted`), `...
+/// is paused ...` (`kept-paused`); each at the version of the pass it belongs to (its last
+/// `Deploying version V` line before it).
 pub fn outcomes(file: &Path, host: &str, pid: u64) -> Vec<Outcome> {
     let text = std::fs::read_to_string(file).unwrap_or_default();
     outcomes_of(&text, host, pid)
@@ -39,6 +41,15 @@ pub fn outcomes_of(text: &str, host: &str, pid: u64) -> Vec<Outcome> {
             version = v.trim().to_string();
             continue;
         }
+        if let Some(kept) = kept(line) {
+            out.push(Outcome {
+                version: version.clone(),
+                host: host.to_string(),
+                pid,
+                ..kept
+            });
+            continue;
+        }
         let Some((head, error)) = line.split_once(" left undone: ") else {
             continue;
         };
@@ -48,7 +59,9 @@ pub fn outcomes_of(text: &str, host: &str, pid: u64) -> Vec<Outcome> {
         ) else {
             continue;
         };
-        let kind = if error.ends_with("; the node is halted)") {
+        let kind = if error.starts_with("quarantined for ") {
+            "kept-quarantined"
+        } else if error.ends_with("; the node is halted)") {
             "node-halt"
         } else if !error.starts_with("quarantined for ") && within(error, path) {
             "within"
@@ -65,6 +78,25 @@ pub fn outcomes_of(text: &str, host: &str, pid: u64) -> Vec<Outcome> {
         });
     }
     out
+}
+
+/// A node left undone because it is halted or paused (`PATH is halted; not deploying it`):
+/// `kept-halted` or `kept-paused` (host, pid and version to be filled).
+fn kept(line: &str) -> Option<Outcome> {
+    let (head, kind) = if let Some((head, _)) = line.split_once(" is halted; not deploying it") {
+        (head, "kept-halted")
+    } else {
+        let (head, _) = line.split_once(" is paused; not deploying it")?;
+        (head, "kept-paused")
+    };
+    Some(Outcome {
+        host: String::new(),
+        pid: 0,
+        time: line.split_whitespace().next().and_then(epoch)?,
+        path: head.split_whitespace().last()?.to_string(),
+        version: String::new(),
+        kind,
+    })
 }
 
 /// True if `error` ends as a quarantine's message of `path` does: `... (failed host P of
@@ -129,6 +161,7 @@ fn outcomes_are_read_with_their_pass_version() {
 2026-11-25T20:24:37.000000Z  INFO zkdeployment::agent::execute: Deploying version v8
 2026-11-25T20:24:38.000000Z ERROR zkdeployment::agent::deploy: /acme/b left undone: boom (failed host 3 of /acme/b, beyond its budget of 2 (max-failures); the node is halted)
 2026-11-25T20:24:39.000000Z ERROR zkdeployment::agent::deploy: /acme/c left undone: boom (failed host 3 of /acme/c, within its budget of x (max-failures))
+2026-11-25T20:24:40.000000Z  WARN zkdeployment::agent::deploy: /acme/d is paused; not deploying it
 ";
     let found = outcomes_of(log, "h1", 9);
     let brief: Vec<(&str, &str, &str, f64)> = found
@@ -139,7 +172,9 @@ fn outcomes_are_read_with_their_pass_version() {
         brief,
         [
             ("/acme/a", "v7", "within", 1_795_638_275.0),
-            ("/acme/b", "v8", "node-halt", 1_795_638_278.0)
+            ("/acme/a", "v7", "kept-quarantined", 1_795_638_276.0),
+            ("/acme/b", "v8", "node-halt", 1_795_638_278.0),
+            ("/acme/d", "v8", "kept-paused", 1_795_638_280.0)
         ]
     );
 }

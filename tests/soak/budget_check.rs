@@ -42,6 +42,8 @@ pub struct BudgetCounts {
     pub ambiguous: usize,
     /// Steps of a node started within [`SEEN`] after its halt or pause was made.
     pub late: usize,
+    /// Nodes the agents left undone because they were quarantined, halted, paused.
+    pub kept: [usize; 3],
     /// (node, version) whose budget was spent to the full.
     pub full: usize,
 }
@@ -60,6 +62,12 @@ pub fn check(
         .iter()
         .filter(|o| o.kind == "node-halt")
         .count();
+    for (i, kind) in ["kept-quarantined", "kept-halted", "kept-paused"]
+        .iter()
+        .enumerate()
+    {
+        counts.kept[i] = journal.outcomes.iter().filter(|o| o.kind == *kind).count();
+    }
     check_counts(runs, journal, commits, counts, out);
     check_retries(runs, journal, out);
     check_entries(runs, journal, counts, out);

@@ -32,7 +32,7 @@
 //! canary=.. most-inside=..) health=(runs=.. passed=.. failed=..) killed-holders=(lease=..
 //! lock=.. named=..) cross=.. mixed=(windows=.. steps=.. parallel-asked=..)
 //! budget=(quarantined=.. node-halts=.. records=.. full=.. ambiguous=.. late=.. pauses=..
-//! node-resumes=..) violations=N`.
+//! node-resumes=.. kept=(quarantined=.. halted=.. paused=..)) violations=N`.
 
 #[allow(dead_code)] // the soak uses a few of the shared helpers
 #[path = "../support/mod.rs"]
@@ -229,7 +229,7 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
          health=(runs={} passed={} failed={}) killed-holders=(lease={} lock={} named={} \
          unnamed={}) cross={} mixed=(windows={} steps={} parallel-asked={}) after-resume={} \
          budget=(quarantined={} node-halts={} records={} full={} ambiguous={} late={} \
-         pauses={} node-resumes={}) violations={}",
+         pauses={} node-resumes={} kept=(quarantined={} halted={} paused={})) violations={}",
         kinds.join(" "),
         syncs.join(" "),
         world.commits.lock().unwrap().len(),
@@ -272,6 +272,9 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
             .iter()
             .filter(|c| c.what == "resume")
             .count(),
+        counts.budget.kept[0],
+        counts.budget.kept[1],
+        counts.budget.kept[2],
         violations.len()
     );
 

@@ -153,7 +153,8 @@ pub struct Outcome {
     /// The cluster version of the pass (its last `Deploying version` line).
     pub version: String,
     /// `within` (quarantined: the failure within the budget) or `node-halt` (the node halted,
-    /// beyond the budget or by a canary).
+    /// beyond the budget or by a canary); `kept-quarantined`, `kept-halted`, `kept-paused`
+    /// (the node left undone for that).
     pub kind: &'static str,
 }
 
