@@ -223,11 +223,7 @@ fn holds(journal: &Journal) -> Vec<(&str, f64, String)> {
 }
 
 fn describe(r: &NodeRecord) -> String {
-    let who = r
-        .data
-        .get("host")
-        .map(|h| version_text(h))
-        .unwrap_or_default();
+    let who = r.data.get("host").map(version_text).unwrap_or_default();
     format!(
         "the {} by {who} made at {:.3} (seen at {:.3})",
         r.kind, r.ctime, r.seen

@@ -907,11 +907,13 @@ fn more_hosts_quarantined_than_the_budget_are_flagged_between_resumes() {
         run("a", "h1", "/acme/a", 1.0, Some(1.5), Some(3)),
         run("b", "h2", "/acme/a", 1.2, Some(1.6), Some(3)),
     ];
-    let mut journal = Journal::default();
-    journal.outcomes = vec![
-        outcome("h1", "/acme/a", 1.7, "within"),
-        outcome("h2", "/acme/a", 1.8, "within"),
-    ];
+    let mut journal = Journal {
+        outcomes: vec![
+            outcome("h1", "/acme/a", 1.7, "within"),
+            outcome("h2", "/acme/a", 1.8, "within"),
+        ],
+        ..Default::default()
+    };
     let commits = budget_commits(ONE);
     let found = violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits);
     assert!(
@@ -946,8 +948,10 @@ fn a_quarantined_host_running_the_node_again_before_a_resume_is_flagged() {
         run("a", "h1", "/acme/a", 1.0, Some(1.5), Some(3)),
         run("b", "h1", "/acme/a", 3.0, Some(3.5), Some(0)),
     ];
-    let mut journal = Journal::default();
-    journal.outcomes = vec![outcome("h1", "/acme/a", 1.7, "within")];
+    let mut journal = Journal {
+        outcomes: vec![outcome("h1", "/acme/a", 1.7, "within")],
+        ..Default::default()
+    };
     let commits = budget_commits(ONE);
     let found = violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits);
     assert!(
@@ -971,9 +975,11 @@ fn entering_a_node_after_its_halt_or_pause_was_recorded_is_flagged() {
         halt_node: true,
     };
     let commits = budget_commits(halt_node);
-    let mut journal = Journal::default();
-    journal.outcomes = vec![outcome("h1", "/acme/a", 1.65, "node-halt")];
-    journal.node_records = vec![node_record("halt", "h1", "/acme/a", 1.6, 0)];
+    let mut journal = Journal {
+        outcomes: vec![outcome("h1", "/acme/a", 1.65, "node-halt")],
+        node_records: vec![node_record("halt", "h1", "/acme/a", 1.6, 0)],
+        ..Default::default()
+    };
     let found = violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits);
     assert!(
         !found.is_empty()
@@ -1006,8 +1012,10 @@ fn entering_a_node_after_its_halt_or_pause_was_recorded_is_flagged() {
     assert_eq!(counts.budget.late, 1);
     // A pause of /acme/b (the nemesis's), entered 3 s later.
     let runs = vec![run("c", "h3", "/acme/b", 13.0, Some(13.5), Some(0))];
-    let mut journal = Journal::default();
-    journal.node_records = vec![node_record("pause", "operator", "/acme/b", 10.0, 0)];
+    let journal = Journal {
+        node_records: vec![node_record("pause", "operator", "/acme/b", 10.0, 0)],
+        ..Default::default()
+    };
     let found = violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits);
     assert!(
         found.len() == 1 && found[0].contains("h3 entered /acme/b at 13.000, after the pause"),
@@ -1031,8 +1039,10 @@ fn a_failure_of_a_node_with_a_budget_must_be_a_quarantine_or_a_halt() {
         "{found:?}"
     );
     // Its failure record within F (the agent's log lost): a quarantine.
-    let mut journal = Journal::default();
-    journal.node_records = vec![node_record("fail", "h1", "/acme/a", 1.6, 1)];
+    let mut journal = Journal {
+        node_records: vec![node_record("fail", "h1", "/acme/a", 1.6, 1)],
+        ..Default::default()
+    };
     assert_eq!(
         violations_at(runs.clone(), held(&runs, "lease"), &journal, &commits),
         Vec::<String>::new()
@@ -1068,11 +1078,13 @@ fn a_new_cluster_version_starts_the_count_again_for_a_pass_still_at_the_old_one(
         run("a", "h7", "/acme/a", 1.0, Some(1.5), Some(3)),
         run("b", "h6", "/acme/a", 6.0, Some(6.5), Some(3)),
     ];
-    let mut journal = Journal::default();
-    journal.outcomes = vec![
-        outcome("h7", "/acme/a", 1.7, "within"),
-        outcome("h6", "/acme/a", 6.7, "within"),
-    ];
+    let mut journal = Journal {
+        outcomes: vec![
+            outcome("h7", "/acme/a", 1.7, "within"),
+            outcome("h6", "/acme/a", 6.7, "within"),
+        ],
+        ..Default::default()
+    };
     let commits = budget_commits(ONE);
     journal.versions = vec![(json!("v1"), 0.0, 1.9), (json!("v2"), 2.0, 9.0)];
     assert_eq!(
