@@ -12,7 +12,8 @@
 //!   removed its record ([`check_retries`]);
 //! - nobody enters N (starts a deploy script of it) once its halt or pause was recorded,
 //!   until a `resume PATH N` began, but for [`SEEN`] after it was made (the agent reads the
-//!   node's gate after taking its place, then starts the script) ([`check_entries`]);
+//!   node's gate after taking its place, then writes its status and starts the script), or
+//!   longer when a fault cost its host the servers meanwhile ([`check_entries`]);
 //! - every failure of a node with a budget is a quarantine or a halt ([`settled`], used by
 //!   the checker's halt checks), and every node halt and failure record has a cause: a failed
 //!   run of its host on its node ([`check_causes`]).
@@ -20,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::actors::version_text;
-use super::checker::{candidates, failed, Commits, RunLog};
+use super::checker::{candidates, failed, session_fault, Commits, RunLog};
 use super::world::{Journal, NodeRecord, Outcome};
 
 /// How long after a node's halt or pause was made a host may still start its step: it read
@@ -249,7 +250,8 @@ fn check_entries(
             .iter()
             .filter(|r| r.kind == "deploy" && r.path == path && r.start > made && r.start < until)
         {
-            if r.start <= made + SEEN {
+            // Its status write (and the script's start) may have waited for a server.
+            if r.start <= made + SEEN || session_fault(journal, &r.host, made - SEEN, r.start) {
                 late.insert(r.id.clone());
             } else if flagged.insert(r.id.clone()) {
                 out.push(format!(

@@ -316,7 +316,7 @@ fn close_killed_runs(runs: &mut [RunLog], journal: &Journal, out: &mut Vec<Strin
 }
 
 /// True if a fault that can cost `host` its session overlapped `[from, to]`.
-fn session_fault(journal: &Journal, host: &str, from: f64, to: f64) -> bool {
+pub fn session_fault(journal: &Journal, host: &str, from: f64, to: f64) -> bool {
     let grace = AGENT_SESSION + 2.0;
     journal
         .cuts
