@@ -16,12 +16,15 @@
 //!   longer when a fault cost its host the servers meanwhile ([`check_entries`]);
 //! - every failure of a node with a budget is a quarantine or a halt ([`settled`], used by
 //!   the checker's halt checks), and every node halt and failure record has a cause: a failed
-//!   run of its host on its node ([`check_causes`]).
+//!   run of its host on its node ([`check_causes`]);
+//! - budgets and node halts are off in a mixed fleet: a pass begun inside a `mixed-fleet`
+//!   window (as `checker::check_mixed` judges the leases) quarantines nobody and halts no
+//!   node for a failure that began before the window's end ([`check_mixed`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::actors::version_text;
-use super::checker::{candidates, failed, session_fault, Commits, RunLog};
+use super::checker::{candidates, failed, session_fault, Commits, RunLog, MIXED_SEEN};
 use super::world::{Journal, NodeRecord, Outcome};
 
 /// How long after a node's halt or pause was made a host may still start its step: it read
@@ -73,6 +76,7 @@ pub fn check(
     check_retries(runs, journal, out);
     check_entries(runs, journal, counts, out);
     check_causes(runs, journal, out);
+    check_mixed(runs, journal, out);
 }
 
 /// The quarantines the agents logged.
@@ -315,6 +319,39 @@ fn check_causes(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
             out.push(format!(
                 "a {} record of {} no failed run explains: {} {:?}",
                 r.kind, r.path, r.name, r.data
+            ));
+        }
+    }
+}
+
+/// The start of the pass of the agent that said `o`: its last `Deploying version` before it.
+fn pass_of(journal: &Journal, o: &Outcome) -> f64 {
+    journal
+        .passes
+        .iter()
+        .filter(|(h, pid, t)| *h == o.host && *pid == o.pid && *t <= o.time)
+        .map(|(_, _, t)| *t)
+        .fold(f64::NEG_INFINITY, f64::max)
+}
+
+/// No quarantine or node halt in a pass planned while the fleet was mixed.
+fn check_mixed(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
+    for o in journal
+        .outcomes
+        .iter()
+        .filter(|o| o.kind == "within" || o.kind == "node-halt")
+    {
+        let pass = pass_of(journal, o);
+        let began = failure_start(runs, o);
+        if let Some(w) = journal
+            .mixed
+            .iter()
+            .find(|w| pass >= w.from + MIXED_SEEN && pass <= w.to && began <= w.to)
+        {
+            out.push(format!(
+                "{} applied the budget of {} ({}) at {:.3} in a pass begun at {pass:.3}, while \
+                 the fleet was mixed (from {:.3} to {:.3})",
+                o.host, o.path, o.kind, o.time, w.from, w.to
             ));
         }
     }

@@ -1099,3 +1099,31 @@ fn a_new_cluster_version_starts_the_count_again_for_a_pass_still_at_the_old_one(
         "{found:?}"
     );
 }
+
+#[test]
+fn a_budget_applied_in_a_pass_begun_while_the_fleet_was_mixed_is_flagged() {
+    let runs = vec![run("a", "h1", "/acme/a", 6.0, Some(6.5), Some(3))];
+    let mut journal = Journal {
+        outcomes: vec![outcome("h1", "/acme/a", 6.7, "within")],
+        passes: vec![("h1".into(), 100, 5.0)],
+        mixed: vec![MixedWindow {
+            begun: 0.9,
+            from: 1.0,
+            to: 10.0,
+            gone: 10.1,
+        }],
+        ..Default::default()
+    };
+    let commits = budget_commits(ONE);
+    let found = violations_at(runs.clone(), held(&runs, "lock"), &journal, &commits);
+    assert!(
+        found.len() == 1 && found[0].contains("while the fleet was mixed"),
+        "{found:?}"
+    );
+    // A pass begun before the window was planned on a fleet of ours alone.
+    journal.passes[0].2 = 0.5;
+    assert_eq!(
+        violations_at(runs.clone(), held(&runs, "lock"), &journal, &commits),
+        Vec::<String>::new()
+    );
+}
