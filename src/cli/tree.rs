@@ -170,11 +170,18 @@ fn check(paths: &[PathBuf]) -> Outcome {
             }),
         }
     }
-    if let Err(errors) = crate::sync::desired::build_all(&files) {
-        for error in errors {
-            println!("{error}");
+    match crate::sync::desired::build_all(&files) {
+        Ok(desired) => {
+            for warning in desired.warnings {
+                println!("{warning}");
+            }
         }
-        failed = true;
+        Err(errors) => {
+            for error in errors {
+                println!("{error}");
+            }
+            failed = true;
+        }
     }
     Ok(u8::from(failed))
 }
