@@ -18,7 +18,8 @@ use crate::zk::index::SKIPPED_ROOTS;
 use crate::zk::multiread::{read_all, Want};
 use crate::zk::node_state::NodeState;
 use crate::zk::paths::{
-    AGENT_LOCKS, AGENT_PROPERTY, AGENT_SEMAPHORES, DEPLOYED_AT, HOSTS, HOSTS_LOCK, ROLES, ROLE_LOCKS, VERSION_SET,
+    AGENT_LOCKS, AGENT_PROPERTY, AGENT_SEMAPHORES, DEPLOYED_AT, HOSTS, HOSTS_LOCK, ROLES,
+    ROLE_LOCKS, VERSION_SET,
 };
 use crate::zk::recipe::lock::sequence_of;
 use crate::zk::role_lock::{request_sequence, requester};
@@ -328,7 +329,8 @@ fn semaphore_row(
     guard: Option<&ZNode>,
     now_ms: i64,
 ) -> Option<SemaphoreRow> {
-    let mut leases: Vec<(&String, &ZNode)> = sem.map(|s| s.children.iter().collect()).unwrap_or_default();
+    let mut leases: Vec<(&String, &ZNode)> =
+        sem.map(|s| s.children.iter().collect()).unwrap_or_default();
     leases.sort_by_key(|(name, node)| (node.ctime, *name));
     let guard_path = crate::zk::recipe::semaphore::guard_path(path);
     let queue = guard.and_then(|g| contenders(&guard_path, g, now_ms));
@@ -370,8 +372,7 @@ fn semaphore_row(
 async fn read_semaphores(client: &Client) -> Result<Vec<SemaphoreRow>, ZkError> {
     use crate::zk::recipe::semaphore::{GUARD_SUFFIX, RECORDS_SUFFIX};
     let now_ms = (crate::files::now() * 1000.0) as i64;
-    let Some(tree) = read_subtree(client, AGENT_SEMAPHORES, &ReadOptions::default()).await?
-    else {
+    let Some(tree) = read_subtree(client, AGENT_SEMAPHORES, &ReadOptions::default()).await? else {
         return Ok(Vec::new());
     };
     let names: BTreeSet<&str> = tree
@@ -396,7 +397,7 @@ fn permanent_warnings(locks: &[LockRow], semaphores: &[SemaphoreRow]) -> Vec<Str
     for lock in locks {
         for child in &lock.permanent {
             out.push(format!(
-                "{child} is a contender of the lock {} that is not ephemeral: no session ends it, so it holds or blocks the lock for ever (delete it once nothing runs under it)",
+                "{child} is a contender of the lock {} that is not ephemeral: no session ends it, so it holds or blocks the lock for ever (delete it)",
                 lock.path
             ));
         }
@@ -404,15 +405,11 @@ fn permanent_warnings(locks: &[LockRow], semaphores: &[SemaphoreRow]) -> Vec<Str
     for sem in semaphores {
         let guard = crate::zk::recipe::semaphore::guard_path(&sem.path);
         for child in &sem.permanent {
-            let what = if child.starts_with(&format!("{guard}/")) {
-                "a contender of its guard lock, it blocks every host waiting for a lease"
+            out.push(if child.starts_with(&format!("{guard}/")) {
+                format!("{child} is a contender of the guard lock of {} that is not ephemeral: no session ends it, so it holds or blocks every host waiting for a lease for ever (delete it)", sem.path)
             } else {
-                "a lease, it takes one of the semaphore's leases"
-            };
-            out.push(format!(
-                "{child} is not ephemeral: {what} for ever (delete it once nothing runs under {})",
-                sem.path
-            ));
+                format!("{child} is a lease of {} that is not ephemeral: no session ends it, so it takes one of the leases for ever (delete it)", sem.path)
+            });
         }
     }
     out
@@ -691,8 +688,7 @@ impl Overview {
             one_line(&py_str(&self.synced))
         };
         for warning in &self.warnings {
-            out.push_str(&fit(&format!("WARNING: {warning}")));
-            out.push('\n');
+            out.push_str(&wrap(&format!("WARNING: {warning}")));
         }
         out.push_str(&fit(&format!(
             "cluster version: {state}   synced revision: {synced}"
@@ -1010,6 +1006,28 @@ pub(crate) fn cut_lines(text: &str) -> String {
     out
 }
 
+/// `s` on lines of at most [`WIDTH`] characters, broken at blanks (continuation lines
+/// indented by two), each ending in a newline; a word too long for a line is cut.
+fn wrap(s: &str) -> String {
+    let s = one_line(&cut_text(s));
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in s.split(' ') {
+        let more = if line.is_empty() { 0 } else { 1 } + word.chars().count();
+        if !line.trim().is_empty() && line.chars().count() + more > WIDTH {
+            out.push_str(&fit(&line));
+            out.push('\n');
+            line = "  ".into();
+        } else if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    out.push_str(&fit(&line));
+    out.push('\n');
+    out
+}
+
 /// `s` cut to `width` characters, the cut marked with `…`.
 fn cut(s: &str, width: usize) -> String {
     if s.chars().count() <= width {
@@ -1147,7 +1165,10 @@ mod tests {
                 waiters: vec!["app05.some-long-domain-name.example.com (app05)".into(); 3],
                 permanent: vec![],
             }],
-            warnings: vec!["/hosts is writable by anyone (write)".into()],
+            warnings: vec![
+                "/hosts is writable by anyone (write)".into(),
+                format!("/agent-locks/{}/x__lock__0000000001 is a contender that is not ephemeral: it blocks the lock for ever (the end)", "a,".repeat(30)),
+            ],
             protected: true,
             mixed_fleet: None,
             summary: summarize(
@@ -1170,6 +1191,13 @@ mod tests {
             "{text}"
         );
         assert!(text.starts_with("WARNING: /hosts is writable"), "{text}");
+        // A long warning is wrapped, not cut.
+        assert!(
+            text.contains("\n  that is not ephemeral: it blocks the lock for ever (the end)\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nSEMAPHORE "), "{text}");
+        assert!(text.contains(" 3/3 "), "{text}");
         assert!(text.contains("add --auth AUTH"), "{text}");
         assert!(text.contains("0123456789ab "), "{text}");
         assert!(

@@ -274,7 +274,11 @@ fn spelling_warnings(desired: &Desired) -> Vec<TreeError> {
     each_node(&desired.tree, |path, node| {
         for group in same_spellings(node.children.keys().map(String::as_str)) {
             let (first, others) = group.split_first().expect("a group has two names");
-            let (file, line) = desired.origins.get(&join(path, first)).cloned().unwrap_or_default();
+            let (file, line) = desired
+                .origins
+                .get(&join(path, first))
+                .cloned()
+                .unwrap_or_default();
             for other in others {
                 let message = format!(
                     "warning: node {} under {path} is another Unicode spelling of {} ({file}:{line}): two nodes that look identical",

@@ -411,7 +411,9 @@ async fn a_malformed_host_node_is_planned_as_converged_and_long_values_are_cut()
 async fn two_unicode_spellings_of_one_name_are_warned_about_with_file_and_line() {
     let nfc = "caf\u{e9}";
     let nfd = "cafe\u{301}";
-    let acme = format!("/acme\n  /{nfc}\n    x = 1\n  /cafe\n  /caf\u{e8}\n  /db\n    {nfc} = 1\n    {nfd} = 2\n");
+    let acme = format!(
+        "/acme\n  /{nfc}\n    x = 1\n  /cafe\n  /caf\u{e8}\n  /db\n    {nfc} = 1\n    {nfd} = 2\n"
+    );
     let over = format!("/acme\n  /{nfd}\n    y = 2\n");
     let warnings = |a: &str, o: &str| {
         [
