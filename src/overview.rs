@@ -1113,9 +1113,35 @@ mod tests {
         }
     }
 
+    /// A lock and a semaphore with long names and many waiters.
+    fn long_lock_rows() -> (Vec<LockRow>, Vec<SemaphoreRow>) {
+        let locks = vec![LockRow {
+            path: "/agent-locks/acme,some,long,application,path".into(),
+            holder: Some("app02.some-long-domain-name.example.com (app02)".into()),
+            waiters: vec!["app03.some-long-domain-name.example.com (app03)".into(); 3],
+            age: Some(12.0),
+            permanent: vec![],
+        }];
+        let semaphores = vec![SemaphoreRow {
+            path: "/agent-semaphores/acme,some,long,application,path".into(),
+            max_leases: json!(3),
+            holders: vec![
+                LeaseRow {
+                    holder: "app04.some-long-domain-name.example.com (app04)".into(),
+                    age: 75.0,
+                };
+                3
+            ],
+            waiters: vec!["app05.some-long-domain-name.example.com (app05)".into(); 3],
+            permanent: vec![],
+        }];
+        (locks, semaphores)
+    }
+
     #[test]
     fn the_text_view_fits_120_columns() {
         let rev = "0123456789abcdef0123456789abcdef01234567";
+        let (locks, semaphores) = long_lock_rows();
         let error = format!(
             "Command failed: /opt/some-package/bin/zookeeper-deploy {}",
             "/x".repeat(80)
@@ -1145,26 +1171,8 @@ mod tests {
                     Value::Null,
                 ),
             ],
-            locks: vec![LockRow {
-                path: "/agent-locks/acme,some,long,application,path".into(),
-                holder: Some("app02.some-long-domain-name.example.com (app02)".into()),
-                waiters: vec!["app03.some-long-domain-name.example.com (app03)".into(); 3],
-                age: Some(12.0),
-                permanent: vec![],
-            }],
-            semaphores: vec![SemaphoreRow {
-                path: "/agent-semaphores/acme,some,long,application,path".into(),
-                max_leases: json!(3),
-                holders: vec![
-                    LeaseRow {
-                        holder: "app04.some-long-domain-name.example.com (app04)".into(),
-                        age: 75.0,
-                    };
-                    3
-                ],
-                waiters: vec!["app05.some-long-domain-name.example.com (app05)".into(); 3],
-                permanent: vec![],
-            }],
+            locks,
+            semaphores,
             warnings: vec![
                 "/hosts is writable by anyone (write)".into(),
                 format!("/agent-locks/{}/x__lock__0000000001 is a contender that is not ephemeral: it blocks the lock for ever (the end)", "a,".repeat(30)),
