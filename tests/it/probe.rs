@@ -243,6 +243,15 @@ async fn a_stalled_log_reader_never_costs_the_session() {
     assert_eq!(h.deploy_log("foo").len(), 2, "{:?}", h.deploy_log("foo"));
     let peak = peak_kib(agent.id().unwrap());
     assert!(peak < PEAK_KIB, "the agent held {peak} KiB at its peak");
+    // The log is read again: it says how many lines it dropped.
+    let mut stderr = agent.stderr.take().unwrap();
+    let log = tokio::spawn(async move {
+        let mut text = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut stderr, &mut text)
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&text).into_owned()
+    });
     let pid = nix::unistd::Pid::from_raw(agent.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     // Its exit waits (bounded) for the log it cannot write.
@@ -251,6 +260,19 @@ async fn a_stalled_log_reader_never_costs_the_session() {
         .unwrap()
         .unwrap();
     assert_eq!(status.code(), Some(0));
+    let log = tokio::time::timeout(LIMIT, log).await.unwrap().unwrap();
+    let dropped = log
+        .lines()
+        .find(|l| l.ends_with(" log lines dropped (the log's reader fell behind)"));
+    let count = dropped
+        .and_then(|l| l.strip_prefix("zkdeployment: "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(
+        count.is_some_and(|n| n > 0),
+        "no count of dropped lines in the log: {}",
+        &log[log.len().saturating_sub(2000)..]
+    );
 }
 
 /// The agent's peak resident memory (`VmHWM`), in KiB.

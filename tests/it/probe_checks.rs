@@ -254,6 +254,63 @@ async fn tree_files_that_are_links_are_read_inside_the_repository_and_refused_ou
     );
 }
 
+/// An index entry of `path` (raw bytes) with `mode`, naming object `id`.
+fn index_entry(path: &[u8], mode: u32, id: git2::Oid) -> git2::IndexEntry {
+    git2::IndexEntry {
+        ctime: git2::IndexTime::new(0, 0),
+        mtime: git2::IndexTime::new(0, 0),
+        dev: 0,
+        ino: 0,
+        mode,
+        uid: 0,
+        gid: 0,
+        file_size: 0,
+        id,
+        flags: path.len().min(0xfff) as u16,
+        flags_extended: 0,
+        path: path.to_vec(),
+    }
+}
+
+/// Entries a sync skips are named, one warning line each: a submodule named like a tree file,
+/// and a tree file whose name is not UTF-8. The other files are synced.
+#[tokio::test]
+async fn submodules_and_names_that_are_not_utf8_are_skipped_with_a_warning() {
+    let conn = support::chroot("links-skipped").await;
+    let client = support::connect(&conn).await;
+    let prod = "/prod\n  /a : foo\n    version = '1.0'\n    /deploy\n      /h1\n";
+    let repo = TestRepo::new();
+    repo.commit(&[("prod.zk", prod)]);
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let parent = git.head().unwrap().peel_to_commit().unwrap();
+    let mut index = git.index().unwrap();
+    let blob = git.blob(b"/latin1\n").unwrap();
+    index
+        .add(&index_entry(b"caf\xe9.zk", 0o100644, blob))
+        .unwrap();
+    index
+        .add(&index_entry(b"sub.zk", 0o160000, parent.id()))
+        .unwrap();
+    let tree = git.find_tree(index.write_tree().unwrap()).unwrap();
+    let sig = git2::Signature::now("test", "test@example.com").unwrap();
+    git.commit(Some("HEAD"), &sig, &sig, "skipped", &tree, &[&parent])
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let run = sync(&repo, &conn, work.path()).await;
+    run.assert_ok();
+    for line in [
+        "skipped sub.zk: a submodule, not a file",
+        "skipped \"caf\u{fffd}.zk\": its name is not UTF-8",
+    ] {
+        assert!(run.stderr.contains(line), "{line}\n{run}");
+    }
+    let roots = client.list_children("/").await.unwrap();
+    assert!(
+        roots.contains(&"prod".to_string()) && !roots.contains(&"latin1".to_string()),
+        "{roots:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 9. A chroot that does not exist is named, never taken for an empty cluster.
 
