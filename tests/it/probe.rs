@@ -54,6 +54,35 @@ async fn two_agents_started_together_for_one_host_run_one_pass() {
     }
 }
 
+/// Two agent services started at the same moment on one configuration: one exits 1 with
+/// `Another agent is running`, the other stays up and deploys, once (the issue's "both stayed
+/// up": the service, not only a pass run by hand).
+#[tokio::test]
+async fn two_agent_services_started_together_for_one_host_leave_one_running() {
+    for trial in 0..4 {
+        let h = TestHost::fake(&format!("probe-two-services-{trial}")).await;
+        h.tree(TREE, v("r1")).await;
+        let mut agents = [h.spawn("agent", &[], &[]), h.spawn("agent", &[], &[])];
+        let loser = support::agent::wait_for("one agent to exit", LIMIT, || {
+            agents.iter_mut().position(|a| !a.running())
+        })
+        .await;
+        let code = agents[loser].wait(LIMIT).await;
+        let out = agents[loser].output();
+        assert_eq!(code, 1, "trial {trial}: {out}");
+        assert!(
+            out.contains("Another agent is running"),
+            "trial {trial}: {out}"
+        );
+        let winner = &mut agents[1 - loser];
+        h.wait_status("r1", &["done"], LIMIT).await;
+        assert!(winner.running(), "trial {trial}: {}", winner.output());
+        assert_eq!(h.deploy_log("foo").len(), 1, "trial {trial}");
+        winner.terminate();
+        assert_eq!(winner.wait(LIMIT).await, 0, "trial {trial}");
+    }
+}
+
 const SHARED: &str = "
 /acme
   /web : foo
