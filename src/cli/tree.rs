@@ -16,7 +16,7 @@ use crate::zk::import::{import_tree_with_acl, Trim};
 
 #[derive(Debug, Subcommand)]
 pub enum TreeCommand {
-    /// Parse and lint tree files offline; errors are printed as FILE:LINE: message.
+    /// Parse and lint tree files offline; errors and warnings are printed as FILE:LINE: message.
     Check {
         /// Tree files (`.zk`, `.zkx`).
         #[arg(required = true)]
