@@ -45,8 +45,17 @@ pub fn outcomes_of(text: &str, host: &str, pid: u64) -> Vec<Outcome> {
             out.push(Outcome {
                 version: version.clone(),
                 host: host.to_string(),
+                by: host.to_string(),
                 pid,
                 ..kept
+            });
+            continue;
+        }
+        if let Some(dead) = dead_counted(line) {
+            out.push(Outcome {
+                by: host.to_string(),
+                pid,
+                ..dead
             });
             continue;
         }
@@ -70,6 +79,7 @@ pub fn outcomes_of(text: &str, host: &str, pid: u64) -> Vec<Outcome> {
         };
         out.push(Outcome {
             host: host.to_string(),
+            by: host.to_string(),
             pid,
             time,
             path: path.to_string(),
@@ -91,10 +101,40 @@ fn kept(line: &str) -> Option<Outcome> {
     };
     Some(Outcome {
         host: String::new(),
+        by: String::new(),
         pid: 0,
         time: line.split_whitespace().next().and_then(epoch)?,
         path: head.split_whitespace().last()?.to_string(),
         version: String::new(),
+        kind,
+    })
+}
+
+/// A dead holder another host found and counted in its node's budget: `NAME (HOST) died
+/// deploying PATH N (version V) since ...: ... (failed host P of PATH, within its budget of F
+/// (max-failures))` (`within`, for HOST at V) or `... ; the node is halted)` (`node-halt`);
+/// `by` and `pid` to be filled.
+fn dead_counted(line: &str) -> Option<Outcome> {
+    let (head, rest) = line.split_once(") died deploying ")?;
+    let (_, host) = head.rsplit_once('(')?;
+    let mut words = rest.split_whitespace();
+    let path = words.next()?;
+    let (_, after) = rest.split_once(" (version ")?;
+    let (version, _) = after.split_once(')')?;
+    let kind = if line.ends_with("; the node is halted)") {
+        "node-halt"
+    } else if within(line, path) {
+        "within"
+    } else {
+        return None;
+    };
+    Some(Outcome {
+        host: host.to_string(),
+        by: String::new(),
+        pid: 0,
+        time: line.split_whitespace().next().and_then(epoch)?,
+        path: path.to_string(),
+        version: version.to_string(),
         kind,
     })
 }
@@ -162,6 +202,7 @@ fn outcomes_are_read_with_their_pass_version() {
 2026-11-25T20:24:38.000000Z ERROR zkdeployment::agent::deploy: /acme/b left undone: boom (failed host 3 of /acme/b, beyond its budget of 2 (max-failures); the node is halted)
 2026-11-25T20:24:39.000000Z ERROR zkdeployment::agent::deploy: /acme/c left undone: boom (failed host 3 of /acme/c, within its budget of x (max-failures))
 2026-11-25T20:24:40.000000Z  WARN zkdeployment::agent::deploy: /acme/d is paused; not deploying it
+2026-11-25T20:24:41.000000Z  WARN zkdeployment::agent::in_flight: h3.example.com (h3) died deploying /acme/e 1 (version v6) since 1795638270.5: in-flight record left in /agent-locks/acme,e (failed host 1 of /acme/e, within its budget of 1 (max-failures))
 ";
     let found = outcomes_of(log, "h1", 9);
     let brief: Vec<(&str, &str, &str, f64)> = found
@@ -174,7 +215,9 @@ fn outcomes_are_read_with_their_pass_version() {
             ("/acme/a", "v7", "within", 1_795_638_275.0),
             ("/acme/a", "v7", "kept-quarantined", 1_795_638_276.0),
             ("/acme/b", "v8", "node-halt", 1_795_638_278.0),
-            ("/acme/d", "v8", "kept-paused", 1_795_638_280.0)
+            ("/acme/d", "v8", "kept-paused", 1_795_638_280.0),
+            ("/acme/e", "v6", "within", 1_795_638_281.0)
         ]
     );
+    assert_eq!((found[4].host.as_str(), found[4].by.as_str()), ("h3", "h1"));
 }

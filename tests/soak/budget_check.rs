@@ -3,6 +3,10 @@
 //! `/node-state` and `/node-pauses` ([`NodeRecord`]s, `budget.rs`) and the `pause PATH` /
 //! `resume PATH` commands run ([`NodeCommand`]s). For every node N and cluster version V:
 //!
+//! A quarantine or node halt is what an agent logged: for its own failure (`PATH left undone:
+//! ... (failed host P of PATH, within its budget ...)`), or for a dead holder it found and
+//! counted for the dead holder's host (at the version of the dead holder's in-flight record).
+//!
 //! - no more than F hosts are quarantined for N at V (F as the trees the agents may have read
 //!   for V give it: the most of them), counted between two clearings of N's records at V (a
 //!   `resume PATH N`, or a new cluster version, whose sync deletes the records of the others:
@@ -189,12 +193,19 @@ fn check_retries(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
     for q in quarantines(journal) {
         let lo = failure_start(runs, q);
         let rs = clearings(journal, &q.path, &q.version);
+        // A dead holder's record is made by the host that found it: the dead holder (its
+        // session cut, not its agent killed) may have read its gate just before.
+        let found = |r: &RunLog| {
+            q.by != q.host
+                && (r.start <= q.time + SEEN || session_fault(journal, &q.host, q.time, r.start))
+        };
         let again = runs.iter().find(|r| {
             r.kind == "deploy"
                 && r.host == q.host
                 && r.path == q.path
                 && r.version == q.version
                 && r.start > q.time
+                && !found(r)
                 && !rs.iter().any(|(s, e)| *s < r.start && *e > lo)
         });
         if let Some(r) = again {
@@ -324,12 +335,13 @@ fn check_causes(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
     }
 }
 
-/// The start of the pass of the agent that said `o`: its last `Deploying version` before it.
+/// The start of the pass of the agent that said `o` (the finder, for a dead holder): its last
+/// `Deploying version` before it.
 fn pass_of(journal: &Journal, o: &Outcome) -> f64 {
     journal
         .passes
         .iter()
-        .filter(|(h, pid, t)| *h == o.host && *pid == o.pid && *t <= o.time)
+        .filter(|(h, pid, t)| *h == o.by && *pid == o.pid && *t <= o.time)
         .map(|(_, _, t)| *t)
         .fold(f64::NEG_INFINITY, f64::max)
 }

@@ -35,7 +35,9 @@
 //!   on a node with a failure budget by a quarantine or a node halt (unless its agent was
 //!   killed or lost its session before it could write it). A holder the
 //!   nemesis killed mid-step is named by a halt (an agent's `halting the cluster: ... (HOST)
-//!   died deploying PATH N`), unless nobody deploys its node any more.
+//!   died deploying PATH N`), or on a node with a failure budget by the host that counted it
+//!   there (`... (HOST) died deploying PATH N ... (failed host P of PATH, ...)`), unless
+//!   nobody deploys its node any more.
 //! - Versions: an agent that records version V had no failed step at V (a failed script, a
 //!   health check that never passed, or none run where the package has one) that was not
 //!   followed by a new pass (so it never records a version whose steps did not all succeed).

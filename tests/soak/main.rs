@@ -302,8 +302,10 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
     }
 }
 
-/// Every line in which an agent said it halts the cluster (`halting the cluster: ERROR`),
-/// from the output of every agent process the soak started, prefixed with its host id.
+/// Every line in which an agent said it halts the cluster (`halting the cluster: ERROR`) or
+/// counted a dead holder in its node's failure budget (`NAME (HOST) died deploying PATH N
+/// ... (failed host P of PATH, ...)`: within the budget, or the node halted), from the output
+/// of every agent process the soak started, prefixed with its host id.
 fn halt_lines(world: &World) -> Vec<String> {
     let mut out = Vec::new();
     for slot in &world.slots {
@@ -316,7 +318,10 @@ fn halt_lines(world: &World) -> Vec<String> {
                 let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
                 out.extend(
                     text.lines()
-                        .filter(|l| l.contains("halting the cluster:"))
+                        .filter(|l| {
+                            l.contains("halting the cluster:")
+                                || (l.contains(") died deploying ") && l.contains(" (failed host "))
+                        })
                         .map(|l| format!("{} {l}", slot.host.id)),
                 );
             }

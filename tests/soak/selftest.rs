@@ -861,6 +861,7 @@ fn budget_commits(budget: Budget) -> Vec<(String, f64, Tree)> {
 fn outcome(host: &str, path: &str, time: f64, kind: &'static str) -> Outcome {
     Outcome {
         host: host.into(),
+        by: host.into(),
         pid: 100,
         time,
         path: path.into(),

@@ -142,15 +142,18 @@ pub struct NodeCommand {
 /// What an agent said it did with a failure of a node, from its log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
-    /// The host.
+    /// The host that failed (for a dead holder another host found: the dead holder's).
     pub host: String,
-    /// The agent process.
+    /// The host whose agent said so.
+    pub by: String,
+    /// That agent process.
     pub pid: u64,
     /// When it said so.
     pub time: f64,
     /// The application node.
     pub path: String,
-    /// The cluster version of the pass (its last `Deploying version` line).
+    /// The cluster version of the pass (its last `Deploying version` line; for a dead
+    /// holder, the version its in-flight record names).
     pub version: String,
     /// `within` (quarantined: the failure within the budget) or `node-halt` (the node halted,
     /// beyond the budget or by a canary); `kept-quarantined`, `kept-halted`, `kept-paused`
