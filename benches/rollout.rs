@@ -702,12 +702,16 @@ async fn budget_rollout() {
     let secs = script_secs();
     set_sleep(&times, secs);
     let limit = round_limit(100.0 / 10.0 * secs);
-    let (failing, others): (Vec<(&Agent, &String)>, Vec<(&Agent, &String)>) = agents
-        .iter()
-        .zip(&ids)
-        .partition(|(_, id)| FAILING.contains(&id.as_str()));
-    let failing: Vec<&Agent> = failing.into_iter().map(|(a, _)| a).collect();
-    let others: Vec<&Agent> = others.into_iter().map(|(a, _)| a).collect();
+    let fails = |id: &String| FAILING.contains(&id.as_str());
+    let pick = |want: bool| -> Vec<&Agent> {
+        agents
+            .iter()
+            .zip(&ids)
+            .filter(|(_, id)| fails(id) == want)
+            .map(|(a, _)| a)
+            .collect()
+    };
+    let (failing, others) = (pick(true), pick(false));
     println!("100 agents x 1 node, max-parallel '10%', max-failures '5%', {secs} s scripts, 3 hosts failing:");
     println!("  | pair | no failure: all 100 done | 3 failing: the other 97 done | ratio | load average |");
     println!("  |---|---|---|---|---|");
