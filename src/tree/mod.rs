@@ -10,6 +10,7 @@ pub mod export;
 pub mod literal;
 pub mod parse;
 pub mod rollout;
+pub(crate) mod spelling;
 
 use std::collections::BTreeMap;
 
