@@ -714,9 +714,7 @@ impl Overview {
         if let Some(why) = &self.mixed_fleet {
             out.push_str(&fit(&format!("mixed fleet: {why}")));
             out.push('\n');
-            out.push_str(
-                "  max-failures and on-failure are ignored: every failure halts the cluster\n",
-            );
+            out.push_str(&format!("  {}\n", crate::agent::rollout::BUDGETS_OFF));
         }
         for node in &self.nodes {
             out.push_str(&self.node_lines(node));
