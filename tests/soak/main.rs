@@ -304,7 +304,8 @@ async fn the_fleet_stays_safe_and_converges_under_many_faults() {
 
 /// Every line in which an agent said it halts the cluster (`halting the cluster: ERROR`) or
 /// counted a dead holder in its node's failure budget (`NAME (HOST) died deploying PATH N
-/// ... (failed host P of PATH, ...)`: within the budget, or the node halted), from the output
+/// ... (failed host P of PATH, ...)`: within the budget, or the node halted; `(a canary of
+/// PATH; the node is halted)` for a dead canary, which spends no budget), from the output
 /// of every agent process the soak started, prefixed with its host id.
 fn halt_lines(world: &World) -> Vec<String> {
     let mut out = Vec::new();
@@ -320,7 +321,9 @@ fn halt_lines(world: &World) -> Vec<String> {
                     text.lines()
                         .filter(|l| {
                             l.contains("halting the cluster:")
-                                || (l.contains(") died deploying ") && l.contains(" (failed host "))
+                                || (l.contains(") died deploying ")
+                                    && (l.contains(" (failed host ")
+                                        || l.contains(" (a canary of ")))
                         })
                         .map(|l| format!("{} {l}", slot.host.id)),
                 );
