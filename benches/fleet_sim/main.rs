@@ -361,6 +361,7 @@ async fn rollout(sim: &mut Sim, version: u32, kill_leader: bool) {
         "first_script_s": runs.first_start, "p50_done_s": runs.done_at(0.5),
         "p90_done_s": runs.done_at(0.9), "all_done_s": runs.done_at(1.0),
         "requests_per_host": d.packets_received as f64 / n,
+        "requests_per_host_by_namespace": d.per_host(sim.args.hosts),
         "bytes_in_per_host": d.bytes_received as f64 / n,
         "bytes_out_per_host": d.bytes_sent as f64 / n,
         "sync_requests": by_sync.packets_received, "sync_server_cpu_s": by_sync.cpu,
@@ -393,6 +394,7 @@ async fn many(sim: &Sim, version: u32) {
         "scenario": "many", "hosts": sim.args.hosts, "sync_s": sync_s, "pending": pending,
         "first_script_s": runs.first_start, "all_done_s": runs.done_at(1.0),
         "scripts": runs.count, "requests_per_host": d.packets_received as f64 / sim.args.hosts as f64,
+        "requests_per_host_by_namespace": d.per_host(sim.args.hosts),
         "sync_requests": by_sync.packets_received, "sync_server_cpu_s": by_sync.cpu,
         "server_cpu_s": d.cpu, "double_deploys": runs.doubles,
     });

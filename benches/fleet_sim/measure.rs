@@ -83,6 +83,9 @@ pub struct Figures {
     pub connections: u64,
     pub cpu: f64,
     pub rss_mb: Vec<f64>,
+    /// Reads and writes per top-level node (`zk_cnt_<ns>_read_per_namespace`, `_write_`):
+    /// `"read hosts"`, `"write agent-locks"`, ...
+    pub namespaced: std::collections::BTreeMap<String, u64>,
 }
 
 impl Figures {
@@ -99,6 +102,11 @@ impl Figures {
                 .iter()
                 .map(|k| get(&format!("zk_sum_node_{k}_watch_count")))
                 .sum::<u64>();
+            for (key, count) in &m {
+                if let Some(ns) = namespace_count(key) {
+                    *f.namespaced.entry(ns).or_default() += count;
+                }
+            }
             if let Some(pid) = s.pid {
                 f.cpu += super::fleet::cpu_seconds(pid);
                 f.rss_mb.push((rss_mb(pid) * 10.0).round() / 10.0);
@@ -119,8 +127,45 @@ impl Figures {
             connections: self.connections,
             cpu: (self.cpu - before.cpu).max(0.0),
             rss_mb: self.rss_mb.clone(),
+            namespaced: self
+                .namespaced
+                .iter()
+                .map(|(k, v)| (k.clone(), d(*v, before.namespaced.get(k).copied().unwrap_or(0))))
+                .filter(|(_, v)| *v > 0)
+                .collect(),
         }
     }
+
+    /// Requests per host by namespace, and the rest (pings, `sync`, session requests):
+    /// `{"read hosts": 3.1, ..., "other": 12.0}`. Every server applies every write and
+    /// counts it: a write's count is divided by the ensemble's size.
+    pub fn per_host(&self, hosts: usize) -> Value {
+        let n = hosts as f64;
+        let mut out = serde_json::Map::new();
+        let mut counted = 0.0;
+        for (k, v) in &self.namespaced {
+            let v = match k.starts_with("write ") {
+                true => *v as f64 / SIZE as f64,
+                false => *v as f64,
+            };
+            counted += v;
+            out.insert(k.clone(), serde_json::json!((v / n * 10.0).round() / 10.0));
+        }
+        let other = (self.packets_received as f64 - counted).max(0.0) / n;
+        out.insert("other".into(), serde_json::json!((other * 10.0).round() / 10.0));
+        Value::Object(out)
+    }
+}
+
+/// `zk_cnt_<ns>_read_per_namespace` → `read <ns>` (the count of requests, not the bytes).
+fn namespace_count(key: &str) -> Option<String> {
+    let rest = key.strip_prefix("zk_cnt_")?;
+    for kind in ["read", "write"] {
+        if let Some(ns) = rest.strip_suffix(&format!("_{kind}_per_namespace")) {
+            return Some(format!("{kind} {ns}"));
+        }
+    }
+    None
 }
 
 /// What a sampler saw.

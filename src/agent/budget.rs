@@ -11,7 +11,8 @@
 
 use serde_json::{json, Value};
 
-use crate::tree::rollout::Budget;
+use super::plan::Rollout;
+use crate::tree::rollout::{Budget, OnFailure};
 use crate::tree::Props;
 use crate::zk::multiread::{self, read_at_once, Want};
 use crate::zk::node_state::{
@@ -179,6 +180,53 @@ pub async fn record_node_halt(
     failure: &FailureRecord,
 ) -> Result<bool, BudgetError> {
     Ok(add_halt(client, path, &failure.halt_props()).await?)
+}
+
+/// What counting a failure of a node did.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Counted {
+    /// Within the budget: the failed host is quarantined; the words say its place.
+    Within(String),
+    /// Beyond it (or a canary) with `on-failure = 'halt-node'`: the node is halted.
+    NodeHalted(String),
+    /// The cluster must halt: beyond the budget (or a canary) with `'halt-cluster'`, or the
+    /// count or the node halt could not be recorded (then no words: the safe fallback).
+    HaltCluster(Option<String>),
+}
+
+/// Counts `failure` of the node at `path` whose rollout is `rollout` (a node with a budget,
+/// [`crate::agent::plan::Rollout::budgeted`]); a canary spends no budget and stops the rollout.
+pub(crate) async fn count_failure(
+    client: &Client,
+    rollout: &Rollout,
+    path: &str,
+    failure: &FailureRecord,
+    canary: bool,
+) -> Counted {
+    let why = match canary {
+        true => format!("a canary of {path}"),
+        false => {
+            let budget = rollout.max_failures.unwrap_or(0);
+            match record_failure(client, path, failure, budget).await {
+                Ok(v) if v.is_within() => return Counted::Within(v.describe(path)),
+                Ok(v) => v.describe(path),
+                Err(e) => {
+                    tracing::error!("cannot count the failure in the budget of {path}: {e}");
+                    return Counted::HaltCluster(None);
+                }
+            }
+        }
+    };
+    if rollout.on_failure != OnFailure::HaltNode {
+        return Counted::HaltCluster(Some(why));
+    }
+    match record_node_halt(client, path, failure).await {
+        Ok(_) => Counted::NodeHalted(why),
+        Err(e) => {
+            tracing::error!("cannot halt {path}: {e}; halting the cluster");
+            Counted::HaltCluster(Some(why))
+        }
+    }
 }
 
 /// [`node_gates`] for one node.

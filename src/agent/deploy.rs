@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::budget::{
-    node_gate, node_gates, record_failure, record_node_halt, BudgetError, FailureRecord, Gate,
+    count_failure, node_gate, node_gates, BudgetError, Counted, FailureRecord, Gate,
 };
 use super::cluster::halt;
 use super::error::{Failure, Interrupt, Left};
@@ -22,7 +22,6 @@ use super::pass::Pass;
 use super::plan::{Lock, Step};
 use crate::files::now;
 use crate::tree::literal::py_str;
-use crate::tree::rollout::OnFailure;
 use crate::zk::paths::{semaphore_path, HALTS, HOSTS};
 use crate::zk::{call, Client, ZkError};
 
@@ -335,41 +334,15 @@ async fn run_step(pass: &mut Pass<'_>, node: &Node<'_>, canary: bool) -> Result<
         error: error.clone(),
         time: now(),
     };
-    let verdict = match canary {
-        true => Ok(None),
-        false => record_failure(
-            &agent.client,
-            path,
-            &record,
-            node.rollout.max_failures.unwrap_or(0),
-        )
-        .await
-        .map(Some),
-    };
-    let why = match verdict {
-        Ok(Some(v)) if v.is_within() => {
-            return Ok(Ran::Left(Left::Failed(
-                path.into(),
-                format!("{error} ({})", v.describe(path)),
-            )));
-        }
-        Ok(Some(v)) => v.describe(path),
-        Ok(None) => format!("a canary of {path}"),
-        Err(e) => {
-            tracing::error!("cannot count the failure in the budget of {path}: {e}");
-            return halt_cluster(pass, failure, &error).await;
+    let text = match count_failure(&agent.client, node.rollout, path, &record, canary).await {
+        Counted::Within(why) => format!("{error} ({why})"),
+        Counted::NodeHalted(why) => format!("{error} ({why}; the node is halted)"),
+        Counted::HaltCluster(None) => return halt_cluster(pass, failure, &error).await,
+        Counted::HaltCluster(Some(why)) => {
+            return halt_cluster(pass, failure, &format!("{error} ({why})")).await
         }
     };
-    if node.rollout.on_failure == OnFailure::HaltNode {
-        match record_node_halt(&agent.client, path, &record).await {
-            Ok(_) => {
-                let text = format!("{error} ({why}; the node is halted)");
-                return Ok(Ran::Left(Left::Failed(path.into(), text)));
-            }
-            Err(e) => tracing::error!("cannot halt {path}: {e}; halting the cluster"),
-        }
-    }
-    halt_cluster(pass, failure, &format!("{error} ({why})")).await
+    Ok(Ran::Left(Left::Failed(path.into(), text)))
 }
 
 /// Halts the cluster for `failure` (its message `error`), before the place is let go.

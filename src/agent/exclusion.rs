@@ -23,8 +23,8 @@ use serde_json::Value;
 
 use super::error::Interrupt;
 use super::in_flight::{
-    self, clear_lock_record, dead_lease_holder, dead_lock_holder, died_under_lock, halting,
-    is_mine, lock_record, IN_FLIGHT,
+    self, clear_lock_record, dead_holder_found, dead_lease_holder, dead_lock_holder, halting,
+    is_mine, lock_record, Dead, IN_FLIGHT,
 };
 use super::pass::Pass;
 use super::plan::{Rollout, Step};
@@ -200,39 +200,27 @@ fn canaries_done(props: &Props, node: &Node<'_>) -> bool {
     canary_count(props, &canary_key(node.step)) >= node.rollout.canary as usize
 }
 
-/// With the node lock just taken: the lock node's data looked at (a dead holder's record
-/// halts; canaries done send the host to the semaphore), our record written, and no lease
-/// holder of the node older than it (else the lock is given back).
+/// Records of holders that died counted (or halting) in one look at a place; more than this
+/// many is not counted but halts the cluster, the safe fallback.
+const DEAD_LOOKS: usize = 8;
+
+/// With the node lock just taken: the lock node's data looked at (a dead holder's record is
+/// counted or halts; canaries done send the host to the semaphore), our record written, and
+/// no lease holder of the node older than it (else the lock is given back).
 async fn settle_lock(
     pass: &Pass<'_>,
     node: &Node<'_>,
     guard: LockGuard,
 ) -> Result<Entry, Interrupt> {
     let client = &pass.agent.client;
-    let (data, stat) = match call_retrying("get", node.lock, || client.get_data(node.lock)).await {
+    let (props, stat) = match clear_dead(pass, node).await {
         Ok(read) => read,
-        Err(e) => return Err(give_back_lock(client, guard, e).await),
-    };
-    let props = decode(&data);
-    if let Some(rec) = lock_record(&props).filter(|r| !is_mine(&pass.agent.host.id, r)) {
-        let message = died_under_lock(rec, node.lock);
-        let dead = Value::Object(rec.clone());
-        let interrupt = halting(pass, message).await;
-        let cleared = clear_lock_record(client, node.lock, &dead, |_| {}).await;
-        let released = guard.release(client).await;
-        cleared.and(released)?;
-        return Err(interrupt);
-    }
-    let sem = node.semaphore();
-    match dead_lease_holder(pass, &sem, None).await {
-        Ok(None) => {}
-        Ok(Some(message)) => {
-            let interrupt = halting(pass, message).await;
-            guard.release(client).await?;
+        Err(interrupt) => {
+            let _ = guard.release(client).await;
             return Err(interrupt);
         }
-        Err(e) => return Err(give_back_lock(client, guard, e).await),
-    }
+    };
+    let sem = node.semaphore();
     let canary = match node.leased() {
         false => None,
         true if canaries_done(&props, node) => {
@@ -267,6 +255,45 @@ async fn settle_lock(
             Err(e.into())
         }
     }
+}
+
+/// With the node lock held: its data and stat once no record of a holder that died is left
+/// in it or in the node's semaphore. Each one found is counted in the node's budget or halts
+/// the cluster ([`dead_holder_found`], whose interrupt is the error), and is cleared.
+async fn clear_dead(
+    pass: &Pass<'_>,
+    node: &Node<'_>,
+) -> Result<(Props, zookeeper_client::Stat), Interrupt> {
+    let client = &pass.agent.client;
+    for _ in 0..DEAD_LOOKS {
+        let (data, stat) = call_retrying("get", node.lock, || client.get_data(node.lock)).await?;
+        let props = decode(&data);
+        if let Some(rec) = lock_record(&props).filter(|r| !is_mine(&pass.agent.host.id, r)) {
+            let canary = node.leased() && !canaries_done(&props, node);
+            let gone = Value::Object(rec.clone());
+            let dead = Dead::under_lock(rec, node.lock);
+            let found = dead_holder_found(pass, node.path, node.rollout, dead, canary).await;
+            clear_lock_record(client, node.lock, &gone, |_| {}).await?;
+            found?;
+            continue;
+        }
+        match dead_lease_holder(pass, &node.semaphore(), None).await? {
+            Some(dead) => dead_holder_found(pass, node.path, node.rollout, dead, false).await?,
+            None => return Ok((props, stat)),
+        }
+    }
+    Err(too_many_dead(pass, node).await)
+}
+
+/// The cluster halt for more than [`DEAD_LOOKS`] dead holders found at once in a place.
+async fn too_many_dead(pass: &Pass<'_>, node: &Node<'_>) -> Interrupt {
+    let message = format!(
+        "more than {DEAD_LOOKS} holders of {} died deploying it (in-flight records left in {} and {})",
+        node.path,
+        node.lock,
+        node.semaphore()
+    );
+    halting(pass, message).await
 }
 
 /// [`try_enter`] for a node with K > 1 whose canaries are done: a lease.
@@ -349,43 +376,47 @@ async fn older_leases(client: &Client, sem: &str, zxid: i64) -> Result<Vec<Strin
     Ok(older)
 }
 
-/// With a lease just taken: no dead holder's record in the semaphore or the node lock (else
-/// the cluster halts), and no node-lock holder whose record is older than our lease (else
-/// the lease is given back).
+/// With a lease just taken: no dead holder's record in the semaphore or the node lock (each
+/// one found is counted in the node's budget or halts the cluster), and no node-lock holder
+/// whose record is older than our lease (else the lease is given back).
 async fn settle_lease(
     pass: &Pass<'_>,
     node: &Node<'_>,
     lease: LeaseGuard,
 ) -> Result<Entry, Interrupt> {
     let client = &pass.agent.client;
-    match look_after_lease(pass, node, &lease).await {
-        Ok(None) => Ok(Entry::Held(Held::Lease(lease))),
-        Ok(Some(Err(message))) => {
-            let interrupt = halting(pass, message).await;
-            lease.release(client).await?;
-            Err(interrupt)
-        }
-        Ok(Some(Ok(busy))) => {
-            lease.release(client).await?;
-            Ok(busy)
-        }
-        Err(e) => {
+    for _ in 0..DEAD_LOOKS {
+        let found = match look_after_lease(pass, node, &lease).await {
+            Ok(None) => return Ok(Entry::Held(Held::Lease(lease))),
+            Ok(Some(Err((dead, canary)))) => {
+                dead_holder_found(pass, node.path, node.rollout, dead, canary).await
+            }
+            Ok(Some(Ok(busy))) => {
+                lease.release(client).await?;
+                return Ok(busy);
+            }
+            Err(e) => Err(e.into()),
+        };
+        if let Err(interrupt) = found {
             let _ = lease.release(client).await;
-            Err(e.into())
+            return Err(interrupt);
         }
     }
+    let interrupt = too_many_dead(pass, node).await;
+    let _ = lease.release(client).await;
+    Err(interrupt)
 }
 
-/// What a new lease holder finds: nothing in its way, a dead holder (`Err(message)`), or an
-/// older node-lock holder to wait for (`Ok(Busy)`).
+/// What a new lease holder finds: nothing in its way, a dead holder (its record cleared, and
+/// whether it was a canary), or an older node-lock holder to wait for (`Ok(Busy)`).
 async fn look_after_lease(
     pass: &Pass<'_>,
     node: &Node<'_>,
     lease: &LeaseGuard,
-) -> Result<Option<Result<Entry, String>>, ZkError> {
+) -> Result<Option<Result<Entry, (Dead, bool)>>, ZkError> {
     let client = &pass.agent.client;
-    if let Some(message) = dead_lease_holder(pass, &node.semaphore(), Some(lease.name())).await? {
-        return Ok(Some(Err(message)));
+    if let Some(dead) = dead_lease_holder(pass, &node.semaphore(), Some(lease.name())).await? {
+        return Ok(Some(Err((dead, false))));
     }
     let Some((props, stat)) = read_lock_node(client, node.lock).await? else {
         return Ok(None);
@@ -398,7 +429,9 @@ async fn look_after_lease(
         return Ok(None);
     }
     let Some(holder) = first_contender(client, node.lock).await? else {
-        return Ok(dead_lock_holder(pass, node.lock, rec).await?.map(Err));
+        let canary = !canaries_done(&props, node);
+        let dead = dead_lock_holder(pass, node.lock, rec).await?;
+        return Ok(dead.map(|dead| Err((dead, canary))));
     };
     Ok(Some(Ok(Entry::Busy {
         who: format!("{} (the node lock's holder)", holder.identifier),

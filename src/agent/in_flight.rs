@@ -6,15 +6,18 @@
 //! `/agent-semaphores/<name>-__in-flight__/<lease>` created and deleted with its lease (one
 //! transaction each, [`crate::zk::recipe::semaphore`]). A live holder's record goes when it
 //! lets go of its place, or before. So a record still there when its place is seen free was
-//! left by a holder that died mid-step: the host that finds it halts the cluster naming it
-//! ([`halting`]), and clears it. A record left by this very process (an earlier
-//! session) is cleared silently.
+//! left by a holder that died mid-step: the host that finds it clears it and halts the
+//! cluster naming it ([`halting`]), or, on a node with a failure budget, counts it as the dead
+//! holder's host's failure of the node ([`dead_holder_found`], CONTRACT 15). A record left by
+//! this very process (an earlier session) is cleared silently.
 
 use serde_json::{json, Value};
 
+use super::budget::{count_failure, Counted, FailureRecord};
 use super::cluster::halt;
 use super::error::{Failure, Interrupt, StepError};
 use super::pass::Pass;
+use super::plan::Rollout;
 use crate::files::now;
 use crate::tree::literal::py_str;
 use crate::tree::Props;
@@ -68,6 +71,38 @@ pub(crate) fn lock_record(props: &Props) -> Option<&serde_json::Map<String, Valu
     }
 }
 
+/// A holder that died mid-step, found by another host: its record and the message naming it.
+#[derive(Debug, Clone)]
+pub(crate) struct Dead {
+    pub(crate) message: String,
+    pub(crate) record: serde_json::Map<String, Value>,
+}
+
+impl Dead {
+    /// The holder whose record `rec` was left in the node lock `lock`.
+    pub(crate) fn under_lock(rec: &serde_json::Map<String, Value>, lock: &str) -> Dead {
+        Dead {
+            message: died_under_lock(rec, lock),
+            record: rec.clone(),
+        }
+    }
+
+    /// Its failure, as counted in the node's budget (CONTRACT 15): for the dead holder's
+    /// host, at the cluster version its record names (else `version`, the finder's).
+    pub(crate) fn failure(&self, version: &Value) -> FailureRecord {
+        let text = |k: &str| self.record.get(k).map(py_str).unwrap_or_default();
+        let n = self.record.get("n").and_then(Value::as_u64).unwrap_or(0);
+        FailureRecord {
+            host: text("host"),
+            name: text("name"),
+            n: u32::try_from(n).unwrap_or(0),
+            version: self.record.get("version").unwrap_or(version).clone(),
+            error: self.message.clone(),
+            time: now(),
+        }
+    }
+}
+
 /// Halts the cluster for a holder that died mid-step: the interrupt that ends this host's
 /// step, or the error that kept the halt from being recorded.
 pub(crate) async fn halting(pass: &Pass<'_>, message: String) -> Interrupt {
@@ -81,15 +116,43 @@ pub(crate) async fn halting(pass: &Pass<'_>, message: String) -> Interrupt {
     }
 }
 
-/// The message naming a lease holder of the semaphore `sem` that died mid-step, if its
-/// records show one (that record is cleared). `ours`: the lease this host holds, if any.
+/// What the host that found `dead` in a place of the node at `path` does. With a budget
+/// (CONTRACT 15) the death counts as the dead holder's host's failure of the node, and the
+/// finder goes on (`Ok`) when it is within the budget or halted the node (the finder's gate
+/// then leaves the node undone). Otherwise, or when it cannot be counted, the cluster halts
+/// naming it (the interrupt). `canary`: the dead holder was one of the node's canaries.
+pub(crate) async fn dead_holder_found(
+    pass: &Pass<'_>,
+    path: &str,
+    rollout: &Rollout,
+    dead: Dead,
+    canary: bool,
+) -> Result<(), Interrupt> {
+    if !rollout.budgeted() {
+        return Err(halting(pass, dead.message).await);
+    }
+    let failure = dead.failure(&pass.version);
+    let message = dead.message;
+    match count_failure(&pass.agent.client, rollout, path, &failure, canary).await {
+        Counted::Within(why) => tracing::warn!("{message} ({why})"),
+        Counted::NodeHalted(why) => tracing::warn!("{message} ({why}; the node is halted)"),
+        Counted::HaltCluster(None) => return Err(halting(pass, message).await),
+        Counted::HaltCluster(Some(why)) => {
+            return Err(halting(pass, format!("{message} ({why})")).await)
+        }
+    }
+    Ok(())
+}
+
+/// A lease holder of the semaphore `sem` that died mid-step, if its records show one (that
+/// record is cleared). `ours`: the lease this host holds, if any.
 /// The records are listed before the leases, and a suspect's record read again after: a
 /// holder that gave its lease back took its record with it in one transaction.
 pub(crate) async fn dead_lease_holder(
     pass: &Pass<'_>,
     sem: &str,
     ours: Option<&str>,
-) -> Result<Option<String>, ZkError> {
+) -> Result<Option<Dead>, ZkError> {
     let client = &pass.agent.client;
     let records = records_path(sem);
     let kept = list_or_empty(client, &records).await?;
@@ -115,20 +178,24 @@ pub(crate) async fn dead_lease_holder(
         }
         if !is_mine(&pass.agent.host.id, &rec) {
             let left = format!("in-flight record of lease {key} left in {records}");
-            return Ok(Some(died_with_record(&rec, &left)));
+            let message = died_with_record(&rec, &left);
+            return Ok(Some(Dead {
+                message,
+                record: rec,
+            }));
         }
     }
     Ok(None)
 }
 
-/// The message naming a node-lock holder that died mid-step, for a host holding a lease: the
+/// A node-lock holder that died mid-step, for a host holding a lease: the
 /// lock node's record `rec` while the lock has no contender, read again to be sure (a live
 /// holder clears its record before, or as, it lets go). The record is cleared.
 pub(crate) async fn dead_lock_holder(
     pass: &Pass<'_>,
     lock: &str,
     rec: &serde_json::Map<String, Value>,
-) -> Result<Option<String>, ZkError> {
+) -> Result<Option<Dead>, ZkError> {
     let client = &pass.agent.client;
     if !list_or_empty(client, lock).await?.is_empty() {
         // A holder (it clears its record), or waiters: the first of them looks.
@@ -149,7 +216,7 @@ pub(crate) async fn dead_lock_holder(
     if is_mine(&pass.agent.host.id, rec) {
         return Ok(None);
     }
-    Ok(Some(died_under_lock(rec, lock)))
+    Ok(Some(Dead::under_lock(rec, lock)))
 }
 
 /// Clears this host's record `rec` from the lock node `lock` (what a holder that could not

@@ -9,7 +9,9 @@
 use crate::support;
 
 use serde_json::{json, Value};
-use support::agent::{fleet, v, TestHost};
+use std::time::Duration;
+
+use support::agent::{fleet, lines, v, wait_for, wait_for_async, TestHost};
 
 /// `/acme/a` with `props` and `/acme/b` plain, both deployed to `hosts`.
 fn tree(props: &str, hosts: &[&str]) -> String {
@@ -25,6 +27,7 @@ fn tree(props: &str, hosts: &[&str]) -> String {
 }
 
 const FAIL_A: (&str, &str) = ("ZK_TEST_FAIL", "/acme/a");
+const LIMIT: Duration = Duration::from_secs(90);
 
 async fn zkd(h: &TestHost, args: &[&str]) -> support::Run {
     let mut all = args.to_vec();
@@ -214,4 +217,90 @@ async fn a_mixed_fleet_halts_the_cluster_whatever_the_budget() {
     let run = h1.deploy_env(&[], &[FAIL_A]).await;
     assert_eq!(run.code, 1, "{run}");
     assert_eq!(h1.hosts().await["version"], Value::Null);
+}
+
+/// h1 is killed while it deploys `/acme/a` (its place under `place`, the node lock or the
+/// semaphore); once its session is gone, h2 deploys.
+async fn killed_mid_step(h1: &TestHost, h2: &TestHost, place: &str) -> support::Run {
+    let times = h1.scratch("times.txt");
+    let tp = times.display().to_string();
+    let env = [("ZK_TEST_SLEEP", "60"), ("ZK_TEST_TIMES", tp.as_str())];
+    let mut agent = h1.spawn("deploy", &[], &env);
+    wait_for("h1 deploying /acme/a", LIMIT, || {
+        (!lines(&times).is_empty()).then_some(())
+    })
+    .await;
+    agent.kill_tree().await;
+    wait_for_async("h1's place to go with its session", LIMIT, || async {
+        match h1.client.list_children(place).await {
+            Ok(c) if !c.is_empty() => None,
+            _ => Some(()),
+        }
+    })
+    .await;
+    h2.deploy(&[]).await
+}
+
+#[tokio::test]
+async fn a_dead_lock_holder_counts_against_the_nodes_budget_for_its_host() {
+    let hosts = fleet("budget-dead-lock", 3).await;
+    let (h1, h2) = (&hosts[0], &hosts[1]);
+    h1.tree(
+        &tree("    max-failures = 1\n", &["h1", "h2", "h3"]),
+        v("r1"),
+    )
+    .await;
+    let run = killed_mid_step(h1, h2, "/agent-locks/acme,a").await;
+    // Within the budget: nothing halted, h2 deploys /acme/a, and the death is h1's failure.
+    run.assert_ok();
+    assert!(
+        run.stderr
+            .contains("h1.example.com (h1) died deploying /acme/a 0"),
+        "{run}"
+    );
+    assert_eq!(h1.hosts().await["version"], json!("r1"));
+    assert_eq!(runs_of(h2, "/acme/a"), 1);
+    let (data, _) = h1.client.get_data("/agent-locks/acme,a").await.unwrap();
+    assert!(!String::from_utf8_lossy(&data).contains("in-flight"));
+    let json: Value = serde_json::from_str(&zkd(h1, &["status", "--json"]).await.stdout).unwrap();
+    let node = &json["nodes"][0];
+    assert_eq!(node["path"], json!("/acme/a"), "{json}");
+    assert_eq!(node["state"], json!("degraded"), "{json}");
+    assert_eq!(node["failed"].as_array().map(Vec::len), Some(1), "{json}");
+    // h1's agent again: quarantined for /acme/a at r1, its script not run again.
+    let before = runs_of(h1, "/acme/a");
+    let again = h1.deploy(&[]).await;
+    assert_eq!(again.code, 1, "{again}");
+    assert!(again.stderr.contains("quarantined for /acme/a"), "{again}");
+    assert_eq!(runs_of(h1, "/acme/a"), before);
+}
+
+#[tokio::test]
+async fn a_dead_lease_holder_beyond_the_budget_halts_only_its_node() {
+    let hosts = fleet("budget-dead-lease", 2).await;
+    let (h1, h2) = (&hosts[0], &hosts[1]);
+    let props = "    max-parallel = 2\n    on-failure = 'halt-node'\n";
+    h1.tree(&tree(props, &["h1", "h2"]), v("r1")).await;
+    let run = killed_mid_step(h1, h2, "/agent-semaphores/acme,a").await;
+    // No budget (F = 0): the node is halted naming h1, the cluster is not; h2 ends blocked.
+    assert_eq!(run.code, 3, "{run}");
+    assert_eq!(h2.status_text(), "blocked /acme/a");
+    assert_eq!(runs_of(h2, "/acme/a"), 0);
+    assert_eq!(runs_of(h2, "/acme/b"), 1);
+    assert_eq!(h1.hosts().await["version"], json!("r1"));
+    let json: Value = serde_json::from_str(&zkd(h1, &["status", "--json"]).await.stdout).unwrap();
+    let node = &json["nodes"][0];
+    assert_eq!(node["state"], json!("halted"), "{json}");
+    let halt = node.to_string();
+    assert!(
+        halt.contains("h1.example.com (h1) died deploying /acme/a 0"),
+        "{json}"
+    );
+    assert_eq!(
+        h1.client
+            .list_children("/agent-semaphores/acme,a-__in-flight__")
+            .await
+            .unwrap(),
+        Vec::<String>::new()
+    );
 }
