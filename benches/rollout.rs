@@ -12,13 +12,20 @@
 //!   another node's script is counted apart).
 //! - `100 × 1`: 100 agents, one node, scripts sleeping 0.5 s, for `max-parallel` 1, 10 and
 //!   25 %: bump → every host done against hosts / K × 0.5 s.
+//! - the failure budget (issue 37): 100 agents, one node with `max-parallel = '10%'` and
+//!   `max-failures = '5%'`, a rollout with no failure, then one where 3 hosts' scripts fail
+//!   (quarantined within the budget): the other 97 done against the rollout with no failure.
 //! - one host, 3 nodes, trivial scripts: bump → first script, bump → `done`, and the time
 //!   between one script's end and the next one's start; then, measured from the bench in
 //!   the same run, the floor no agent can go below on this machine at that moment: two
 //!   writes' round trips and the deploy script's own start and end.
 //!
-//! Run with `cargo bench --bench rollout` (`BENCH_ROLLOUT=small` skips the 100-agent runs,
-//! `BENCH_ROLLOUT=hundred` runs only them). `BENCH_KEEP=DIR` copies each 100-agent round's
+//! Run with `cargo bench --bench rollout` (`BENCH_ROLLOUT=small` runs only the one-host and
+//! 10 × 5 parts, `BENCH_ROLLOUT=hundred` only the 100 × 1 rounds, `BENCH_ROLLOUT=budget` only
+//! the budget rounds, `BENCH_REPEAT=N` pairs of them, 3 unless set). `BENCH_SCRIPT_SECS=5`
+//! makes the scripts of the 100-agent rounds (100 × 1 and budget) sleep 5 s instead of 0.5 s
+//! (their fleet's first rollout, not measured, stays at 0.5 s); each round also prints the
+//! machine's load average. `BENCH_KEEP=DIR` copies each 100-agent round's
 //! script times (`times-K-vN`, after a line `bump <time>`), each 10 × 5 round's
 //! (`times-10x5-vN`) and each one-host bump's (`times-one-vN`) into DIR, for a closer look;
 //! `BENCH_K=25` (a list) runs only those values of K, the fleet starting at the first of
@@ -40,6 +47,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::borrow::Borrow;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -76,8 +84,24 @@ impl Agent {
     }
 }
 
-/// Starts an agent `id` whose deploy script sleeps `sleep` seconds and logs to `times`.
-fn start_agent(conn: &str, id: &str, times: &Path, sleep: f64) -> Agent {
+/// The file beside `times` that holds the seconds every deploy script of the fleet sleeps
+/// (read by the script itself, a shell builtin, so that a round can change it).
+fn sleep_file(times: &Path) -> PathBuf {
+    times.with_file_name("sleep")
+}
+
+/// Sets the seconds the fleet's deploy scripts sleep from their next start on.
+fn set_sleep(times: &Path, sleep: f64) {
+    std::fs::write(sleep_file(times), format!("{sleep}\n")).unwrap();
+}
+
+/// The file whose presence in an agent's root makes its deploy script fail (exit 1) after
+/// its sleep, writing no end time.
+const FAIL_MARK: &str = "fail";
+
+/// Starts an agent `id` whose deploy script sleeps the seconds in [`sleep_file`] (none for 0)
+/// and logs to `times`, and fails while its root holds [`FAIL_MARK`].
+fn start_agent(conn: &str, id: &str, times: &Path) -> Agent {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     write_exe(
@@ -85,15 +109,13 @@ fn start_agent(conn: &str, id: &str, times: &Path, sleep: f64) -> Agent {
         &format!(
             "#!/bin/bash\n[ \"$1\" = -u ] && exit 0\n\
              echo \"start $1 $ZKDEPLOYMENT_HOST_ID $EPOCHREALTIME\" >> {t}\n\
-             {sleep}\
+             read -r s < {s}\n\
+             [ \"$s\" = 0 ] || sleep \"$s\"\n\
+             [ -e \"$ZKDEPLOYMENT_ROOT/{FAIL_MARK}\" ] && exit 1\n\
              m=\"$ZKDEPLOYMENT_ROOT/etc/benchpkg\"; [ -d \"$m\" ] || mkdir -p \"$m\"; p=\"${{1#/}}\"; : > \"$m/${{p//\\//,}}.$2.deployed\"\n\
              echo \"end $1 $ZKDEPLOYMENT_HOST_ID $EPOCHREALTIME\" >> {t}\n",
             t = times.display(),
-            sleep = if sleep > 0.0 {
-                format!("sleep {sleep}\n")
-            } else {
-                String::new()
-            },
+            s = sleep_file(times).display(),
         ),
     );
     let yum = dir.path().join("yum");
@@ -244,8 +266,13 @@ fn poll_interval(files: usize) -> Duration {
 }
 
 /// Waits until every agent is done at `version`; returns the last done time.
-async fn all_done(agents: &[Agent], version: &str, limit: Duration) -> f64 {
+async fn all_done<A: std::borrow::Borrow<Agent>>(
+    agents: &[A],
+    version: &str,
+    limit: Duration,
+) -> f64 {
     let deadline = Instant::now() + limit;
+    let agents: Vec<&Agent> = agents.iter().map(Borrow::borrow).collect();
     // An agent done at `version` stays so until the next bump: read once.
     let mut done: Vec<Option<f64>> = vec![None; agents.len()];
     loop {
@@ -360,11 +387,12 @@ async fn fleet(
         .unwrap();
     let scratch = tempfile::tempdir().unwrap();
     let times = scratch.path().join("times");
+    set_sleep(&times, sleep);
     let ids: Vec<String> = (1..=n).map(|i| format!("h{i:03}")).collect();
     import(&client, &tree(nodes, &ids, props)).await;
     let agents = ids
         .iter()
-        .map(|id| start_agent(&conn, id, &times, sleep))
+        .map(|id| start_agent(&conn, id, &times))
         .collect();
     (client, agents, ids, times, scratch)
 }
@@ -544,7 +572,25 @@ fn print_agents_load(label: &str, before: Option<f64>, after: Option<f64>) {
     }
 }
 
-/// 100 agents × 1 node, scripts sleeping 0.5 s, for each K.
+/// The seconds the deploy scripts of the 100-agent rounds sleep: `BENCH_SCRIPT_SECS`, 0.5
+/// unless set.
+fn script_secs() -> f64 {
+    match std::env::var("BENCH_SCRIPT_SECS") {
+        Ok(text) => match text.trim().parse::<f64>() {
+            Ok(secs) if secs >= 0.0 && secs.is_finite() => secs,
+            _ => panic!("BENCH_SCRIPT_SECS={text}: not a number of seconds"),
+        },
+        Err(_) => 0.5,
+    }
+}
+
+/// How long a round whose lower bound is `bound` seconds may take before the bench gives up:
+/// twice the bound and a minute, at least 300 s.
+fn round_limit(bound: f64) -> Duration {
+    Duration::from_secs_f64((2.0 * bound + 60.0).max(300.0))
+}
+
+/// 100 agents × 1 node, scripts sleeping 0.5 s (`BENCH_SCRIPT_SECS`), for each K.
 async fn hundred_by_one() {
     // `BENCH_REPEAT=N` runs the 25 % round N times (the later ones with K unchanged).
     let repeat: usize = std::env::var("BENCH_REPEAT")
@@ -570,7 +616,10 @@ async fn hundred_by_one() {
         .map_or("", |(prop, _)| *prop);
     let (client, agents, ids, times, _keep) = fleet("bench-rollout-100", 100, 0.5, 1, first).await;
     all_done(&agents, "v1", Duration::from_secs(300)).await;
-    println!("100 agents x 1 node, 0.5 s scripts:");
+    // The first rollout (not measured) is at 0.5 s scripts; the rounds at `BENCH_SCRIPT_SECS`.
+    let secs = script_secs();
+    set_sleep(&times, secs);
+    println!("100 agents x 1 node, {secs} s scripts:");
     println!("  | max-parallel | K | rollout | bound | ratio | hand-off median |");
     println!("  |---|---|---|---|---|---|");
     for (round, (prop, k)) in rounds.into_iter().enumerate() {
@@ -585,12 +634,12 @@ async fn hundred_by_one() {
         let before = server_load();
         let agents_before = agents_cpu(&agents);
         let at = bump(&client, &v).await;
-        let done = all_done(&agents, &v, Duration::from_secs(300)).await;
+        let bound = 100.0 / k as f64 * secs;
+        let done = all_done(&agents, &v, round_limit(bound)).await;
         tokio::time::sleep(SETTLE).await;
         let after = server_load();
         let agents_after = agents_cpu(&agents);
         let total = done - at;
-        let bound = 100.0 / k as f64 * 0.5;
         let rs = runs(&times, at);
         if let Some(dir) = std::env::var_os("BENCH_KEEP") {
             let text = std::fs::read_to_string(&times).unwrap_or_default();
@@ -613,6 +662,7 @@ async fn hundred_by_one() {
             "  | {label} | {k} | {total:.2} s | {bound:.1} s | {:.2}x | {handoff} |",
             total / bound
         );
+        eprintln!("    (K = {k}: load average {})", load_average());
         // Where the time beyond the bound went: before the first script, between scripts
         // (the K places not all busy), after the last one.
         let first = rs.iter().map(|r| r.start).fold(f64::MAX, f64::min);
@@ -628,6 +678,120 @@ async fn hundred_by_one() {
         print_server_load(&format!("K = {k}: "), before, after, 100);
         print_agents_load(&format!("K = {k}: "), agents_before, agents_after);
     }
+}
+
+/// The hosts whose deploy scripts fail in the budget rounds' failing half, spread over the
+/// fleet's ids.
+const FAILING: [&str; 3] = ["h017", "h050", "h083"];
+
+/// The budget rounds (issue 37): 100 agents, one node with `max-parallel = '10%'` and
+/// `max-failures = '5%'` (F = 5), in pairs: a rollout with no failure, then one where the
+/// scripts of the 3 hosts of [`FAILING`] fail (within the budget: each is quarantined, the
+/// rollout goes on). Gives the time from the bump until the other 97 are done against the
+/// whole rollout with no failure; checks that the 3 ended `error` and nothing was halted.
+/// `BENCH_REPEAT=N` runs N pairs (3 unless set); `BENCH_SCRIPT_SECS` sets the scripts' sleep.
+async fn budget_rollout() {
+    let pairs: usize = std::env::var("BENCH_REPEAT")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3);
+    let props = "max-parallel = '10%'\n    max-failures = '5%'";
+    let (client, agents, ids, times, _keep) =
+        fleet("bench-rollout-budget", 100, 0.5, 1, props).await;
+    all_done(&agents, "v1", Duration::from_secs(300)).await;
+    let secs = script_secs();
+    set_sleep(&times, secs);
+    let limit = round_limit(100.0 / 10.0 * secs);
+    let fails = |id: &String| FAILING.contains(&id.as_str());
+    let pick = |want: bool| -> Vec<&Agent> {
+        agents
+            .iter()
+            .zip(&ids)
+            .filter(|(_, id)| fails(id) == want)
+            .map(|(a, _)| a)
+            .collect()
+    };
+    let (failing, others) = (pick(true), pick(false));
+    println!("100 agents x 1 node, max-parallel '10%', max-failures '5%', {secs} s scripts, 3 hosts failing:");
+    println!("  | pair | no failure: all 100 done | 3 failing: the other 97 done | ratio | load average |");
+    println!("  |---|---|---|---|---|");
+    let mut ratios = Vec::new();
+    for pair in 0..pairs {
+        let mut totals = [0.0; 2];
+        for (half, fail) in [false, true].into_iter().enumerate() {
+            let v = format!("v{}", 2 + 2 * pair + half);
+            mark_failing(&failing, fail);
+            tokio::time::sleep(SETTLE).await;
+            let at = bump(&client, &v).await;
+            let done = if fail {
+                all_done(&others, &v, limit).await
+            } else {
+                all_done(&agents, &v, limit).await
+            };
+            totals[half] = done - at;
+            if fail {
+                for a in &failing {
+                    ended_with(a, &v, "error", limit).await;
+                }
+            }
+            let (data, _) = client.get_data("/hosts").await.unwrap();
+            let hosts = zkdeployment::zk::decode(&data);
+            assert_eq!(hosts.get("version"), Some(&json!(v)), "halted: {hosts:?}");
+        }
+        let ratio = totals[1] / totals[0];
+        ratios.push(ratio);
+        println!(
+            "  | {} | {:.2} s | {:.2} s | {ratio:.3}x | {} |",
+            pair + 1,
+            totals[0],
+            totals[1],
+            load_average()
+        );
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "  the other 97 against no failure: median {:.3}x, max {:.3}x (bound 1.10x)",
+        ratios[ratios.len() / 2],
+        ratios[ratios.len() - 1]
+    );
+}
+
+/// Puts [`FAIL_MARK`] into the roots of `agents` (`fail`), or takes it out.
+fn mark_failing(agents: &[&Agent], fail: bool) {
+    for a in agents {
+        let mark = a.dir.path().join("root").join(FAIL_MARK);
+        if fail {
+            std::fs::write(&mark, b"").unwrap();
+        } else if mark.exists() {
+            std::fs::remove_file(&mark).unwrap();
+        }
+    }
+}
+
+/// Waits until `agent`'s status file says it ended `version` with `text`.
+async fn ended_with(agent: &Agent, version: &str, text: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let status = agent.status();
+        let f: Vec<&str> = status.trim_end().splitn(4, ' ').collect();
+        if f.len() == 4 && f[2] == version && f[3] == text {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status {status:?}, not {version} {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The machine's load averages (1, 5 and 15 minutes), as `/proc/loadavg` says.
+fn load_average() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// One host, 3 nodes, trivial scripts.
@@ -759,13 +923,17 @@ fn main() {
         .build()
         .unwrap();
     let only = std::env::var("BENCH_ROLLOUT").unwrap_or_default();
+    let part = |name: &str| only.is_empty() || only == name;
     rt.block_on(async {
-        if only != "hundred" {
+        if part("small") {
             one_host().await;
             ten_by_five().await;
         }
-        if only != "small" {
+        if part("hundred") {
             hundred_by_one().await;
+        }
+        if part("budget") {
+            budget_rollout().await;
         }
     });
 }

@@ -18,7 +18,8 @@ use crate::zk::index::SKIPPED_ROOTS;
 use crate::zk::multiread::{read_all, Want};
 use crate::zk::node_state::NodeState;
 use crate::zk::paths::{
-    AGENT_LOCKS, AGENT_PROPERTY, DEPLOYED_AT, HOSTS, HOSTS_LOCK, ROLES, ROLE_LOCKS, VERSION_SET,
+    AGENT_LOCKS, AGENT_PROPERTY, AGENT_SEMAPHORES, DEPLOYED_AT, HOSTS, HOSTS_LOCK, ROLES,
+    ROLE_LOCKS, VERSION_SET,
 };
 use crate::zk::recipe::lock::sequence_of;
 use crate::zk::role_lock::{request_sequence, requester};
@@ -59,6 +60,37 @@ pub(crate) struct LockRow {
     pub(crate) waiters: Vec<String>,
     /// Seconds the holder has held it (since its request was made).
     pub(crate) age: Option<f64>,
+    /// The contenders that are not ephemeral (full paths, in order): no session ends them,
+    /// so each holds or blocks the lock for ever. kazoo locks only (a role lock's requests
+    /// are persistent by design).
+    pub(crate) permanent: Vec<String>,
+}
+
+/// One semaphore (`/agent-semaphores/<name>`, the leases of a node whose max-parallel is
+/// above 1) with leases or waiters.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub(crate) struct SemaphoreRow {
+    /// The semaphore node.
+    pub(crate) path: String,
+    /// How many leases it gives (its stored `max_leases`), or null.
+    #[serde(rename = "max-leases")]
+    pub(crate) max_leases: Value,
+    /// Who holds its leases, oldest first.
+    pub(crate) holders: Vec<LeaseRow>,
+    /// Who waits for a lease (the contenders of its guard lock `PATH-__lock__`), in order.
+    pub(crate) waiters: Vec<String>,
+    /// Leases and guard contenders that are not ephemeral (full paths): no session ends
+    /// them, so each takes a lease, or blocks the guard, for ever.
+    pub(crate) permanent: Vec<String>,
+}
+
+/// One lease of a semaphore.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub(crate) struct LeaseRow {
+    /// The holder's identifier (`host-name (host-id)`).
+    pub(crate) holder: String,
+    /// Seconds it has held the lease.
+    pub(crate) age: f64,
 }
 
 /// One application node with failures, a halt or a pause at the current cluster version
@@ -204,8 +236,11 @@ pub(crate) struct Overview {
     pub(crate) hosts: Vec<HostRow>,
     /// Locks that have a holder or waiters.
     pub(crate) locks: Vec<LockRow>,
+    /// Semaphores that have lease holders or waiters.
+    pub(crate) semaphores: Vec<SemaphoreRow>,
     /// What is writable by anyone that should not be (`/hosts`, the root `/`, the top-level
-    /// nodes agents discover deployments in): one message each.
+    /// nodes agents discover deployments in), and lock contenders and leases that are not
+    /// ephemeral: one message each.
     pub(crate) warnings: Vec<String>,
     /// True when `/hosts` is protected (resume then takes `--auth`).
     #[serde(skip)]
@@ -238,6 +273,26 @@ fn deployable(version: &Value) -> bool {
     !matches!(version, Value::Null | Value::Bool(false))
 }
 
+/// A lock node's or lease's identifier: its data as text.
+fn ident(node: &ZNode) -> String {
+    match node.props.get("string_value") {
+        Some(v) => py_str(v),
+        None => requester(&node.props),
+    }
+}
+
+/// The contenders of the kazoo lock at `path` that are not ephemeral (full paths, in order).
+fn permanent_contenders(path: &str, lock: &ZNode) -> Vec<String> {
+    let mut found: Vec<(i64, String)> = lock
+        .children
+        .iter()
+        .filter(|(_, node)| !node.is_ephemeral())
+        .filter_map(|(name, _)| sequence_of(name).map(|seq| (seq, join(path, name))))
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, p)| p).collect()
+}
+
 fn contenders(path: &str, lock: &ZNode, now_ms: i64) -> Option<LockRow> {
     let mut found: Vec<(i64, &String, &ZNode)> = Vec::new();
     for (name, node) in &lock.children {
@@ -251,17 +306,113 @@ fn contenders(path: &str, lock: &ZNode, now_ms: i64) -> Option<LockRow> {
         return None;
     }
     found.sort_by_key(|(seq, _, _)| *seq);
-    let ident = |n: &ZNode| match n.props.get("string_value") {
-        Some(v) => py_str(v),
-        None => requester(&n.props),
-    };
     let (_, _, first) = found[0];
     Some(LockRow {
         path: path.to_string(),
         holder: Some(ident(first)),
         waiters: found[1..].iter().map(|(_, _, n)| ident(n)).collect(),
-        age: Some(((now_ms - first.ctime) as f64 / 1000.0).max(0.0)),
+        age: Some(age_of(first, now_ms)),
+        permanent: permanent_contenders(path, lock),
     })
+}
+
+/// Seconds since `node` was created.
+fn age_of(node: &ZNode, now_ms: i64) -> f64 {
+    ((now_ms - node.ctime) as f64 / 1000.0).max(0.0)
+}
+
+/// The semaphore at `path` (`sem`, with its guard lock `guard`), if it has leases or
+/// waiters: kazoo counts every child of the semaphore node as a lease.
+fn semaphore_row(
+    path: &str,
+    sem: Option<&ZNode>,
+    guard: Option<&ZNode>,
+    now_ms: i64,
+) -> Option<SemaphoreRow> {
+    let mut leases: Vec<(&String, &ZNode)> =
+        sem.map(|s| s.children.iter().collect()).unwrap_or_default();
+    leases.sort_by_key(|(name, node)| (node.ctime, *name));
+    let guard_path = crate::zk::recipe::semaphore::guard_path(path);
+    let queue = guard.and_then(|g| contenders(&guard_path, g, now_ms));
+    if leases.is_empty() && queue.is_none() {
+        return None;
+    }
+    let mut permanent: Vec<String> = leases
+        .iter()
+        .filter(|(_, node)| !node.is_ephemeral())
+        .map(|(name, _)| join(path, name))
+        .collect();
+    let mut waiters = Vec::new();
+    if let Some(q) = queue {
+        waiters.extend(q.holder);
+        waiters.extend(q.waiters);
+        permanent.extend(q.permanent);
+    }
+    let max_leases = sem
+        .and_then(|s| s.props.get("string_value"))
+        .and_then(|v| v.as_str()?.trim().parse::<u64>().ok())
+        .map_or(Value::Null, Value::from);
+    Some(SemaphoreRow {
+        path: path.to_string(),
+        max_leases,
+        holders: leases
+            .iter()
+            .map(|(_, node)| LeaseRow {
+                holder: ident(node),
+                age: age_of(node, now_ms),
+            })
+            .collect(),
+        waiters,
+        permanent,
+    })
+}
+
+/// The semaphores under `/agent-semaphores` that have leases or waiters (the record nodes
+/// `PATH-__in-flight__` are the agent's, not shown).
+async fn read_semaphores(client: &Client) -> Result<Vec<SemaphoreRow>, ZkError> {
+    use crate::zk::recipe::semaphore::{GUARD_SUFFIX, RECORDS_SUFFIX};
+    let now_ms = (crate::files::now() * 1000.0) as i64;
+    let Some(tree) = read_subtree(client, AGENT_SEMAPHORES, &ReadOptions::default()).await? else {
+        return Ok(Vec::new());
+    };
+    let names: BTreeSet<&str> = tree
+        .children
+        .keys()
+        .filter(|n| !n.ends_with(RECORDS_SUFFIX))
+        .map(|n| n.strip_suffix(GUARD_SUFFIX).unwrap_or(n))
+        .collect();
+    Ok(names
+        .into_iter()
+        .filter_map(|name| {
+            let sem = tree.children.get(name);
+            let guard = tree.children.get(&format!("{name}{GUARD_SUFFIX}"));
+            semaphore_row(&join(AGENT_SEMAPHORES, name), sem, guard, now_ms)
+        })
+        .collect())
+}
+
+/// A warning for each lock contender and lease that is not ephemeral.
+fn permanent_warnings(locks: &[LockRow], semaphores: &[SemaphoreRow]) -> Vec<String> {
+    let mut out = Vec::new();
+    for lock in locks {
+        for child in &lock.permanent {
+            out.push(format!(
+                "{child} is a contender of the lock {} that is not ephemeral: no session ends it, so it holds or blocks the lock for ever (delete it)",
+                lock.path
+            ));
+        }
+    }
+    for sem in semaphores {
+        let guard = crate::zk::recipe::semaphore::guard_path(&sem.path);
+        for child in &sem.permanent {
+            out.push(if child.starts_with(&format!("{guard}/")) {
+                format!("{child} is a contender of the guard lock of {} that is not ephemeral: no session ends it, so it holds or blocks every host waiting for a lease for ever (delete it)", sem.path)
+            } else {
+                format!("{child} is a lease of {} that is not ephemeral: no session ends it, so it takes one of the leases for ever (delete it)", sem.path)
+            });
+        }
+    }
+    out
 }
 
 /// Why the fleet is mixed: the first host node without the `agent` property (the
@@ -447,6 +598,9 @@ impl Overview {
         let rows = host_rows(&hosts, &version);
         let mixed_fleet = mixed_of(&hosts);
         let locks = read_locks(client).await?;
+        let semaphores = read_semaphores(client).await?;
+        let mut warnings = warnings;
+        warnings.extend(permanent_warnings(&locks, &semaphores));
         let mut roles = list(client, ROLES).await?;
         roles.extend(
             rows.iter()
@@ -470,6 +624,7 @@ impl Overview {
             },
             hosts: rows,
             locks,
+            semaphores,
             warnings,
             protected,
             mixed_fleet,
@@ -533,8 +688,7 @@ impl Overview {
             one_line(&py_str(&self.synced))
         };
         for warning in &self.warnings {
-            out.push_str(&fit(&format!("WARNING: {warning}")));
-            out.push('\n');
+            out.push_str(&wrap(&format!("WARNING: {warning}")));
         }
         out.push_str(&fit(&format!(
             "cluster version: {state}   synced revision: {synced}"
@@ -560,9 +714,7 @@ impl Overview {
         if let Some(why) = &self.mixed_fleet {
             out.push_str(&fit(&format!("mixed fleet: {why}")));
             out.push('\n');
-            out.push_str(
-                "  max-failures and on-failure are ignored: every failure halts the cluster\n",
-            );
+            out.push_str(&format!("  {}\n", crate::agent::rollout::BUDGETS_OFF));
         }
         for node in &self.nodes {
             out.push_str(&self.node_lines(node));
@@ -580,7 +732,36 @@ impl Overview {
             out.push('\n');
             out.push_str(&self.lock_table());
         }
+        if !self.semaphores.is_empty() {
+            out.push('\n');
+            out.push_str(&self.semaphore_table());
+        }
         out
+    }
+
+    /// The table of semaphores with lease holders or waiters.
+    fn semaphore_table(&self) -> String {
+        let mut rows = vec![[
+            "SEMAPHORE".to_string(),
+            "LEASES".into(),
+            "HOLDERS (AGE)".into(),
+            "WAITERS".into(),
+        ]];
+        for s in &self.semaphores {
+            let holders: Vec<String> = s
+                .holders
+                .iter()
+                .map(|l| format!("{} {}", l.holder, duration(l.age)))
+                .collect();
+            let max = s.max_leases.as_u64().map_or("?".into(), |k| k.to_string());
+            rows.push([
+                one_line(&s.path),
+                format!("{}/{max}", s.holders.len()),
+                one_line(&holders.join(", ")),
+                one_line(&s.waiters.join(", ")),
+            ]);
+        }
+        table(&rows)
     }
 
     /// The table of hosts.
@@ -823,6 +1004,28 @@ pub(crate) fn cut_lines(text: &str) -> String {
     out
 }
 
+/// `s` on lines of at most [`WIDTH`] characters, broken at blanks (continuation lines
+/// indented by two), each ending in a newline; a word too long for a line is cut.
+fn wrap(s: &str) -> String {
+    let s = one_line(&cut_text(s));
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in s.split(' ') {
+        let more = if line.is_empty() { 0 } else { 1 } + word.chars().count();
+        if !line.trim().is_empty() && line.chars().count() + more > WIDTH {
+            out.push_str(&fit(&line));
+            out.push('\n');
+            line = "  ".into();
+        } else if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    out.push_str(&fit(&line));
+    out.push('\n');
+    out
+}
+
 /// `s` cut to `width` characters, the cut marked with `…`.
 fn cut(s: &str, width: usize) -> String {
     if s.chars().count() <= width {
@@ -908,9 +1111,35 @@ mod tests {
         }
     }
 
+    /// A lock and a semaphore with long names and many waiters.
+    fn long_lock_rows() -> (Vec<LockRow>, Vec<SemaphoreRow>) {
+        let locks = vec![LockRow {
+            path: "/agent-locks/acme,some,long,application,path".into(),
+            holder: Some("app02.some-long-domain-name.example.com (app02)".into()),
+            waiters: vec!["app03.some-long-domain-name.example.com (app03)".into(); 3],
+            age: Some(12.0),
+            permanent: vec![],
+        }];
+        let semaphores = vec![SemaphoreRow {
+            path: "/agent-semaphores/acme,some,long,application,path".into(),
+            max_leases: json!(3),
+            holders: vec![
+                LeaseRow {
+                    holder: "app04.some-long-domain-name.example.com (app04)".into(),
+                    age: 75.0,
+                };
+                3
+            ],
+            waiters: vec!["app05.some-long-domain-name.example.com (app05)".into(); 3],
+            permanent: vec![],
+        }];
+        (locks, semaphores)
+    }
+
     #[test]
     fn the_text_view_fits_120_columns() {
         let rev = "0123456789abcdef0123456789abcdef01234567";
+        let (locks, semaphores) = long_lock_rows();
         let error = format!(
             "Command failed: /opt/some-package/bin/zookeeper-deploy {}",
             "/x".repeat(80)
@@ -940,13 +1169,12 @@ mod tests {
                     Value::Null,
                 ),
             ],
-            locks: vec![LockRow {
-                path: "/agent-locks/acme,some,long,application,path".into(),
-                holder: Some("app02.some-long-domain-name.example.com (app02)".into()),
-                waiters: vec!["app03.some-long-domain-name.example.com (app03)".into(); 3],
-                age: Some(12.0),
-            }],
-            warnings: vec!["/hosts is writable by anyone (write)".into()],
+            locks,
+            semaphores,
+            warnings: vec![
+                "/hosts is writable by anyone (write)".into(),
+                format!("/agent-locks/{}/x__lock__0000000001 is a contender that is not ephemeral: it blocks the lock for ever (the end)", "a,".repeat(30)),
+            ],
             protected: true,
             mixed_fleet: None,
             summary: summarize(
@@ -969,6 +1197,13 @@ mod tests {
             "{text}"
         );
         assert!(text.starts_with("WARNING: /hosts is writable"), "{text}");
+        // A long warning is wrapped, not cut.
+        assert!(
+            text.contains("\n  that is not ephemeral: it blocks the lock for ever (the end)\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nSEMAPHORE "), "{text}");
+        assert!(text.contains(" 3/3 "), "{text}");
         assert!(text.contains("add --auth AUTH"), "{text}");
         assert!(text.contains("0123456789ab "), "{text}");
         assert!(

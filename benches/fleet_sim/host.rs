@@ -335,7 +335,6 @@ async fn start_agent(
         id = host_id(i),
     );
     std::fs::write(&config, text).unwrap();
-    let cfg = zkdeployment::config::load(&config).expect("the virtual host's configuration");
     let sim: Arc<dyn Simulator> = Arc::new(HostSim {
         idx: i,
         root,
@@ -346,8 +345,24 @@ async fn start_agent(
             0x9E37_79B9_7F4A_7C15 ^ (i as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9),
         ),
     });
-    let agent = zkdeployment::agent::daemon::start(cfg, shared.conn.clone(), stop, false)
-        .await
-        .unwrap_or_else(|e| panic!("{}: {e}", host_id(i)));
-    (agent, sim)
+    // A start that fails (the ensemble busy or electing) is tried again after a back-off, as
+    // systemd restarts the agent's service.
+    let mut attempt = 0;
+    loop {
+        let cfg = zkdeployment::config::load(&config).expect("the virtual host's configuration");
+        match zkdeployment::agent::daemon::start(cfg, shared.conn.clone(), stop.clone(), false)
+            .await
+        {
+            Ok(agent) => return (agent, sim),
+            Err(e) if attempt < START_TRIES => {
+                attempt += 1;
+                eprintln!("{}: {e}; starting again", host_id(i));
+                tokio::time::sleep(Duration::from_secs(attempt.min(10))).await;
+            }
+            Err(e) => panic!("{}: {e}", host_id(i)),
+        }
+    }
 }
+
+/// How many times a virtual host's agent is started again after a failed start.
+const START_TRIES: u64 = 30;

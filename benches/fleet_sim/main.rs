@@ -5,7 +5,11 @@
 //!
 //! `cargo bench --bench fleet_sim -- --hosts N [--script-ms 1000] [--yum-ms 200]
 //! [--fail-rate 0] [--idle-secs 60] [--limit-secs 3600] [--heap 2g]
-//! [--scenarios idle,rollout,many,leader,commands]`
+//! [--zk-tick-ms 500] [--zk-sync-limit 2] [--scenarios idle,rollout,many,leader,commands]`
+//!
+//! The ensemble's `tickTime` and `syncLimit` default to the fault tests' quick fail-over
+//! (500 ms, 2: a follower more than 1 s behind the leader is dropped); `--zk-tick-ms 2000
+//! --zk-sync-limit 5` is ZooKeeper's sample configuration (10 s).
 //!
 //! Scenarios (each prints one JSON line and a table):
 //! 1. `idle`: the fleet converged and idle: ensemble CPU, memory and requests per second.
@@ -50,6 +54,8 @@ struct Args {
     idle_secs: u64,
     limit_secs: u64,
     heap: String,
+    zk_tick_ms: u32,
+    zk_sync_limit: u32,
     scenarios: Vec<String>,
 }
 
@@ -62,6 +68,8 @@ fn args() -> Args {
         idle_secs: 60,
         limit_secs: 3600,
         heap: "2g".into(),
+        zk_tick_ms: 500,
+        zk_sync_limit: 2,
         scenarios: ["idle", "rollout", "many", "leader", "commands"]
             .map(String::from)
             .to_vec(),
@@ -78,6 +86,8 @@ fn args() -> Args {
             "--idle-secs" => a.idle_secs = value().parse().expect("--idle-secs S"),
             "--limit-secs" => a.limit_secs = value().parse().expect("--limit-secs S"),
             "--heap" => a.heap = value(),
+            "--zk-tick-ms" => a.zk_tick_ms = value().parse().expect("--zk-tick-ms MS"),
+            "--zk-sync-limit" => a.zk_sync_limit = value().parse().expect("--zk-sync-limit N"),
             "--scenarios" => a.scenarios = value().split(',').map(String::from).collect(),
             // cargo bench passes --bench.
             _ => {}
@@ -206,6 +216,8 @@ fn main() {
     }
     // The servers' heap: every JVM of the ensemble starts with it.
     std::env::set_var("ZK_HEAP", &args.heap);
+    std::env::set_var("ZK_TICK_MS", args.zk_tick_ms.to_string());
+    std::env::set_var("ZK_SYNC_LIMIT", args.zk_sync_limit.to_string());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -242,10 +254,12 @@ async fn run(args: Args) {
         "{pending} hosts never converged on the first revision"
     );
     eprintln!(
-        "fleet_sim: {} hosts converged in {:.1} s (heap {}, machine: {} cores)",
+        "fleet_sim: {} hosts converged in {:.1} s (heap {}, tickTime {} ms, syncLimit {}, machine: {} cores)",
         args.hosts,
         clock.elapsed().as_secs_f64(),
         args.heap,
+        args.zk_tick_ms,
+        args.zk_sync_limit,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     sim.knobs.script_ms.store(args.script_ms, Ordering::Relaxed);

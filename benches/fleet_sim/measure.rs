@@ -130,7 +130,12 @@ impl Figures {
             namespaced: self
                 .namespaced
                 .iter()
-                .map(|(k, v)| (k.clone(), d(*v, before.namespaced.get(k).copied().unwrap_or(0))))
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        d(*v, before.namespaced.get(k).copied().unwrap_or(0)),
+                    )
+                })
                 .filter(|(_, v)| *v > 0)
                 .collect(),
         }
@@ -152,7 +157,10 @@ impl Figures {
             out.insert(k.clone(), serde_json::json!((v / n * 10.0).round() / 10.0));
         }
         let other = (self.packets_received as f64 - counted).max(0.0) / n;
-        out.insert("other".into(), serde_json::json!((other * 10.0).round() / 10.0));
+        out.insert(
+            "other".into(),
+            serde_json::json!((other * 10.0).round() / 10.0),
+        );
         Value::Object(out)
     }
 }

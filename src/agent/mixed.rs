@@ -32,6 +32,10 @@ use crate::zk::{call_retrying, decode, join, Client, ZkError};
 /// of the children versions of `/hosts` and `/agent-registry` (-1: none, or not read).
 pub(crate) type MixedCache = Mutex<Option<((i32, i32), Option<String>)>>;
 
+/// What `deploy --dry-run`, `status` and `plan` add below a mixed fleet's reason.
+pub(crate) const BUDGETS_OFF: &str =
+    "max-failures and on-failure are ignored: every failure halts the cluster";
+
 /// What the agent, `status` and the fleet plan say of a mixed fleet whose first original
 /// host is `id` (`name`).
 pub(crate) fn mixed_reason(id: &str, name: &str) -> String {

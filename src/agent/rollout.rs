@@ -10,7 +10,7 @@ use super::discover::Discovered;
 use crate::tree::rollout::Rollout as Settings;
 use crate::zk::{join, Client, ZkError};
 
-pub(crate) use super::mixed::{mixed_fleet_and_stats, mixed_reason, MixedCache};
+pub(crate) use super::mixed::{mixed_fleet_and_stats, mixed_reason, MixedCache, BUDGETS_OFF};
 pub(crate) use crate::zk::paths::AGENT_PROPERTY;
 
 use super::rollout_rule::{node_settings, percent_nodes, wants_parallel, FleetFacts};

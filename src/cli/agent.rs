@@ -394,6 +394,7 @@ async fn dry_run(ctx: &Agent, force: bool, as_json: bool) -> Outcome {
                 }
                 if let Some(why) = &plan.plan.mixed {
                     println!("mixed fleet: {why}");
+                    println!("  {}", crate::agent::rollout::BUDGETS_OFF);
                 }
             }
         }

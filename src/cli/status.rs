@@ -18,7 +18,8 @@ use crate::zk::{call, Client};
 
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
-    /// Print JSON (stable keys: version, synced, halt, pause, hosts, locks, summary).
+    /// Print JSON (stable keys: version, synced, halt, pause, nodes, hosts, locks, semaphores,
+    /// warnings, summary).
     #[arg(long)]
     json: bool,
     /// Only hosts whose id or name matches this glob (`*`, `?`); the summary counts them alone.

@@ -16,7 +16,7 @@ use crate::zk::import::{import_tree_with_acl, Trim};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum TreeCommand {
-    /// Parse and lint tree files offline; errors are printed as FILE:LINE: message.
+    /// Parse and lint tree files offline; errors and warnings are printed as FILE:LINE: message.
     Check {
         /// Tree files (`.zk`, `.zkx`).
         #[arg(required = true)]
@@ -170,11 +170,18 @@ fn check(paths: &[PathBuf]) -> Outcome {
             }),
         }
     }
-    if let Err(errors) = crate::sync::desired::build_all(&files) {
-        for error in errors {
-            println!("{error}");
+    match crate::sync::desired::build_all(&files) {
+        Ok(desired) => {
+            for warning in desired.warnings {
+                println!("{warning}");
+            }
         }
-        failed = true;
+        Err(errors) => {
+            for error in errors {
+                println!("{error}");
+            }
+            failed = true;
+        }
     }
     Ok(u8::from(failed))
 }

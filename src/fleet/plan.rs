@@ -249,7 +249,8 @@ pub(crate) struct NodeRollout {
     pub(crate) path: String,
     /// `max-parallel` as the candidate sets it (`null`: not set): a count, or `'P%'`.
     pub(crate) max_parallel: Value,
-    /// The deploy targets a percentage counts (`null` unless `max-parallel` is one).
+    /// The deploy targets a percentage counts (`null` unless `max-parallel` or
+    /// `max-failures` is one).
     pub(crate) targets: Option<usize>,
     /// The effective K: how many hosts may deploy the node at once.
     pub(crate) parallel: u32,
@@ -267,6 +268,11 @@ pub(crate) struct NodeRollout {
     /// The effective `max-failures` F (`null` in a mixed fleet: every failure halts the
     /// cluster).
     pub(crate) max_failures: Option<u32>,
+    /// `max-failures` as the candidate sets it (`null`: not set): a count, or `'P%'`.
+    pub(crate) max_failures_in_tree: Value,
+    /// The budget the candidate sets, parsed (the fleet may turn it off).
+    #[serde(skip)]
+    pub(crate) budget_in_tree: settings::Budget,
     /// `on-failure`: `halt-cluster` or `halt-node`.
     pub(crate) on_failure: &'static str,
 }
@@ -280,6 +286,16 @@ impl NodeRollout {
             && self.max_parallel.is_null()
             && self.health != Some(true)
             && !self.budget().budgeted()
+            && !self.sets_budget()
+    }
+
+    /// True if the candidate sets a failure budget for the node (`max-failures` above 0, or
+    /// `on-failure = 'halt-node'`), whether or not the fleet lets it apply.
+    pub(crate) fn sets_budget(&self) -> bool {
+        !matches!(
+            self.budget_in_tree,
+            settings::Budget::Count(0) | settings::Budget::Percent(0)
+        ) || self.on_failure == settings::OnFailure::HaltNode.as_str()
     }
 
     /// The budget part of the agent's rollout.
@@ -511,18 +527,16 @@ fn node_rollout<N: TreeSource>(
     facts: &FleetFacts,
 ) -> NodeRollout {
     let props = resolved_props(tree, path).unwrap_or_default();
-    let max_parallel = props
-        .get(settings::MAX_PARALLEL)
-        .cloned()
-        .unwrap_or(Value::Null);
+    let as_written = |name: &str| props.get(name).cloned().unwrap_or(Value::Null);
     let written = settings::parse(path, |k| props.get(k).cloned()).unwrap_or_default();
+    let percent = matches!(written.max_parallel, Parallel::Percent(_))
+        || matches!(written.max_failures, settings::Budget::Percent(_));
     NodeRollout {
         path: path.to_string(),
-        max_parallel,
-        targets: match written.max_parallel {
-            Parallel::Percent(_) => Some(facts.targets.get(path).copied().unwrap_or(0)),
-            Parallel::Count(_) => None,
-        },
+        max_parallel: as_written(settings::MAX_PARALLEL),
+        max_failures_in_tree: as_written(settings::MAX_FAILURES),
+        budget_in_tree: written.max_failures,
+        targets: percent.then(|| facts.targets.get(path).copied().unwrap_or(0)),
         parallel: rollout.parallel,
         canary: rollout.canary,
         health_deadline: rollout.health_deadline_ms as f64 / 1000.0,

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::plan::{FleetPlan, Group, NodeRollout};
 use crate::agent::inventory::UNKNOWN_VERSION;
+use crate::agent::rollout::BUDGETS_OFF;
 use crate::tree::literal::repr;
 
 /// Host ids shown per group (the JSON form has them all).
@@ -163,6 +164,7 @@ fn header(out: &mut String, plan: &FleetPlan, revision: &str, cluster: &Value) {
     }
     if let Some(why) = &plan.mixed_fleet {
         let _ = writeln!(out, "  mixed fleet: {why}");
+        let _ = writeln!(out, "    {BUDGETS_OFF}");
     }
 }
 
@@ -180,23 +182,9 @@ fn rollout_section(out: &mut String, plan: &FleetPlan) {
         &rollouts,
         |r| {
             let mut text = format!("{} [{}]", r.path, r.describe());
-            if r.max_parallel.is_null() {
-                return text;
-            }
-            if plan.mixed_fleet.is_some() {
-                let _ = write!(
-                    text,
-                    "\nmax-parallel {} in the tree: 1 while the fleet is mixed",
-                    repr(&r.max_parallel)
-                );
-            } else if let Some(targets) = r.targets {
-                let _ = write!(
-                    text,
-                    "\nmax-parallel {} of {targets} deploy target{}",
-                    repr(&r.max_parallel),
-                    if targets == 1 { "" } else { "s" }
-                );
-            }
+            let mixed = plan.mixed_fleet.is_some();
+            text.push_str(&parallel_note(r, mixed));
+            text.push_str(&budget_note(r, mixed));
             text
         },
     );
@@ -205,6 +193,53 @@ fn rollout_section(out: &mut String, plan: &FleetPlan) {
             "  (health check unknown: only a host knows; its inventory says so for the version it has installed)\n",
         );
     }
+}
+
+/// What the rollout line adds about `max-parallel` as the tree writes it: what a percentage
+/// counts, or that a mixed fleet makes it 1.
+fn parallel_note(r: &NodeRollout, mixed: bool) -> String {
+    let written = repr(&r.max_parallel);
+    match r.targets {
+        _ if r.max_parallel.is_null() => String::new(),
+        _ if mixed => format!("\nmax-parallel {written} in the tree: 1 while the fleet is mixed"),
+        Some(targets) if r.max_parallel.is_string() => {
+            format!("\nmax-parallel {written} of {}", deploy_targets(targets))
+        }
+        _ => String::new(),
+    }
+}
+
+/// What the rollout line adds about the failure budget as the tree writes it: what a
+/// percentage counts, or that a mixed fleet turns the budget off.
+fn budget_note(r: &NodeRollout, mixed: bool) -> String {
+    if !r.sets_budget() {
+        return String::new();
+    }
+    let written = if r.max_failures_in_tree.is_null() {
+        format!("on-failure '{}'", r.on_failure)
+    } else {
+        format!(
+            "max-failures {}, on-failure '{}'",
+            repr(&r.max_failures_in_tree),
+            r.on_failure
+        )
+    };
+    match r.targets {
+        _ if mixed => format!(
+            "\n{written} in the tree: off while the fleet is mixed (every failure halts the cluster)"
+        ),
+        Some(targets) if r.max_failures_in_tree.is_string() => format!(
+            "\nmax-failures {} of {}",
+            repr(&r.max_failures_in_tree),
+            deploy_targets(targets)
+        ),
+        _ => String::new(),
+    }
+}
+
+/// `N deploy target(s)`.
+fn deploy_targets(n: usize) -> String {
+    format!("{n} deploy target{}", if n == 1 { "" } else { "s" })
 }
 
 /// Every host's steps (`plan --per-host`), as `deploy --dry-run` prints them.

@@ -49,6 +49,9 @@ pub(crate) struct Desired {
     pub(crate) authoritative: HashSet<String>,
     /// Where each node was (last) defined: path → (file, line).
     origins: HashMap<String, (String, usize)>,
+    /// What is allowed but likely a mistake (node or property names in two Unicode
+    /// spellings), each naming file and line, its message starting with `warning: `.
+    pub(crate) warnings: Vec<TreeError>,
 }
 
 impl Desired {
@@ -153,6 +156,7 @@ pub(crate) fn build_all(files: &[SourceFile]) -> Result<Desired, Vec<TreeError>>
         let authoritative = !file.ends_with(".zkx");
         merge(&mut desired, root, "/", file, authoritative);
     }
+    desired.warnings = spelling_warnings(&desired);
     let mut lint = lint_versions(&desired);
     let tree_errors = rollout_errors(&desired.tree)
         .into_iter()
@@ -259,6 +263,44 @@ fn each_node(tree: &Node, mut f: impl FnMut(&str, &Node)) {
         }
         f(&path, node);
     }
+}
+
+/// Sibling nodes, and properties of one node, whose names are two Unicode spellings of one
+/// name (NFC and NFD): allowed (ZooKeeper stores both) but two nodes that look identical, so a
+/// warning at each spelling after the first, naming the first.
+fn spelling_warnings(desired: &Desired) -> Vec<TreeError> {
+    use crate::tree::spelling::{same_spellings, shown};
+    let mut warnings = Vec::new();
+    each_node(&desired.tree, |path, node| {
+        for group in same_spellings(node.children.keys().map(String::as_str)) {
+            let (first, others) = group.split_first().expect("a group has two names");
+            let (file, line) = desired
+                .origins
+                .get(&join(path, first))
+                .cloned()
+                .unwrap_or_default();
+            for other in others {
+                let message = format!(
+                    "warning: node {} under {path} is another Unicode spelling of {} ({file}:{line}): two nodes that look identical",
+                    shown(other),
+                    shown(first)
+                );
+                warnings.push(desired.error_at(&join(path, other), message));
+            }
+        }
+        for group in same_spellings(node.props.keys().map(String::as_str)) {
+            let (first, others) = group.split_first().expect("a group has two names");
+            for other in others {
+                let message = format!(
+                    "warning: property {} of {path} is another Unicode spelling of {}: two properties that look identical",
+                    shown(other),
+                    shown(first)
+                );
+                warnings.push(desired.error_at(path, message));
+            }
+        }
+    });
+    warnings
 }
 
 /// Every deploy node's `n` (its own or through a property link) must be an instance count:

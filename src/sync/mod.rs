@@ -168,6 +168,9 @@ pub async fn run(opts: &Options) -> Result<Outcome, SyncError> {
     let revision = checkout.revision.clone();
     tracing::info!("VCS Version: {revision}");
     let desired = desired::build(&checkout.files).map_err(SyncError::Tree)?;
+    for warning in &desired.warnings {
+        tracing::warn!("{warning}");
+    }
     let mut connect_opts = ConnectOptions::new(opts.connection.clone());
     connect_opts.digest = opts
         .auth

@@ -10,6 +10,7 @@ pub mod export;
 pub(crate) mod literal;
 pub mod parse;
 pub(crate) mod rollout;
+pub(crate) mod spelling;
 
 use std::collections::BTreeMap;
 

@@ -4,13 +4,15 @@
 //! version not recorded, no retry even when its agent starts again); the failure beyond the
 //! budget halts the cluster, or only the node with `on-failure = 'halt-node'` (hosts that
 //! then leave it undone end `blocked` until `resume PATH`); a canary spends no budget; a
-//! paused node is left undone; budgets are off in a mixed fleet.
+//! paused node is left undone (a step already running finishes); a percentage budget is
+//! rounded down; a dead lock or lease holder counts against its node's budget; budgets are off
+//! in a mixed fleet (`on-failure = 'halt-node'` too).
 
 use crate::support;
 
-use serde_json::{json, Value};
 use std::time::Duration;
 
+use serde_json::{json, Value};
 use support::agent::{fleet, lines, v, wait_for, wait_for_async, TestHost};
 
 /// `/acme/a` with `props` and `/acme/b` plain, both deployed to `hosts`.
@@ -217,6 +219,137 @@ async fn a_mixed_fleet_halts_the_cluster_whatever_the_budget() {
     let run = h1.deploy_env(&[], &[FAIL_A]).await;
     assert_eq!(run.code, 1, "{run}");
     assert_eq!(h1.hosts().await["version"], Value::Null);
+}
+
+#[tokio::test]
+async fn a_percentage_budget_is_that_share_of_the_deploy_targets_rounded_down() {
+    // 60 % of 3 hosts is 1.8: F = 1, so the second host to fail is beyond the budget.
+    let hosts = fleet("budget-percent", 3).await;
+    let (h1, h2) = (&hosts[0], &hosts[1]);
+    h1.tree(
+        &tree("    max-failures = '60%'\n", &["h1", "h2", "h3"]),
+        v("r1"),
+    )
+    .await;
+    let run = h1.deploy_env(&[], &[FAIL_A]).await;
+    assert_eq!(run.code, 1, "{run}");
+    assert!(run.stderr.contains("within its budget of 1"), "{run}");
+    assert_eq!(h1.hosts().await["version"], json!("r1"));
+    let run = h2.deploy_env(&[], &[FAIL_A]).await;
+    assert_eq!(run.code, 1, "{run}");
+    let cluster = h2.hosts().await;
+    assert_eq!(cluster["version"], Value::Null, "{cluster:?}");
+    assert_eq!(cluster["halt"]["host"], json!("h2"), "{cluster:?}");
+    let error = cluster["halt"]["error"].as_str().unwrap();
+    assert!(error.contains("beyond its budget of 1"), "{error}");
+}
+
+/// The pid and status text of `h`'s status file when it names `version`.
+fn status_at(h: &TestHost, version: &str) -> Option<(String, String)> {
+    let status = h.status();
+    let f: Vec<&str> = status.trim_end().splitn(4, ' ').collect();
+    (f.len() == 4 && f[2] == version).then(|| (f[1].to_string(), f[3].to_string()))
+}
+
+#[tokio::test]
+async fn a_quarantined_hosts_agent_started_again_does_not_run_the_node_until_resume() {
+    let hosts = fleet("budget-restart", 2).await;
+    let h1 = &hosts[0];
+    h1.tree(&tree("    max-failures = 1\n", &["h1", "h2"]), v("r1"))
+        .await;
+    let mut agent = h1.spawn("agent", &[], &[FAIL_A]);
+    h1.wait_status("r1", &["error"], LIMIT).await;
+    assert_eq!(runs_of(h1, "/acme/a"), 1);
+    assert_eq!(h1.hosts().await["version"], json!("r1"));
+    agent.terminate();
+    assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
+
+    // Started again, without the failure: its first pass at r1 leaves /acme/a undone.
+    let mut agent = h1.spawn("agent", &[], &[]);
+    let pid = agent.pid().to_string();
+    let (_, text) = wait_for("the restarted agent's pass at r1", LIMIT, || {
+        status_at(h1, "r1")
+            .filter(|(p, text)| *p == pid && ["error", "done"].contains(&text.as_str()))
+    })
+    .await;
+    assert_eq!(text, "error", "{}", agent.output());
+    assert_eq!(runs_of(h1, "/acme/a"), 1, "{}", agent.output());
+    let error = h1.report()["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(error.contains("quarantined for /acme/a"), "{error}");
+    assert_ne!(h1.host_version().as_deref(), Some("\"r1\""));
+
+    // resume PATH: the running agent deploys /acme/a at once, and converges.
+    zkd(h1, &["resume", "/acme/a"]).await.assert_ok();
+    h1.wait_status("r1", &["done"], LIMIT).await;
+    assert_eq!(runs_of(h1, "/acme/a"), 2);
+    agent.terminate();
+    assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
+}
+
+#[tokio::test]
+async fn a_mixed_fleet_halts_the_cluster_not_the_node_and_says_budgets_are_off() {
+    let hosts = fleet("budget-mixed-node", 2).await;
+    let h1 = &hosts[0];
+    let props = "    max-failures = 1\n    on-failure = 'halt-node'\n";
+    h1.tree(&tree(props, &["h1", "h2"]), v("r1")).await;
+    let open =
+        zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
+    h1.client
+        .create("/hosts/py1", br#"{"name": "py1"}"#, &open)
+        .await
+        .unwrap();
+    let off = "max-failures and on-failure are ignored: every failure halts the cluster";
+    let dry = h1.deploy(&["--dry-run"]).await;
+    assert!(dry.stdout.contains(off), "{dry}");
+    let run = h1.deploy_env(&[], &[FAIL_A]).await;
+    assert_eq!(run.code, 1, "{run}");
+    let cluster = h1.hosts().await;
+    assert_eq!(cluster["version"], Value::Null, "{cluster:?}");
+    assert_eq!(cluster["halt"]["host"], json!("h1"), "{cluster:?}");
+    // No failure record, no node halt: the original knows only the cluster halt.
+    let names = h1
+        .client
+        .list_children("/node-state")
+        .await
+        .unwrap_or_default();
+    assert_eq!(names, Vec::<String>::new());
+    let status = zkd(h1, &["status"]).await;
+    assert!(status.stdout.contains(off), "{status}");
+}
+
+#[tokio::test]
+async fn a_node_paused_while_its_script_runs_lets_the_script_finish_and_starts_no_other() {
+    let hosts = fleet("budget-pause-running", 2).await;
+    let (h1, h2) = (&hosts[0], &hosts[1]);
+    let text = "/acme\n  /a : foo\n    version = '1.0'\n    /deploy\n      /h1\n      /h2\n";
+    h1.tree(text, v("r1")).await;
+    let mut first = h1.spawn("deploy", &[], &[("ZK_TEST_SLEEP", "3")]);
+    wait_for("h1's script of /acme/a started", LIMIT, || {
+        (runs_of(h1, "/acme/a") == 1).then_some(())
+    })
+    .await;
+    zkd(h1, &["pause", "/acme/a", "--reason", "bad mirror"])
+        .await
+        .assert_ok();
+    // The running script finishes, and h1's pass with it.
+    assert_eq!(first.wait(LIMIT).await, 0, "{}", first.output());
+    assert_eq!(h1.status_text(), "done");
+    assert!(
+        h1.etc("foo").contains(&"acme,a.0.deployed".to_string()),
+        "{:?}",
+        h1.etc("foo")
+    );
+    // No other host starts it while paused.
+    let run = h2.deploy(&[]).await;
+    assert_eq!(run.code, 3, "{run}");
+    assert_eq!(h2.status_text(), "blocked /acme/a");
+    assert_eq!(runs_of(h2, "/acme/a"), 0);
+    zkd(h1, &["resume", "/acme/a"]).await.assert_ok();
+    h2.deploy(&[]).await.assert_ok();
+    assert_eq!(runs_of(h2, "/acme/a"), 1);
 }
 
 /// h1 is killed while it deploys `/acme/a` (its place under `place`, the node lock or the

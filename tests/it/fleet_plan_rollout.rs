@@ -212,3 +212,116 @@ async fn the_plan_shows_each_deployments_rollout_as_the_agents_compute_it() {
         assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
     }
 }
+
+/// `/acme/a` (foo 1.0) on h1–h3 with `settings`.
+fn budget_tree(settings: &str) -> String {
+    format!("/acme\n  /a : foo\n    version = '1.0'\n{settings}    /deploy\n      /h1\n      /h2\n      /h3\n")
+}
+
+/// The effective `max-failures` and `on-failure` of `/acme/a` in `h`'s own plan
+/// (`deploy --dry-run --json --force`).
+async fn own_budget(h: &TestHost) -> (Value, Value) {
+    let dry = h.deploy(&["--dry-run", "--json", "--force"]).await;
+    let own: Value = serde_json::from_str(&dry.stdout).unwrap_or_else(|_| panic!("{dry}"));
+    let step = own["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["action"] == "deploy" && s["path"] == "/acme/a")
+        .unwrap_or_else(|| panic!("no deploy of /acme/a in {own:#}"))
+        .clone();
+    (step["max-failures"].clone(), step["on-failure"].clone())
+}
+
+#[tokio::test]
+async fn the_plan_shows_each_rollouts_failure_budget_and_that_a_mixed_fleet_turns_it_off() {
+    let conn = support::chroot("fleet-plan-budget").await;
+    let mut hosts = Vec::new();
+    for i in 1..=3 {
+        hosts.push(TestHost::on(&conn, &format!("h{i}"), Pm::Fake(FakeYum::new())).await);
+    }
+    hosts[0].tree(&budget_tree(""), v("r1")).await;
+    let agents: Vec<Spawned> = hosts.iter().map(|h| h.spawn("agent", &[], &[])).collect();
+    for h in &hosts {
+        wait_converged(h, "r1").await;
+    }
+
+    // The candidate gives /acme/a a budget of 40 % of its 3 hosts (1.2, rounded down: 1),
+    // a failure beyond it halting only the node.
+    let candidate = budget_tree("    max-failures = '40%'\n    on-failure = 'halt-node'\n");
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("acme.zk");
+    std::fs::write(&file, &candidate).unwrap();
+    let file = file.to_str().unwrap();
+    let run = plan(&conn, &["--files", file, "--json"]).await;
+    run.assert_code(10);
+    let ours: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(ours["mixed_fleet"], Value::Null, "{run}");
+    let a = node(&ours, "/acme/a");
+    assert_eq!(a["max_failures"], json!(1), "{a:#}");
+    assert_eq!(a["on_failure"], json!("halt-node"), "{a:#}");
+    assert_eq!(a["max_failures_in_tree"], json!("40%"), "{a:#}");
+    assert_eq!(a["targets"], json!(3), "{a:#}");
+    let text = plan(&conn, &["--files", file]).await;
+    text.assert_code(10);
+    for expected in [
+        "/acme/a [max-parallel 1, max-failures 1, on-failure halt-node]",
+        "max-failures '40%' of 3 deploy targets",
+    ] {
+        assert!(text.stdout.contains(expected), "{expected:?} in\n{text}");
+    }
+    assert!(!text.stdout.contains("mixed fleet"), "{text}");
+
+    // The original's agent registers a host node: budgets are off, and the plan says so.
+    let client = support::connect(&conn).await;
+    let old = json!({"name": "old.example.com", "version": "r1"});
+    let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    client
+        .create("/hosts/old", old.to_string().as_bytes(), &ephemeral)
+        .await
+        .unwrap();
+    let run = plan(&conn, &["--files", file, "--json"]).await;
+    run.assert_code(10);
+    let mixed: Value = serde_json::from_str(&run.stdout).unwrap();
+    let why = mixed["mixed_fleet"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with("host old (old.example.com) has no 'agent' property"),
+        "{run}"
+    );
+    let a = node(&mixed, "/acme/a");
+    assert_eq!(a["max_failures"], Value::Null, "{a:#}");
+    assert_eq!(a["max_failures_in_tree"], json!("40%"), "{a:#}");
+    let text = plan(&conn, &["--files", file]).await;
+    for expected in [
+        format!("mixed fleet: {why}\n    max-failures and on-failure are ignored: every failure halts the cluster"),
+        "/acme/a [max-parallel 1]".into(),
+        "max-failures '40%', on-failure 'halt-node' in the tree: off while the fleet is mixed (every failure halts the cluster)".into(),
+    ] {
+        assert!(text.stdout.contains(&expected), "{expected:?} in\n{text}");
+    }
+
+    // Synced: each agent's own plan has the same budget, off while the fleet is mixed.
+    hosts[0].tree(&candidate, v("r2")).await;
+    for h in &hosts {
+        wait_converged(h, "r2").await;
+        assert_eq!(
+            own_budget(h).await,
+            (Value::Null, json!("halt-node")),
+            "{}",
+            h.id
+        );
+    }
+    client.delete("/hosts/old", None).await.unwrap();
+    for h in &hosts {
+        assert_eq!(
+            own_budget(h).await,
+            (json!(1), json!("halt-node")),
+            "{}",
+            h.id
+        );
+    }
+    for mut agent in agents {
+        agent.terminate();
+        assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
+    }
+}

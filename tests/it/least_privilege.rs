@@ -956,3 +956,73 @@ async fn hosts_record_failures_and_node_halts_and_only_the_operator_pauses_or_re
         Vec::<String>::new()
     );
 }
+
+#[tokio::test]
+async fn agents_with_identities_quarantine_and_halt_a_node_and_only_the_operator_resumes_it() {
+    let env = Env::new("lp-budget-agents").await;
+    let auth = env.auth();
+    let mut text = tree(&["web", "other"], "1.0", &["h1", "h2", "h3"]);
+    text = text.replacen(
+        "    /deploy\n",
+        "    max-failures = 1\n    on-failure = 'halt-node'\n    /deploy\n",
+        1,
+    );
+    assert!(text.starts_with("/acme\n  /web"), "{text}");
+    env.repo.commit(&[("acme.zk", &text)]);
+    env.sync(&["--auth", &auth]).await.assert_ok();
+    let (h1, h2, h3) = (
+        host(&env, "h1").await,
+        host(&env, "h2").await,
+        host(&env, "h3").await,
+    );
+    let fail = [("ZK_TEST_FAIL", "/acme/web")];
+    let records = || async {
+        let mut names = env.anon.list_children("/node-state").await.unwrap();
+        names.sort();
+        names
+    };
+
+    // h1's identity records its failure, within the budget: nothing is halted.
+    let run = h1.deploy_env(&[], &fail).await;
+    run.assert_code(1);
+    assert!(run.stderr.contains("within its budget of 1"), "{run}");
+    let names = records().await;
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(names[0].starts_with("fail~acme,web~"), "{names:?}");
+    // h2's, beyond it: the node halt, in h2's name; the cluster goes on.
+    let run = h2.deploy_env(&[], &fail).await;
+    run.assert_code(1);
+    let (data, _) = env
+        .anon
+        .get_data("/node-state/halt~acme,web")
+        .await
+        .unwrap_or_else(|e| panic!("no node halt ({e}): {run}"));
+    assert_eq!(decode(&data)["host"], json!("h2"));
+    let hosts = decode(&env.anon.get_data("/hosts").await.unwrap().0);
+    assert!(hosts["version"].is_string(), "{hosts:?}");
+    // h3 deploys /acme/other and leaves the halted node undone.
+    let run = h3.deploy(&[]).await;
+    run.assert_code(3);
+    assert_eq!(h3.status_text(), "blocked /acme/web");
+    assert!(h3.etc("foo").iter().any(|m| m.starts_with("acme,other")));
+
+    // A host's identity may not resume the node; the operator's may, and h3 converges.
+    let zk = ["-z", env.conn.as_str()];
+    let host_auth = env.host_auth("h3");
+    let mut args = vec!["resume", "/acme/web", "--auth", host_auth.as_str()];
+    args.extend(zk);
+    let run = support::run_async(&args).await;
+    run.assert_code(1);
+    assert!(
+        run.stderr.contains("needs the operator's identity"),
+        "{run}"
+    );
+    assert_eq!(records().await.len(), 3, "two failure records and the halt");
+    let mut args = vec!["resume", "/acme/web", "--auth", auth.as_str()];
+    args.extend(zk);
+    support::run_async(&args).await.assert_ok();
+    assert_eq!(records().await, Vec::<String>::new());
+    h3.deploy(&[]).await.assert_ok();
+    assert_eq!(h3.status_text(), "done");
+    assert!(h3.etc("foo").iter().any(|m| m.starts_with("acme,web")));
+}

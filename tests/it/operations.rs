@@ -494,7 +494,7 @@ async fn status_and_resume_edge_cases() {
     );
     assert_eq!(
         s,
-        json!({"version": null, "synced": null, "halt": null, "pause": null, "nodes": [], "hosts": [], "locks": []})
+        json!({"version": null, "synced": null, "halt": null, "pause": null, "nodes": [], "hosts": [], "locks": [], "semaphores": []})
     );
     let text = support::run_async(&["status", "-z", &conn]).await;
     text.assert_ok();

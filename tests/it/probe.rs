@@ -54,6 +54,35 @@ async fn two_agents_started_together_for_one_host_run_one_pass() {
     }
 }
 
+/// Two agent services started at the same moment on one configuration: one exits 1 with
+/// `Another agent is running`, the other stays up and deploys, once (the issue's "both stayed
+/// up": the service, not only a pass run by hand).
+#[tokio::test]
+async fn two_agent_services_started_together_for_one_host_leave_one_running() {
+    for trial in 0..4 {
+        let h = TestHost::fake(&format!("probe-two-services-{trial}")).await;
+        h.tree(TREE, v("r1")).await;
+        let mut agents = [h.spawn("agent", &[], &[]), h.spawn("agent", &[], &[])];
+        let loser = support::agent::wait_for("one agent to exit", LIMIT, || {
+            agents.iter_mut().position(|a| !a.running())
+        })
+        .await;
+        let code = agents[loser].wait(LIMIT).await;
+        let out = agents[loser].output();
+        assert_eq!(code, 1, "trial {trial}: {out}");
+        assert!(
+            out.contains("Another agent is running"),
+            "trial {trial}: {out}"
+        );
+        let winner = &mut agents[1 - loser];
+        h.wait_status("r1", &["done"], LIMIT).await;
+        assert!(winner.running(), "trial {trial}: {}", winner.output());
+        assert_eq!(h.deploy_log("foo").len(), 1, "trial {trial}");
+        winner.terminate();
+        assert_eq!(winner.wait(LIMIT).await, 0, "trial {trial}");
+    }
+}
+
 const SHARED: &str = "
 /acme
   /web : foo
@@ -243,6 +272,15 @@ async fn a_stalled_log_reader_never_costs_the_session() {
     assert_eq!(h.deploy_log("foo").len(), 2, "{:?}", h.deploy_log("foo"));
     let peak = peak_kib(agent.id().unwrap());
     assert!(peak < PEAK_KIB, "the agent held {peak} KiB at its peak");
+    // The log is read again: it says how many lines it dropped.
+    let mut stderr = agent.stderr.take().unwrap();
+    let log = tokio::spawn(async move {
+        let mut text = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut stderr, &mut text)
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&text).into_owned()
+    });
     let pid = nix::unistd::Pid::from_raw(agent.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     // Its exit waits (bounded) for the log it cannot write.
@@ -251,6 +289,19 @@ async fn a_stalled_log_reader_never_costs_the_session() {
         .unwrap()
         .unwrap();
     assert_eq!(status.code(), Some(0));
+    let log = tokio::time::timeout(LIMIT, log).await.unwrap().unwrap();
+    let dropped = log
+        .lines()
+        .find(|l| l.ends_with(" log lines dropped (the log's reader fell behind)"));
+    let count = dropped
+        .and_then(|l| l.strip_prefix("zkdeployment: "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(
+        count.is_some_and(|n| n > 0),
+        "no count of dropped lines in the log: {}",
+        &log[log.len().saturating_sub(2000)..]
+    );
 }
 
 /// The agent's peak resident memory (`VmHWM`), in KiB.

@@ -254,6 +254,63 @@ async fn tree_files_that_are_links_are_read_inside_the_repository_and_refused_ou
     );
 }
 
+/// An index entry of `path` (raw bytes) with `mode`, naming object `id`.
+fn index_entry(path: &[u8], mode: u32, id: git2::Oid) -> git2::IndexEntry {
+    git2::IndexEntry {
+        ctime: git2::IndexTime::new(0, 0),
+        mtime: git2::IndexTime::new(0, 0),
+        dev: 0,
+        ino: 0,
+        mode,
+        uid: 0,
+        gid: 0,
+        file_size: 0,
+        id,
+        flags: path.len().min(0xfff) as u16,
+        flags_extended: 0,
+        path: path.to_vec(),
+    }
+}
+
+/// Entries a sync skips are named, one warning line each: a submodule named like a tree file,
+/// and a tree file whose name is not UTF-8. The other files are synced.
+#[tokio::test]
+async fn submodules_and_names_that_are_not_utf8_are_skipped_with_a_warning() {
+    let conn = support::chroot("links-skipped").await;
+    let client = support::connect(&conn).await;
+    let prod = "/prod\n  /a : foo\n    version = '1.0'\n    /deploy\n      /h1\n";
+    let repo = TestRepo::new();
+    repo.commit(&[("prod.zk", prod)]);
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let parent = git.head().unwrap().peel_to_commit().unwrap();
+    let mut index = git.index().unwrap();
+    let blob = git.blob(b"/latin1\n").unwrap();
+    index
+        .add(&index_entry(b"caf\xe9.zk", 0o100644, blob))
+        .unwrap();
+    index
+        .add(&index_entry(b"sub.zk", 0o160000, parent.id()))
+        .unwrap();
+    let tree = git.find_tree(index.write_tree().unwrap()).unwrap();
+    let sig = git2::Signature::now("test", "test@example.com").unwrap();
+    git.commit(Some("HEAD"), &sig, &sig, "skipped", &tree, &[&parent])
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let run = sync(&repo, &conn, work.path()).await;
+    run.assert_ok();
+    for line in [
+        "skipped sub.zk: a submodule, not a file",
+        "skipped \"caf\u{fffd}.zk\": its name is not UTF-8",
+    ] {
+        assert!(run.stderr.contains(line), "{line}\n{run}");
+    }
+    let roots = client.list_children("/").await.unwrap();
+    assert!(
+        roots.contains(&"prod".to_string()) && !roots.contains(&"latin1".to_string()),
+        "{roots:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 9. A chroot that does not exist is named, never taken for an empty cluster.
 
@@ -397,4 +454,57 @@ async fn a_malformed_host_node_is_planned_as_converged_and_long_values_are_cut()
             out.len()
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Low: two Unicode spellings of one name.
+
+/// `/acme/café` written with `é` (NFC) in one file and with `e` and a combining accent (NFD)
+/// in an overlay, and one node's property in both spellings: allowed (ZooKeeper stores both),
+/// but `tree check` and `sync` warn at the second spelling, with file and line, naming the
+/// first, and write the names as code points so that they read differently. A name alone in
+/// its spelling, and different names that look alike only loosely, get no warning.
+#[tokio::test]
+async fn two_unicode_spellings_of_one_name_are_warned_about_with_file_and_line() {
+    let nfc = "caf\u{e9}";
+    let nfd = "cafe\u{301}";
+    let acme = format!(
+        "/acme\n  /{nfc}\n    x = 1\n  /cafe\n  /caf\u{e8}\n  /db\n    {nfc} = 1\n    {nfd} = 2\n"
+    );
+    let over = format!("/acme\n  /{nfd}\n    y = 2\n");
+    let warnings = |a: &str, o: &str| {
+        [
+            format!("{a}:6: warning: property 'cafe\\u{{301}}' of /acme/db is another Unicode spelling of 'caf\\u{{e9}}': two properties that look identical"),
+            format!("{o}:2: warning: node 'cafe\\u{{301}}' under /acme is another Unicode spelling of 'caf\\u{{e9}}' ({a}:2): two nodes that look identical"),
+        ]
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (a, o) = (dir.path().join("acme.zk"), dir.path().join("over.zkx"));
+    std::fs::write(&a, &acme).unwrap();
+    std::fs::write(&o, &over).unwrap();
+    let run = tree_check(&[&a, &o]).await;
+    run.assert_ok();
+    let mut lines: Vec<&str> = run.stdout.lines().collect();
+    lines.sort();
+    let want = warnings(&a.display().to_string(), &o.display().to_string());
+    assert_eq!(lines, want, "{run}");
+    // Alone, the file has one spelling of each node name.
+    std::fs::write(&a, acme.replace(&format!("    {nfd} = 2\n"), "")).unwrap();
+    let run = tree_check(&[&a]).await;
+    run.assert_ok();
+    assert_eq!(run.stdout, "", "{run}");
+
+    let conn = support::chroot("probe-spellings").await;
+    let client = support::connect(&conn).await;
+    let repo = TestRepo::new();
+    repo.commit(&[("acme.zk", acme.as_str()), ("over.zkx", over.as_str())]);
+    let work = tempfile::tempdir().unwrap();
+    let run = sync(&repo, &conn, work.path()).await;
+    run.assert_ok();
+    for warning in warnings("acme.zk", "over.zkx") {
+        assert!(run.stderr.contains(&warning), "{warning}\n{run}");
+    }
+    let mut children = client.list_children("/acme").await.unwrap();
+    children.sort();
+    assert_eq!(children, ["cafe", nfd, "caf\u{e8}", nfc, "db"]);
 }

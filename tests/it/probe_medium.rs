@@ -1,7 +1,7 @@
 //! What a hostile probe found (issue 41's medium and low findings, second part): a full run
 //! directory, lock-sharing node names and the canary, `/etc/<app>` that is a file, a NUL in a
-//! version, a property-link chain too long. (The index entry is in `index`, the lock file in
-//! `sync`.)
+//! version, a property-link chain too long, `status` naming lease holders and lock contenders
+//! that are not ephemeral. (The index entry is in `index`, the lock file in `sync`.)
 
 use crate::support;
 
@@ -253,4 +253,145 @@ fn a_server_announcing_a_huge_frame_costs_no_memory() {
         peak_kib < 150 * 1024,
         "status held {peak_kib} KiB at its peak against a server announcing 2 GiB"
     );
+}
+
+/// Longest wait for the agents of a test.
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `zkdeployment status --json`.
+async fn status_json(conn: &str) -> serde_json::Value {
+    let run = support::run_async(&["status", "--json", "-z", conn]).await;
+    run.assert_ok();
+    serde_json::from_str(&run.stdout).unwrap()
+}
+
+/// Low: `status` names who holds each node's leases and who waits for one, and lists lock
+/// contenders and leases that are not ephemeral (no session ends them: a node blocked for
+/// ever) as problems, naming their paths. Three agents deploy a node with max-parallel 2:
+/// two hold leases while their scripts run, the third waits in the semaphore's guard queue.
+/// A role lock's requests are persistent by design and are no problem.
+#[tokio::test]
+async fn status_names_lease_holders_and_lock_children_that_are_not_ephemeral() {
+    let hosts = support::agent::fleet("probe-status-leases", 3).await;
+    let h = &hosts[0];
+    let tree = "
+/acme
+  /web : foo
+    version = '1.0'
+    max-parallel = 2
+    /deploy
+      /h1
+      /h2
+      /h3
+";
+    h.tree(tree, v("r1")).await;
+    let env = [("ZK_TEST_SLEEP", "600")];
+    let mut agents: Vec<_> = hosts.iter().map(|h| h.spawn("deploy", &[], &env)).collect();
+    let all = [
+        "h1.example.com (h1)",
+        "h2.example.com (h2)",
+        "h3.example.com (h3)",
+    ];
+    let sem = "/agent-semaphores/acme,web";
+    let status = support::agent::wait_for_async("two leases and a waiter", LIMIT, || async {
+        let s = status_json(&h.conn).await;
+        let row = &s["semaphores"][0];
+        let holders = row["holders"].as_array().map_or(0, Vec::len);
+        let waiters = row["waiters"].as_array().map_or(0, Vec::len);
+        (holders == 2 && waiters == 1).then_some(s)
+    })
+    .await;
+    let row = &status["semaphores"][0];
+    assert_eq!(row["path"], serde_json::json!(sem), "{status:#}");
+    assert_eq!(row["max-leases"], serde_json::json!(2));
+    let mut named: Vec<&str> = row["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            assert!(l["age"].as_f64().is_some_and(|a| a >= 0.0), "{l}");
+            l["holder"].as_str().unwrap()
+        })
+        .collect();
+    named.push(row["waiters"][0].as_str().unwrap());
+    named.sort();
+    assert_eq!(named, all, "{status:#}");
+    assert_eq!(row["permanent"], serde_json::json!([]));
+    let text = support::run_async(&["status", "-z", &h.conn]).await;
+    text.assert_ok();
+    let line = text.stdout.lines().find(|l| l.starts_with(sem));
+    let line = line.unwrap_or_else(|| panic!("no line for {sem}:\n{text}"));
+    assert!(line.contains("2/2"), "{line}");
+    assert!(all.iter().all(|who| line.contains(who)), "{line}");
+    assert!(!text.stdout.contains("not ephemeral"), "{text}");
+
+    // Left-overs no session ends: a lock contender, a lease, a contender of the guard.
+    let open =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let seq = zookeeper_client::CreateMode::PersistentSequential
+        .with_acls(zookeeper_client::Acls::anyone_all());
+    let _ = h.client.create("/agent-locks", b"", &open).await;
+    let _ = h.client.create("/agent-locks/acme,db", b"", &open).await;
+    let uuid = || uuid::Uuid::new_v4().simple().to_string();
+    let prefix = format!("/agent-locks/acme,db/{}__lock__", uuid());
+    let (_, n) = h.client.create(&prefix, b"ghost (g1)", &seq).await.unwrap();
+    let contender = format!("{prefix}{n}");
+    let lease = format!("{sem}/{}", uuid());
+    h.client.create(&lease, b"ghost (g2)", &open).await.unwrap();
+    let prefix = format!("{sem}-__lock__/{}__lock__", uuid());
+    let (_, n) = h.client.create(&prefix, b"ghost (g3)", &seq).await.unwrap();
+    let guard = format!("{prefix}{n}");
+    // A role lock's request is persistent by design.
+    let _ = h.client.create("/role-locks", b"", &open).await;
+    h.client
+        .create("/role-locks/web", b"", &open)
+        .await
+        .unwrap();
+    let request = br#"{"requestor": "w1", "hostname": "w1.example.com"}"#;
+    h.client
+        .create("/role-locks/web/lr-", request, &seq)
+        .await
+        .unwrap();
+
+    let s = status_json(&h.conn).await;
+    let lock = s["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["path"] == serde_json::json!("/agent-locks/acme,db"))
+        .unwrap_or_else(|| panic!("no lock row: {s:#}"));
+    assert_eq!(lock["holder"], serde_json::json!("ghost (g1)"));
+    assert_eq!(lock["permanent"], serde_json::json!([contender]));
+    let mut permanent: Vec<String> =
+        serde_json::from_value(s["semaphores"][0]["permanent"].clone()).unwrap();
+    permanent.sort();
+    let mut want = vec![lease.clone(), guard.clone()];
+    want.sort();
+    assert_eq!(permanent, want, "{s:#}");
+    let warnings: Vec<&str> = s["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .filter(|w| !w.contains("writable by anyone"))
+        .collect();
+    assert_eq!(warnings.len(), 3, "{warnings:#?}");
+    for path in [&contender, &lease, &guard] {
+        let w = warnings.iter().find(|w| w.starts_with(path.as_str()));
+        let w = w.unwrap_or_else(|| panic!("no warning names {path}: {warnings:#?}"));
+        assert!(w.contains("not ephemeral") && w.contains("for ever"), "{w}");
+    }
+    assert!(
+        !warnings.iter().any(|w| w.contains("/role-locks")),
+        "{warnings:#?}"
+    );
+    let text = support::run_async(&["status", "-z", &h.conn]).await;
+    text.assert_ok();
+    for path in [&contender, &lease, &guard] {
+        let warned = format!("WARNING: {path} ");
+        assert!(text.stdout.contains(&warned), "{path}\n{text}");
+    }
+    for agent in &mut agents {
+        agent.kill_tree().await;
+    }
 }

@@ -2,7 +2,9 @@
 //! `QuorumPeerMain` (started by the same `scripts/zk-server.sh --exec` and PDEATHSIG spawning as
 //! [`super::ZkServer`]), each
 //! with its own `zoo.cfg` (`server.N=127.0.0.1:PEER:ELECTION`, `tickTime=500`, `initLimit=5`,
-//! `syncLimit=2`), `myid` and data directory under one temporary directory. Killed on drop.
+//! `syncLimit=2`: quick fail-overs for the fault tests; `ZK_TICK_MS`, `ZK_INIT_LIMIT` and
+//! `ZK_SYNC_LIMIT` set others), `myid` and data directory under one temporary directory.
+//! Killed on drop.
 //!
 //! [`Ensemble::start`] returns once every server serves and one of them says
 //! `Mode: leader`. [`Ensemble::kill`] crashes one server (SIGKILL), [`Ensemble::restart`]
@@ -205,10 +207,11 @@ impl Ensemble {
             let data = dir.join("data");
             std::fs::create_dir_all(&data).expect("cannot create dataDir");
             std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
+            let (tick, init, sync) = limits();
             let config = format!(
-                "tickTime={TICK_MS}\n\
-                 initLimit=5\n\
-                 syncLimit=2\n\
+                "tickTime={tick}\n\
+                 initLimit={init}\n\
+                 syncLimit={sync}\n\
                  dataDir={}\n\
                  clientPort={}\n\
                  clientPortAddress=127.0.0.1\n\
@@ -273,4 +276,20 @@ impl Drop for Ensemble {
             self.kill(i);
         }
     }
+}
+
+/// `tickTime`, `initLimit` and `syncLimit`: 500 ms, 5 and 2 unless `ZK_TICK_MS`,
+/// `ZK_INIT_LIMIT` or `ZK_SYNC_LIMIT` say otherwise.
+fn limits() -> (u32, u32, u32) {
+    let var = |name: &str, default: u32| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    (
+        var("ZK_TICK_MS", TICK_MS),
+        var("ZK_INIT_LIMIT", 5),
+        var("ZK_SYNC_LIMIT", 2),
+    )
 }
