@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::process::Command as TokioCommand;
 
 /// Most bytes of output kept per command (the tail).
-pub const TAIL_BYTES: usize = 16 * 1024;
+pub(crate) const TAIL_BYTES: usize = 16 * 1024;
 /// Longest line kept; longer lines are cut (the rest is dropped, memory stays bounded).
 const MAX_LINE: usize = 4096;
 
@@ -27,12 +27,12 @@ pub struct Cmd {
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
     /// Working directory (the agent's own if `None`).
-    pub cwd: Option<PathBuf>,
+    pub(crate) cwd: Option<PathBuf>,
 }
 
 impl Cmd {
     /// A command from an argument vector.
-    pub fn new<I, S>(argv: I) -> Cmd
+    pub(crate) fn new<I, S>(argv: I) -> Cmd
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -43,20 +43,14 @@ impl Cmd {
         }
     }
 
-    /// Adds an environment variable.
-    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Cmd {
-        self.env.push((key.into(), value.into()));
-        self
-    }
-
     /// Sets the working directory.
-    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Cmd {
+    pub(crate) fn cwd(mut self, dir: impl Into<PathBuf>) -> Cmd {
         self.cwd = Some(dir.into());
         self
     }
 
     /// The command line as the original logs it: the argv joined by spaces.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         self.argv.join(" ")
     }
 }
@@ -74,7 +68,7 @@ pub struct Output {
 
 impl Output {
     /// True on exit code 0.
-    pub fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         self.code == 0
     }
 }
@@ -98,16 +92,6 @@ pub enum CommandError {
         /// What it did.
         output: Output,
     },
-}
-
-impl CommandError {
-    /// The output of a failed command, if it ran.
-    pub fn output(&self) -> Option<&Output> {
-        match self {
-            CommandError::Failed { output, .. } => Some(output),
-            CommandError::Spawn { .. } => None,
-        }
-    }
 }
 
 /// How long output is still read after the command's process exited (what it wrote just
@@ -141,7 +125,7 @@ pub async fn simulated<F: std::future::Future>(
 }
 
 /// True on a task inside [`simulated`] (one of many agents sharing the process).
-pub fn is_simulated() -> bool {
+pub(crate) fn is_simulated() -> bool {
     SIMULATOR.try_with(|_| ()).is_ok()
 }
 
@@ -154,7 +138,7 @@ pub fn is_simulated() -> bool {
 /// a daemon behind (`daemon & exit 0`) ends the step at once; what is in the pipe is read for
 /// at most [`DRAIN`] more, then the pipe is closed (the daemon's later writes fail with EPIPE
 /// and nothing of them is kept anywhere).
-pub async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
+pub(crate) async fn run(cmd: &Cmd) -> Result<Output, CommandError> {
     let program = cmd.argv.first().cloned().unwrap_or_default();
     let spawn_err = |e: std::io::Error| CommandError::Spawn {
         program: program.clone(),
@@ -354,7 +338,7 @@ pub(crate) fn pid_alive(pid: i64) -> bool {
 }
 
 /// Runs a command; a non-zero exit is `Command failed: <argv>`.
-pub async fn run_checked(cmd: &Cmd) -> Result<Output, CommandError> {
+pub(crate) async fn run_checked(cmd: &Cmd) -> Result<Output, CommandError> {
     let output = run(cmd).await?;
     if output.success() {
         Ok(output)
@@ -369,7 +353,7 @@ pub async fn run_checked(cmd: &Cmd) -> Result<Output, CommandError> {
 
 /// The last lines of output, bounded by [`TAIL_BYTES`].
 #[derive(Debug, Default)]
-pub struct Tail {
+pub(crate) struct Tail {
     lines: VecDeque<String>,
     bytes: usize,
     dropped: bool,
@@ -377,7 +361,7 @@ pub struct Tail {
 
 impl Tail {
     /// Adds a line, dropping the oldest ones beyond the budget.
-    pub fn push(&mut self, line: &str) {
+    pub(crate) fn push(&mut self, line: &str) {
         self.bytes += line.len() + 1;
         self.lines.push_back(line.to_string());
         while self.bytes > TAIL_BYTES && self.lines.len() > 1 {
@@ -388,7 +372,7 @@ impl Tail {
     }
 
     /// The kept lines, with a marker if earlier ones were dropped.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut text = String::new();
         if self.dropped {
             text.push_str("[… earlier output dropped …]\n");

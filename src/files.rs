@@ -25,7 +25,7 @@ pub fn now() -> f64 {
 /// Writes `data` to `path` atomically and durably: a temporary file in the same directory,
 /// written and `fsync`ed, renamed over `path`, then the directory `fsync`ed. An error names
 /// `path`; the temporary file is removed on failure.
-pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
     write_replacing(path, data, true)
 }
 
@@ -33,7 +33,7 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
 /// never a mix); with `sync`, the data and the rename reach the disk ([`write_atomic`]).
 /// Files rewritten at every step (the status file, the properties snapshot) skip the sync:
 /// after a crash they are rewritten anyway.
-pub fn write_replacing(path: &Path, data: &[u8], sync: bool) -> std::io::Result<()> {
+pub(crate) fn write_replacing(path: &Path, data: &[u8], sync: bool) -> std::io::Result<()> {
     let tmp = sibling(path, &format!("{}.tmp", uuid::Uuid::new_v4().simple()));
     let result = (|| {
         let mut f = create_new(&tmp)?;
@@ -106,7 +106,7 @@ fn open_regular(path: &Path) -> Option<std::fs::File> {
 
 /// Whether `path` is a regular file (not a symlink) holding exactly `content`: what a writer
 /// checks to skip rewriting a file that would not change.
-pub fn holds(path: &Path, content: &[u8]) -> bool {
+pub(crate) fn holds(path: &Path, content: &[u8]) -> bool {
     use std::io::Read;
     let Some(mut file) = open_regular(path) else {
         return false;
@@ -122,7 +122,7 @@ pub fn holds(path: &Path, content: &[u8]) -> bool {
 /// [`write_replacing`] without the sync, and nothing at all when `path` is a regular file that
 /// holds `data` already: a re-run at a new version usually writes what is there, and a
 /// create and a rename cost a tenth of a millisecond or more each on ext4.
-pub fn replace_unless_same(path: &Path, data: &[u8]) -> std::io::Result<()> {
+pub(crate) fn replace_unless_same(path: &Path, data: &[u8]) -> std::io::Result<()> {
     if holds(path, data) {
         return Ok(());
     }

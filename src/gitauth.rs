@@ -17,7 +17,7 @@ use std::time::Duration;
 use git2::{Cred, CredentialType, FetchOptions, RemoteCallbacks};
 
 /// The default bound on git network operations (see [`bound_network`]).
-pub const DEFAULT_NETWORK_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_NETWORK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The bound [`init`] gives libgit2, in milliseconds.
 static NETWORK_TIMEOUT_MS: AtomicI32 = AtomicI32::new(60_000);
@@ -32,7 +32,7 @@ static INIT: Once = Once::new();
 /// the certificate variables (`SSL_CERT_FILE`, `SSL_CERT_DIR`) that git2 sets on its first use
 /// for the OpenSSL it links, so that the first use, whenever it comes, finds them set and
 /// leaves the environment alone (changing it while other threads may read it is unsound).
-pub fn bound_network(timeout: Duration) {
+pub(crate) fn bound_network(timeout: Duration) {
     let ms = i32::try_from(timeout.as_millis())
         .unwrap_or(i32::MAX)
         .max(1);
@@ -48,7 +48,7 @@ pub fn bound_network(timeout: Duration) {
 
 /// Changes the bound of [`bound_network`] for the git operations to come; call it only while
 /// no git operation runs (the syncer's attempts, one after the other).
-pub fn set_network_timeout(timeout: Duration) {
+pub(crate) fn set_network_timeout(timeout: Duration) {
     let ms = i32::try_from(timeout.as_millis())
         .unwrap_or(i32::MAX)
         .max(1);
@@ -59,7 +59,7 @@ pub fn set_network_timeout(timeout: Duration) {
 
 /// Initialises libgit2 with the bound of [`bound_network`] (once per process). Every git
 /// operation calls it first.
-pub fn init() {
+pub(crate) fn init() {
     INIT.call_once(|| set_timeouts(NETWORK_TIMEOUT_MS.load(Ordering::SeqCst)));
 }
 
@@ -73,7 +73,7 @@ fn set_timeouts(ms: i32) {
 }
 
 /// Fetch options with the credential callback (and no endless retry loop).
-pub fn fetch_options<'a>() -> FetchOptions<'a> {
+pub(crate) fn fetch_options<'a>() -> FetchOptions<'a> {
     init();
     let mut callbacks = RemoteCallbacks::new();
     let mut attempt = 0;

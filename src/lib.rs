@@ -38,6 +38,16 @@
 //!   files rewritten at every step).
 //! - [`gitauth`]: credentials for git over the network.
 //! - [`logsink`]: the log's non-blocking way to stderr (a bounded queue, a writer thread).
+//!
+//! # Visibility
+//!
+//! Modules, items and fields are `pub(crate)`. `pub` marks only what is used from outside the
+//! library: by the binary (`src/main.rs`), the integration tests (`tests/`), the benchmarks
+//! (`benches/`) and `examples/docs.rs`. `unreachable_pub` is denied below, so a `pub` item
+//! that nothing outside can reach does not build; an item that none of them uses any more
+//! goes back to `pub(crate)` (building every target says whether one still does).
+
+#![deny(unreachable_pub)]
 
 pub mod agent;
 pub mod cli;
@@ -45,17 +55,17 @@ pub mod command;
 pub mod config;
 pub mod files;
 pub mod fleet;
-pub mod gitauth;
-pub mod logsink;
-pub mod metrics;
-pub mod monitor;
+pub(crate) mod gitauth;
+pub(crate) mod logsink;
+pub(crate) mod metrics;
+pub(crate) mod monitor;
 pub mod notify;
-pub mod overview;
+pub(crate) mod overview;
 pub mod packages;
-pub mod pause;
-pub mod resume;
-pub mod summary;
+pub(crate) mod pause;
+pub(crate) mod resume;
+pub(crate) mod summary;
 pub mod sync;
-pub mod systemd;
+pub(crate) mod systemd;
 pub mod tree;
 pub mod zk;

@@ -86,7 +86,7 @@ fn queue(line: Vec<u8>) {
 
 /// Waits until every queued line is written, at most `limit` (a stalled reader of stderr
 /// must not keep a command from exiting).
-pub fn flush(limit: Duration) {
+pub(crate) fn flush(limit: Duration) {
     let Some(sink) = SINK.get().and_then(Option::as_ref) else {
         return;
     };
@@ -106,7 +106,7 @@ pub fn flush(limit: Duration) {
 
 /// A `tracing_subscriber` writer: buffers one event's text, queues it when dropped.
 #[derive(Default)]
-pub struct LineWriter(Vec<u8>);
+pub(crate) struct LineWriter(Vec<u8>);
 
 impl Write for LineWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -128,6 +128,6 @@ impl Drop for LineWriter {
 }
 
 /// The `MakeWriter` of the log layer.
-pub fn make_writer() -> LineWriter {
+pub(crate) fn make_writer() -> LineWriter {
     LineWriter::default()
 }

@@ -10,36 +10,36 @@ use std::path::Path;
 
 /// Counters and gauges kept by the agent process (counters start at 0 with the process).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     /// 1 if the host is at the cluster version.
-    pub converged: bool,
+    pub(crate) converged: bool,
     /// 1 if the cluster is halted.
-    pub halted: bool,
+    pub(crate) halted: bool,
     /// Unix time the last pass ended (0 = none yet).
-    pub last_pass: f64,
+    pub(crate) last_pass: f64,
     /// Unix time the last successful pass ended (0 = none yet).
-    pub last_success: f64,
+    pub(crate) last_success: f64,
     /// Seconds the last pass took.
-    pub pass_duration: f64,
+    pub(crate) pass_duration: f64,
     /// Passes that ended `done`.
-    pub passes_done: u64,
+    pub(crate) passes_done: u64,
     /// Passes that ended `error`.
-    pub passes_error: u64,
+    pub(crate) passes_error: u64,
     /// Passes that ended `abandoned`.
-    pub passes_abandoned: u64,
+    pub(crate) passes_abandoned: u64,
     /// Seconds spent waiting for node locks, in total.
-    pub lock_wait: f64,
+    pub(crate) lock_wait: f64,
     /// Steps run, in total.
-    pub steps: u64,
+    pub(crate) steps: u64,
     /// The TLS client certificate's notAfter (Unix time), if one is configured.
-    pub tls_client_cert_expiry: Option<f64>,
+    pub(crate) tls_client_cert_expiry: Option<f64>,
     /// Application nodes this host failed within their budget at the cluster version (it
     /// runs them no more at that version).
-    pub quarantined: Vec<String>,
+    pub(crate) quarantined: Vec<String>,
     /// Application nodes the last pass left undone because they are halted.
-    pub blocked_halted: Vec<String>,
+    pub(crate) blocked_halted: Vec<String>,
     /// Application nodes the last pass left undone because they are paused.
-    pub blocked_paused: Vec<String>,
+    pub(crate) blocked_paused: Vec<String>,
 }
 
 /// A label set `{path="…"}`, escaped as the exposition format wants.
@@ -61,7 +61,7 @@ fn metric(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(&str
 
 impl Metrics {
     /// The text exposition format.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         let b = |v: bool| if v { 1.0 } else { 0.0 };
         metric(
@@ -177,7 +177,7 @@ impl Metrics {
     }
 
     /// Writes the file atomically.
-    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn write(&self, path: &Path) -> std::io::Result<()> {
         crate::files::write_atomic(path, self.render().as_bytes())
     }
 }

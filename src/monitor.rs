@@ -25,7 +25,7 @@ use crate::zk::{call, connect, decode, ConnectOptions};
 
 /// A plugin state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
+pub(crate) enum State {
     /// 0.
     Ok,
     /// 1.
@@ -38,7 +38,7 @@ pub enum State {
 
 impl State {
     /// The plugin exit code.
-    pub fn code(self) -> u8 {
+    pub(crate) fn code(self) -> u8 {
         match self {
             State::Ok => 0,
             State::Warning => 1,
@@ -59,13 +59,13 @@ impl State {
 
 /// The result of a check.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Check {
+pub(crate) struct Check {
     /// The state.
-    pub state: State,
+    pub(crate) state: State,
     /// The message.
-    pub message: String,
+    pub(crate) message: String,
     /// Seconds since the status file was written, if known.
-    pub age: Option<f64>,
+    pub(crate) age: Option<f64>,
 }
 
 impl Check {
@@ -79,7 +79,7 @@ impl Check {
 
     /// The plugin's output line. The performance data (`age`) is there only when the age is
     /// known: an UNKNOWN check has no number to give, and `age=s` would be a malformed value.
-    pub fn line(&self, warn: u64, error: u64) -> String {
+    pub(crate) fn line(&self, warn: u64, error: u64) -> String {
         let message = self.message.replace(['\n', '\r', '|'], " ");
         let state = self.state.word();
         match self.age {
@@ -93,29 +93,29 @@ impl Check {
 }
 
 /// An UNKNOWN check (internal problems).
-pub fn unknown(message: impl Into<String>) -> Check {
+pub(crate) fn unknown(message: impl Into<String>) -> Check {
     Check::new(State::Unknown, message, None)
 }
 
 /// What the check read.
 #[derive(Debug, Clone)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// This host's id.
-    pub host_id: String,
+    pub(crate) host_id: String,
     /// The status file.
-    pub status: StatusLine,
+    pub(crate) status: StatusLine,
     /// The host node's properties, if registered.
-    pub host: Option<Props>,
+    pub(crate) host: Option<Props>,
     /// `/hosts` properties.
-    pub cluster: Props,
+    pub(crate) cluster: Props,
     /// The halts and pauses of the application nodes a `blocked` status names.
-    pub nodes: Vec<NodeState>,
+    pub(crate) nodes: Vec<NodeState>,
     /// Now (Unix seconds).
-    pub now: f64,
+    pub(crate) now: f64,
 }
 
 /// The checks, in order (docs/operations.md).
-pub fn evaluate(o: &Observed, warn: u64, error: u64) -> Check {
+pub(crate) fn evaluate(o: &Observed, warn: u64, error: u64) -> Check {
     let age = o.now - o.status.time;
     let with_age = |state, message: String| Check::new(state, message, Some(age));
     let Some(host) = &o.host else {
@@ -216,12 +216,12 @@ fn blocked_check(nodes: &[NodeState]) -> Option<(State, String)> {
 }
 
 /// How long before the TLS client certificate's expiry the check warns.
-pub const CERT_WARN_SECS: i64 = 14 * 86_400;
+pub(crate) const CERT_WARN_SECS: i64 = 14 * 86_400;
 
 /// `check` with the TLS client certificate's expiry: CRITICAL once it has expired (whatever
 /// else was found: the agent cannot connect with it), WARNING (at least) within
 /// [`CERT_WARN_SECS`] of its expiry.
-pub fn with_cert_expiry(check: Check, cert: &ClientCert, now: i64) -> Check {
+pub(crate) fn with_cert_expiry(check: Check, cert: &ClientCert, now: i64) -> Check {
     let file = cert.path.display();
     let when = crate::zk::tls::utc(cert.not_after);
     if cert.not_after <= now {
@@ -240,7 +240,7 @@ pub fn with_cert_expiry(check: Check, cert: &ClientCert, now: i64) -> Check {
 }
 
 /// Reads the status file and ZooKeeper, within `budget` overall.
-pub async fn gather(
+pub(crate) async fn gather(
     host_id: &str,
     run_dir: &Path,
     connect_opts: &ConnectOptions,
@@ -304,22 +304,22 @@ pub async fn gather(
 
 /// What the syncer check read.
 #[derive(Debug, Clone)]
-pub struct SyncerObserved {
+pub(crate) struct SyncerObserved {
     /// The tombstone's path (for messages).
-    pub tombstone_path: String,
+    pub(crate) tombstone_path: String,
     /// The tombstone's content, if there is one.
-    pub tombstone: Option<String>,
+    pub(crate) tombstone: Option<String>,
     /// Whether the tombstone is a run in progress (its pid alive).
-    pub running: bool,
+    pub(crate) running: bool,
     /// When the last run ended well (Unix seconds), per the success stamp.
-    pub last_success: Option<f64>,
+    pub(crate) last_success: Option<f64>,
     /// Now (Unix seconds).
-    pub now: f64,
+    pub(crate) now: f64,
 }
 
 /// The syncer check: the age of the last successful sync against `warn` / `error` seconds;
 /// a tombstone left by a failed or refused run is at least WARNING, and names the reason.
-pub fn evaluate_syncer(o: &SyncerObserved, warn: u64, error: u64) -> Check {
+pub(crate) fn evaluate_syncer(o: &SyncerObserved, warn: u64, error: u64) -> Check {
     let age = o.last_success.map(|t| (o.now - t).max(0.0));
     let failed = o.tombstone.as_ref().filter(|_| !o.running);
     let by_age = match age {
@@ -361,7 +361,7 @@ pub fn evaluate_syncer(o: &SyncerObserved, warn: u64, error: u64) -> Check {
 }
 
 /// Reads the syncer's tombstone and success stamp (local files only).
-pub fn gather_syncer(tombstone: &Path) -> Result<SyncerObserved, Check> {
+pub(crate) fn gather_syncer(tombstone: &Path) -> Result<SyncerObserved, Check> {
     let stone = Tombstone::new(tombstone);
     let shown = tombstone.display().to_string();
     let content = stone

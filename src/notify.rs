@@ -48,9 +48,9 @@ use crate::config::Config;
 use crate::tree::literal::py_str;
 
 /// Most bytes of command output a mail carries (the end is kept).
-pub const OUTPUT_LIMIT: usize = 64 * 1024;
+pub(crate) const OUTPUT_LIMIT: usize = 64 * 1024;
 /// Bound on one send: connection, SMTP dialogue or sendmail run.
-pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most characters of the version text in the subject.
 const SUBJECT_VERSION_LIMIT: usize = 200;
 /// When the kept output starts mid-line, it is moved to the next line start if one is this close.
@@ -102,7 +102,7 @@ pub enum NotifyError {
 /// The subject: `zkdeployment: <host_name> (<host_id>) failed deploying <version>` (`failed after
 /// deploying` for an after hook), the version as Python's `str()` shows it (strings unquoted),
 /// control characters replaced by spaces and a long version shortened.
-pub fn subject(report: &FailureReport) -> String {
+pub(crate) fn subject(report: &FailureReport) -> String {
     let version: String = py_str(&report.version)
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
@@ -124,7 +124,7 @@ pub fn subject(report: &FailureReport) -> String {
 }
 
 /// The text of the mail (see the module documentation).
-pub fn body(report: &FailureReport) -> String {
+pub(crate) fn body(report: &FailureReport) -> String {
     let version = py_str(&report.version);
     let mut out = String::new();
     if report.after_hook {
@@ -219,7 +219,7 @@ pub fn compose(report: &FailureReport, from: &str, to: &[String]) -> Result<Mess
 
 /// Sends `message` through `config.smtp` (`smtp://`: plain, `smtps://`: implicit TLS), or the
 /// `config.sendmail` command when `smtp` is not set, within [`SEND_TIMEOUT`].
-pub async fn send(config: &Config, message: Message) -> Result<(), NotifyError> {
+pub(crate) async fn send(config: &Config, message: Message) -> Result<(), NotifyError> {
     match tokio::time::timeout(SEND_TIMEOUT, send_unbounded(config, message)).await {
         Ok(result) => result,
         Err(_) => Err(NotifyError::Send(format!(
@@ -303,7 +303,7 @@ pub async fn notify_failure(config: &Config, report: &FailureReport, state_file:
 
 /// Forgets the last failure mailed, so that the same failure is mailed again when it recurs
 /// (e.g. after a successful pass). A missing file is not an error.
-pub fn forget_failure(state_file: &Path) -> std::io::Result<()> {
+pub(crate) fn forget_failure(state_file: &Path) -> std::io::Result<()> {
     match std::fs::remove_file(state_file) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),

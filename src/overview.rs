@@ -28,92 +28,92 @@ use crate::zk::{call, join, Client, ZkError};
 
 /// One host.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct HostRow {
+pub(crate) struct HostRow {
     /// Host id.
-    pub id: String,
+    pub(crate) id: String,
     /// Host name.
-    pub name: Value,
+    pub(crate) name: Value,
     /// Role.
-    pub role: Value,
+    pub(crate) role: Value,
     /// The host's version.
-    pub version: Value,
+    pub(crate) version: Value,
     /// True if at the cluster version.
-    pub converged: bool,
+    pub(crate) converged: bool,
     /// The last failure's message, if any.
-    pub error: Value,
+    pub(crate) error: Value,
     /// The current step.
-    pub status: Value,
+    pub(crate) status: Value,
     /// When it last finished a pass successfully (`deployed-at`, Unix time), if recorded.
-    pub deployed: Value,
+    pub(crate) deployed: Value,
     /// `converged`, `deploying` or `failed` (see [`crate::summary::state`]).
-    pub state: &'static str,
+    pub(crate) state: &'static str,
 }
 
 /// One lock.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct LockRow {
+pub(crate) struct LockRow {
     /// The lock node.
-    pub path: String,
+    pub(crate) path: String,
     /// The holder's identifier (`host-name (host-id)` for node locks).
-    pub holder: Option<String>,
+    pub(crate) holder: Option<String>,
     /// Identifiers of the waiting contenders, in order.
-    pub waiters: Vec<String>,
+    pub(crate) waiters: Vec<String>,
     /// Seconds the holder has held it (since its request was made).
-    pub age: Option<f64>,
+    pub(crate) age: Option<f64>,
     /// The contenders that are not ephemeral (full paths, in order): no session ends them,
     /// so each holds or blocks the lock for ever. kazoo locks only (a role lock's requests
     /// are persistent by design).
-    pub permanent: Vec<String>,
+    pub(crate) permanent: Vec<String>,
 }
 
 /// One semaphore (`/agent-semaphores/<name>`, the leases of a node whose max-parallel is
 /// above 1) with leases or waiters.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct SemaphoreRow {
+pub(crate) struct SemaphoreRow {
     /// The semaphore node.
-    pub path: String,
+    pub(crate) path: String,
     /// How many leases it gives (its stored `max_leases`), or null.
     #[serde(rename = "max-leases")]
-    pub max_leases: Value,
+    pub(crate) max_leases: Value,
     /// Who holds its leases, oldest first.
-    pub holders: Vec<LeaseRow>,
+    pub(crate) holders: Vec<LeaseRow>,
     /// Who waits for a lease (the contenders of its guard lock `PATH-__lock__`), in order.
-    pub waiters: Vec<String>,
+    pub(crate) waiters: Vec<String>,
     /// Leases and guard contenders that are not ephemeral (full paths): no session ends
     /// them, so each takes a lease, or blocks the guard, for ever.
-    pub permanent: Vec<String>,
+    pub(crate) permanent: Vec<String>,
 }
 
 /// One lease of a semaphore.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct LeaseRow {
+pub(crate) struct LeaseRow {
     /// The holder's identifier (`host-name (host-id)`).
-    pub holder: String,
+    pub(crate) holder: String,
     /// Seconds it has held the lease.
-    pub age: f64,
+    pub(crate) age: f64,
 }
 
 /// One application node with failures, a halt or a pause at the current cluster version
 /// (CONTRACT 15).
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct NodeRow {
+pub(crate) struct NodeRow {
     /// The application node.
-    pub path: String,
+    pub(crate) path: String,
     /// `halted`, `paused` or `degraded` (failures within the budget).
-    pub state: &'static str,
+    pub(crate) state: &'static str,
     /// The effective budget (max-failures) the failed hosts applied, the last one's; null
     /// when no host failed.
-    pub budget: Value,
+    pub(crate) budget: Value,
     /// The failed hosts, each once, in the order they failed:
     /// `{host, name, n, version, error, time}`.
-    pub failed: Vec<Value>,
+    pub(crate) failed: Vec<Value>,
     /// The node halt record, or null.
-    pub halt: Value,
+    pub(crate) halt: Value,
     /// The node pause record, or null.
-    pub pause: Value,
+    pub(crate) pause: Value,
     /// How many of the failed hosts are within the budget each applied (quarantined).
     #[serde(skip)]
-    pub quarantined: usize,
+    pub(crate) quarantined: usize,
 }
 
 /// The fields of a failure record `status` shows.
@@ -121,7 +121,7 @@ const FAILED_FIELDS: [&str; 6] = ["host", "name", "n", "version", "error", "time
 
 impl NodeRow {
     /// The row of a node's recorded state.
-    pub fn of(state: NodeState) -> NodeRow {
+    pub(crate) fn of(state: NodeState) -> NodeRow {
         let budget_of = |r: &Value| r.get("budget").and_then(Value::as_u64);
         let quarantined = state
             .failed
@@ -165,7 +165,7 @@ impl NodeRow {
 
     /// The row in words, on one line: `PATH: STATE; K failed hosts, budget F (h1, h2); who
     /// halted or paused it and why`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut out = format!("{}: {}", one_line(&self.path), self.state);
         if !self.failed.is_empty() {
             let hosts: Vec<String> = self
@@ -197,7 +197,7 @@ impl NodeRow {
 
 /// The version node state is read at: the cluster version, or while the cluster is halted
 /// or paused the version last set (`version-set`), else the synced revision.
-pub fn state_version(cluster: &crate::tree::Props) -> Value {
+pub(crate) fn state_version(cluster: &crate::tree::Props) -> Value {
     let get = |k: &str| cluster.get(k).cloned().unwrap_or(Value::Null);
     let version = get("version");
     if deployable(&version) {
@@ -210,7 +210,7 @@ pub fn state_version(cluster: &crate::tree::Props) -> Value {
 }
 
 /// The application nodes with failures, a halt or a pause at `version`.
-pub async fn read_nodes(client: &Client, version: &Value) -> Result<Vec<NodeRow>, ZkError> {
+pub(crate) async fn read_nodes(client: &Client, version: &Value) -> Result<Vec<NodeRow>, ZkError> {
     Ok(crate::zk::node_state::read_all(client, version)
         .await?
         .into_iter()
@@ -220,52 +220,52 @@ pub async fn read_nodes(client: &Client, version: &Value) -> Result<Vec<NodeRow>
 
 /// The whole picture.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Overview {
+pub(crate) struct Overview {
     /// `/hosts` `version`.
-    pub version: Value,
+    pub(crate) version: Value,
     /// `/hosts` `synced`.
-    pub synced: Value,
+    pub(crate) synced: Value,
     /// `/hosts` `halt`.
-    pub halt: Value,
+    pub(crate) halt: Value,
     /// The record of a pause made by `zkdeployment pause` (`{user, host, time, reason}`), or
     /// null.
-    pub pause: Value,
+    pub(crate) pause: Value,
     /// Application nodes with failures, a halt or a pause at the current cluster version.
-    pub nodes: Vec<NodeRow>,
+    pub(crate) nodes: Vec<NodeRow>,
     /// Hosts, by id.
-    pub hosts: Vec<HostRow>,
+    pub(crate) hosts: Vec<HostRow>,
     /// Locks that have a holder or waiters.
-    pub locks: Vec<LockRow>,
+    pub(crate) locks: Vec<LockRow>,
     /// Semaphores that have lease holders or waiters.
-    pub semaphores: Vec<SemaphoreRow>,
+    pub(crate) semaphores: Vec<SemaphoreRow>,
     /// What is writable by anyone that should not be (`/hosts`, the root `/`, the top-level
     /// nodes agents discover deployments in), and lock contenders and leases that are not
     /// ephemeral: one message each.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// True when `/hosts` is protected (resume then takes `--auth`).
     #[serde(skip)]
-    pub protected: bool,
+    pub(crate) protected: bool,
     /// Why every node uses the node lock with max-parallel 1 (a registered host without
     /// the `agent` property: the original's agent), if so.
     #[serde(rename = "mixed-fleet", skip_serializing_if = "Option::is_none")]
-    pub mixed_fleet: Option<String>,
+    pub(crate) mixed_fleet: Option<String>,
     /// The fleet summary of the hosts shown.
-    pub summary: Summary,
+    pub(crate) summary: Summary,
     /// What the summary is made from besides the hosts (not shown).
     #[serde(skip)]
-    pub facts: FleetFacts,
+    pub(crate) facts: FleetFacts,
 }
 
 /// What the fleet summary needs besides the host rows: `/hosts` `version-set`, the deploy
 /// targets named in the tree, and the roles known (declared under `/roles`, or registered).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct FleetFacts {
+pub(crate) struct FleetFacts {
     /// `/hosts` `version-set`.
-    pub version_set: Value,
+    pub(crate) version_set: Value,
     /// Deploy targets of the tree.
-    pub targets: BTreeSet<String>,
+    pub(crate) targets: BTreeSet<String>,
     /// Roles known.
-    pub roles: BTreeSet<String>,
+    pub(crate) roles: BTreeSet<String>,
 }
 
 /// True for a cluster version hosts deploy (not `None`, not `False`).
@@ -580,7 +580,7 @@ fn host_rows(hosts: &ZNode, version: &Value) -> Vec<HostRow> {
 
 impl Overview {
     /// Reads the overview from ZooKeeper.
-    pub async fn read(client: &Client) -> Result<Overview, ZkError> {
+    pub(crate) async fn read(client: &Client) -> Result<Overview, ZkError> {
         let hosts = read_subtree(
             client,
             HOSTS,
@@ -643,7 +643,7 @@ impl Overview {
     }
 
     /// Keeps the hosts `filter` matches, and summarises them.
-    pub fn select(&mut self, filter: &Filter, now: f64) {
+    pub(crate) fn select(&mut self, filter: &Filter, now: f64) {
         fn facts(h: &HostRow) -> HostFacts<'_> {
             HostFacts {
                 id: &h.id,
@@ -675,7 +675,7 @@ impl Overview {
     /// Human-readable text, made to fit [`WIDTH`] columns: long cells are cut (with `…`),
     /// git revisions in the tables are shortened to 12 characters, and a halted cluster shows
     /// who halted it, why, and the exact `zkdeployment resume` commands that end the halt.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         let state = match &self.version {
             Value::Null => "HALTED".to_string(),
@@ -875,7 +875,7 @@ type NodeSeries = (&'static str, &'static str, fn(&NodeRow) -> f64);
 
 /// The node metrics of `status --metrics`: failed and quarantined hosts per node at the
 /// current cluster version, node halts and pauses (a sample per node that has any).
-pub fn node_metrics(nodes: &[NodeRow]) -> String {
+pub(crate) fn node_metrics(nodes: &[NodeRow]) -> String {
     let mut out = String::new();
     let label = |path: &str| {
         let v = path
@@ -917,7 +917,7 @@ pub fn node_metrics(nodes: &[NodeRow]) -> String {
 
 /// A halt record (`{host, name, version, error, time}`) in words: `halted 5m ago by NAME
 /// (HOST) deploying VERSION`, and its error, each on one line.
-pub fn describe_halt(h: &serde_json::Map<String, Value>) -> (String, String) {
+pub(crate) fn describe_halt(h: &serde_json::Map<String, Value>) -> (String, String) {
     let field = |k: &str| h.get(k).map(|v| one_line(&py_str(v))).unwrap_or_default();
     let ago = h
         .get("time")
@@ -936,7 +936,7 @@ pub fn describe_halt(h: &serde_json::Map<String, Value>) -> (String, String) {
 }
 
 /// A pause record in words: `paused 5m ago by USER on HOST: REASON`.
-pub fn describe_pause(record: &serde_json::Map<String, Value>) -> String {
+pub(crate) fn describe_pause(record: &serde_json::Map<String, Value>) -> String {
     let text = |k: &str| {
         record
             .get(k)
@@ -959,7 +959,7 @@ pub fn describe_pause(record: &serde_json::Map<String, Value>) -> String {
 }
 
 /// The width the text view fits in.
-pub const WIDTH: usize = 120;
+pub(crate) const WIDTH: usize = 120;
 
 /// Control characters (newlines, tabs) as spaces.
 fn one_line(s: &str) -> String {

@@ -18,7 +18,7 @@ use crate::zk::{call_retrying, join, Client, ZkError};
 
 /// Why a pause was refused or failed.
 #[derive(Debug, thiserror::Error)]
-pub enum PauseError {
+pub(crate) enum PauseError {
     /// `/hosts` missing.
     #[error("{HOSTS} does not exist: the cluster is not initialised (or the chroot is wrong)")]
     NoHosts,
@@ -43,7 +43,7 @@ pub enum PauseError {
 
 /// Checks that `text` is an absolute node path (`/a/b`: no empty, `.` or `..` part, no
 /// trailing `/`).
-pub fn check_path(text: &str) -> Result<(), PauseError> {
+pub(crate) fn check_path(text: &str) -> Result<(), PauseError> {
     let bad = || PauseError::BadPath(text.to_string());
     let rest = text.strip_prefix('/').ok_or_else(bad)?;
     if rest
@@ -57,7 +57,7 @@ pub fn check_path(text: &str) -> Result<(), PauseError> {
 
 /// Checks that `path` is an application node of the tree: it exists, has a type and a
 /// `deploy` child.
-pub async fn check_application(client: &Client, path: &str) -> Result<(), PauseError> {
+pub(crate) async fn check_application(client: &Client, path: &str) -> Result<(), PauseError> {
     let not = |why| PauseError::NotApplication {
         path: path.to_string(),
         why,
@@ -80,7 +80,7 @@ pub async fn check_application(client: &Client, path: &str) -> Result<(), PauseE
 /// Pauses the application node `path` with `record` (`{user, host, time, reason}`, the path
 /// added); `root_acl` is the ACL `/node-pauses` gets if it must be made. Gives the pause
 /// record it replaced, if the node was paused already.
-pub async fn pause_node(
+pub(crate) async fn pause_node(
     client: &Client,
     path: &str,
     record: &Value,
@@ -93,7 +93,7 @@ pub async fn pause_node(
 }
 
 /// Who pauses: the user (`SUDO_USER`, else `USER`, else the uid) and this machine's name.
-pub fn operator() -> (String, String) {
+pub(crate) fn operator() -> (String, String) {
     let user = ["SUDO_USER", "USER", "LOGNAME"]
         .iter()
         .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
@@ -106,13 +106,13 @@ pub fn operator() -> (String, String) {
 }
 
 /// The pause record written to `/hosts`.
-pub fn record(user: &str, host: &str, time: f64, reason: Option<&str>) -> Value {
+pub(crate) fn record(user: &str, host: &str, time: f64, reason: Option<&str>) -> Value {
     json!({"user": user, "host": host, "time": time, "reason": reason})
 }
 
 /// Pauses the cluster with `record`; gives the pause record it replaced, if the cluster was
 /// already paused by `pause`. A halted cluster is refused (its halt stays as it is).
-pub async fn pause(client: &Client, record: &Value) -> Result<Option<Value>, PauseError> {
+pub(crate) async fn pause(client: &Client, record: &Value) -> Result<Option<Value>, PauseError> {
     if !read_halts(client).await?.is_empty() {
         return Err(PauseError::Halted);
     }

@@ -18,7 +18,7 @@ use crate::zk::{call, decode, Client, ZkError};
 
 /// Why resume refused or failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ResumeError {
+pub(crate) enum ResumeError {
     /// Nothing to resume to.
     #[error("no synced revision on {HOSTS} and no --version given: nothing to resume to")]
     NoVersion,
@@ -41,13 +41,13 @@ pub enum ResumeError {
 
 /// The version a `--version` argument means: JSON if it parses as JSON (`124`, `"x"`), else
 /// the text itself.
-pub fn parse_version(text: &str) -> Value {
+pub(crate) fn parse_version(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
 }
 
 /// Refuses a `--version` no host can deploy: `null` (the cluster would stay halted) and an
 /// empty or blank string.
-pub fn check_version(version: &Value) -> Result<(), ResumeError> {
+pub(crate) fn check_version(version: &Value) -> Result<(), ResumeError> {
     match version {
         Value::Null => Err(ResumeError::NullVersion),
         Value::String(s) if s.trim().is_empty() => Err(ResumeError::BlankVersion),
@@ -57,20 +57,23 @@ pub fn check_version(version: &Value) -> Result<(), ResumeError> {
 
 /// What a resume did.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Resumed {
+pub(crate) struct Resumed {
     /// The cluster version set.
-    pub version: Value,
+    pub(crate) version: Value,
     /// The halt records it cleared (`{host, name, version, error, time}`): the one on
     /// `/hosts` first, then those under `/hosts-halt`, oldest first. A halt recorded after
     /// the operator looked is cleared too; this says so.
-    pub cleared: Vec<Value>,
+    pub(crate) cleared: Vec<Value>,
     /// The pause record (`zkdeployment pause`) it ended, if the cluster was paused so.
-    pub pause: Option<Value>,
+    pub(crate) pause: Option<Value>,
 }
 
 /// Resumes; returns the version set and the halt records cleared. `Some(null)` is refused
 /// ([`ResumeError::NullVersion`]), and so is a blank string ([`ResumeError::BlankVersion`]).
-pub async fn resume(client: &Client, version: Option<Value>) -> Result<Resumed, ResumeError> {
+pub(crate) async fn resume(
+    client: &Client,
+    version: Option<Value>,
+) -> Result<Resumed, ResumeError> {
     if let Some(v) = &version {
         check_version(v)?;
     }
@@ -133,7 +136,7 @@ pub async fn resume(client: &Client, version: Option<Value>) -> Result<Resumed, 
 
 /// Writes `/hosts` as it is: every agent watches it, and passes again. A write by someone
 /// else meanwhile (the version guard fails) wakes them as well.
-pub async fn wake_agents(client: &Client) -> Result<(), ZkError> {
+pub(crate) async fn wake_agents(client: &Client) -> Result<(), ZkError> {
     let (data, stat) = call("get", HOSTS, client.get_data(HOSTS)).await?;
     match call(
         "set",
@@ -161,17 +164,17 @@ async fn has_failures(client: &Client, path: &str) -> Result<bool, ZkError> {
 
 /// What `resume PATH` did to one node.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NodeResumed {
+pub(crate) struct NodeResumed {
     /// The application node.
-    pub path: String,
+    pub(crate) path: String,
     /// Its halt, pause and failure records removed.
-    pub cleared: Cleared,
+    pub(crate) cleared: Cleared,
 }
 
 /// Ends the halt or pause of each node of `paths` and deletes its failure records (at every
 /// cluster version: only the current one's matter), then wakes the agents. A path is
 /// accepted when it is an application node of the tree or has something recorded.
-pub async fn resume_nodes(
+pub(crate) async fn resume_nodes(
     client: &Client,
     paths: &[String],
 ) -> Result<Vec<NodeResumed>, ResumeError> {

@@ -14,32 +14,32 @@ use serde_json::Value;
 use crate::tree::literal::py_str;
 
 /// A host's state in the summary.
-pub const CONVERGED: &str = "converged";
+pub(crate) const CONVERGED: &str = "converged";
 /// Not at the cluster version, no error.
-pub const DEPLOYING: &str = "deploying";
+pub(crate) const DEPLOYING: &str = "deploying";
 /// Its last pass failed (it carries an error).
-pub const FAILED: &str = "failed";
+pub(crate) const FAILED: &str = "failed";
 
 /// What the summary needs of a host.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HostFacts<'a> {
+pub(crate) struct HostFacts<'a> {
     /// Host id.
-    pub id: &'a str,
+    pub(crate) id: &'a str,
     /// Host name (`null` if unknown).
-    pub name: &'a Value,
+    pub(crate) name: &'a Value,
     /// Role (`null` if none).
-    pub role: &'a Value,
+    pub(crate) role: &'a Value,
     /// Its version.
-    pub version: &'a Value,
+    pub(crate) version: &'a Value,
     /// [`CONVERGED`], [`DEPLOYING`] or [`FAILED`].
-    pub state: &'static str,
+    pub(crate) state: &'static str,
     /// When it last finished a pass (`deployed-at`), if known.
-    pub deployed: Option<f64>,
+    pub(crate) deployed: Option<f64>,
 }
 
 /// The state of a host: failed if it carries an error (or its status says `error`), else
 /// converged if at the cluster version, else deploying.
-pub fn state(converged: bool, error: &Value, status: &Value) -> &'static str {
+pub(crate) fn state(converged: bool, error: &Value, status: &Value) -> &'static str {
     let failed = match error {
         Value::Null => false,
         Value::String(s) => !s.is_empty(),
@@ -56,18 +56,18 @@ pub fn state(converged: bool, error: &Value, status: &Value) -> &'static str {
 
 /// Which hosts to show.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Filter {
+pub(crate) struct Filter {
     /// A glob (`*`, `?`) matched against the host id and the host name.
-    pub host: Option<String>,
+    pub(crate) host: Option<String>,
     /// Only hosts not at the cluster version.
-    pub behind: bool,
+    pub(crate) behind: bool,
     /// Only hosts whose last pass failed.
-    pub failed: bool,
+    pub(crate) failed: bool,
 }
 
 impl Filter {
     /// True if the host is shown.
-    pub fn matches(&self, h: &HostFacts<'_>) -> bool {
+    pub(crate) fn matches(&self, h: &HostFacts<'_>) -> bool {
         let named = self
             .host
             .as_deref()
@@ -76,13 +76,13 @@ impl Filter {
     }
 
     /// True if no filter is set.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.host.is_none() && !self.behind && !self.failed
     }
 }
 
 /// Shell-style glob: `*` any run of characters, `?` one character, everything else itself.
-pub fn glob(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
     let t: Vec<char> = text.chars().collect();
     let (mut pi, mut ti) = (0, 0);
@@ -107,66 +107,66 @@ pub fn glob(pattern: &str, text: &str) -> bool {
 
 /// How many hosts run one version.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct VersionCount {
+pub(crate) struct VersionCount {
     /// The version.
-    pub version: Value,
+    pub(crate) version: Value,
     /// Hosts at it.
-    pub hosts: usize,
+    pub(crate) hosts: usize,
 }
 
 /// A host behind the cluster version.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Behind {
+pub(crate) struct Behind {
     /// Host id.
-    pub id: String,
+    pub(crate) id: String,
     /// Its version.
-    pub version: Value,
+    pub(crate) version: Value,
     /// Its state ([`DEPLOYING`] or [`FAILED`]).
-    pub state: &'static str,
+    pub(crate) state: &'static str,
     /// Seconds since the cluster version was set (how long it has been behind), if known.
-    pub behind: Option<f64>,
+    pub(crate) behind: Option<f64>,
     /// When it last finished a pass, if known.
-    pub deployed: Option<f64>,
+    pub(crate) deployed: Option<f64>,
 }
 
 /// The roll-out of the cluster version.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Rollout {
+pub(crate) struct Rollout {
     /// The cluster version.
-    pub version: Value,
+    pub(crate) version: Value,
     /// When it was set (`/hosts` `version-set`), if recorded for this version.
-    pub started: Option<f64>,
+    pub(crate) started: Option<f64>,
     /// Hosts at it.
-    pub reached: usize,
+    pub(crate) reached: usize,
     /// Hosts counted.
-    pub of: usize,
+    pub(crate) of: usize,
     /// Seconds from `started` until 50 % of the hosts had it (`null`: not yet, or unknown).
-    pub p50: Option<f64>,
+    pub(crate) p50: Option<f64>,
     /// … 90 %.
-    pub p90: Option<f64>,
+    pub(crate) p90: Option<f64>,
     /// … every host.
-    pub p100: Option<f64>,
+    pub(crate) p100: Option<f64>,
 }
 
 /// The summary of the hosts shown.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Registered hosts shown.
-    pub hosts: usize,
+    pub(crate) hosts: usize,
     /// Hosts per version, most hosts first.
-    pub versions: Vec<VersionCount>,
+    pub(crate) versions: Vec<VersionCount>,
     /// At the cluster version.
-    pub converged: usize,
+    pub(crate) converged: usize,
     /// Not at it, no error.
-    pub deploying: usize,
+    pub(crate) deploying: usize,
     /// Their last pass failed.
-    pub failed: usize,
+    pub(crate) failed: usize,
     /// Deploy targets of the tree that name no registered host (by id or name) and no role.
-    pub not_registered: Vec<String>,
+    pub(crate) not_registered: Vec<String>,
     /// Hosts behind the cluster version, the stalest (oldest last deploy) first.
-    pub behind: Vec<Behind>,
+    pub(crate) behind: Vec<Behind>,
     /// The roll-out of the cluster version.
-    pub rollout: Rollout,
+    pub(crate) rollout: Rollout,
 }
 
 /// Seconds from `start` until `share` of `total` hosts had deployed, from the sorted delays
@@ -182,7 +182,7 @@ fn reach(delays: &[f64], total: usize, share: f64) -> Option<f64> {
 /// Summarises `hosts` (already filtered). `version_set` is `/hosts` `version-set`; `targets`
 /// the deploy targets of the tree; `roles` the roles known (declared or registered); `now`
 /// the Unix time.
-pub fn summarize(
+pub(crate) fn summarize(
     cluster: &Value,
     version_set: &Value,
     hosts: &[HostFacts<'_>],
@@ -264,7 +264,7 @@ pub fn summarize(
 }
 
 /// Seconds as `42s`, `5m`, `3h`, `2d`.
-pub fn duration(seconds: f64) -> String {
+pub(crate) fn duration(seconds: f64) -> String {
     let s = seconds.max(0.0).round() as u64;
     match s {
         0..=119 => format!("{s}s"),
@@ -287,7 +287,7 @@ fn few(items: &[String]) -> String {
 
 impl Summary {
     /// The text form: a few lines above the host table.
-    pub fn render(&self, now: f64) -> String {
+    pub(crate) fn render(&self, now: f64) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -356,7 +356,7 @@ impl Summary {
     }
 
     /// Prometheus text exposition (for a textfile collector).
-    pub fn metrics(&self, halted: bool) -> String {
+    pub(crate) fn metrics(&self, halted: bool) -> String {
         let mut out = String::new();
         let mut metric = |name: &str, help: &str, samples: &[(String, f64)]| {
             let _ = writeln!(out, "# HELP {name} {help}");

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long a step may go without any progress before keep-alives stop.
-pub const SILENCE_LIMIT: Duration = Duration::from_secs(3600);
+pub(crate) const SILENCE_LIMIT: Duration = Duration::from_secs(3600);
 
 static LAST_PROGRESS: AtomicU64 = AtomicU64::new(0);
 static BUSY: AtomicBool = AtomicBool::new(false);
@@ -21,24 +21,24 @@ fn now_secs() -> u64 {
 }
 
 /// Marks progress (a step started or ended, a command printed a line, the agent is idle).
-pub fn progress() {
+pub(crate) fn progress() {
     LAST_PROGRESS.store(now_secs(), Ordering::Relaxed);
 }
 
 /// Marks the start (true) or the end (false) of a step; an idle agent is always healthy.
-pub fn busy(on: bool) {
+pub(crate) fn busy(on: bool) {
     progress();
     BUSY.store(on, Ordering::Relaxed);
 }
 
 /// True if keep-alives should be sent now: idle, or busy with recent progress.
-pub fn healthy() -> bool {
+pub(crate) fn healthy() -> bool {
     let last = LAST_PROGRESS.load(Ordering::Relaxed);
     !BUSY.load(Ordering::Relaxed) || now_secs().saturating_sub(last) <= SILENCE_LIMIT.as_secs()
 }
 
 /// Sends a notify message (`READY=1`, `STATUS=...`); errors are ignored, as sd_notify does.
-pub fn notify(message: &str) {
+pub(crate) fn notify(message: &str) {
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
         return;
     };
@@ -61,12 +61,12 @@ pub fn notify(message: &str) {
 }
 
 /// `STATUS=<text>` (single line).
-pub fn status(text: &str) {
+pub(crate) fn status(text: &str) {
     notify(&format!("STATUS={}", text.replace('\n', " ")));
 }
 
 /// The keep-alive interval (half of `WATCHDOG_USEC`), if the watchdog is on for this process.
-pub fn watchdog_interval() -> Option<Duration> {
+pub(crate) fn watchdog_interval() -> Option<Duration> {
     let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
     if let Ok(pid) = std::env::var("WATCHDOG_PID") {
         if pid.parse::<u32>().ok() != Some(std::process::id()) {
@@ -77,7 +77,7 @@ pub fn watchdog_interval() -> Option<Duration> {
 }
 
 /// Sends keep-alives forever while progress is recent (spawn it on the agent's runtime).
-pub async fn watchdog(interval: Duration) {
+pub(crate) async fn watchdog(interval: Duration) {
     progress();
     let mut tick = tokio::time::interval(interval);
     loop {

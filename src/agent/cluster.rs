@@ -21,7 +21,7 @@ use crate::zk::{call, call_retrying, decode, encode, Client, ZkError, REQUEST_TI
 
 /// The cluster version (`None`/missing → `Value::Null`); `None` too while a host's halt
 /// record exists under [`HALTS`] (see [`crate::zk::halts`]).
-pub async fn cluster_version(client: &Client) -> Result<Value, ZkError> {
+pub(crate) async fn cluster_version(client: &Client) -> Result<Value, ZkError> {
     // Both requests in flight at once: one round trip, as before halt records existed.
     let (hosts, halts) = futures::join!(
         call_retrying("get", HOSTS, || client.get_data(HOSTS)),
@@ -33,7 +33,7 @@ pub async fn cluster_version(client: &Client) -> Result<Value, ZkError> {
 
 /// [`cluster_version`] with `/hosts` watched (the watcher fires on its next change), and
 /// the version as `/hosts` says it (halt records aside), in the same round trip.
-pub async fn watch_cluster_version(
+pub(crate) async fn watch_cluster_version(
     client: &Client,
 ) -> Result<(Value, Value, zookeeper_client::OneshotWatcher), ZkError> {
     let (hosts, halts) = futures::join!(
@@ -61,7 +61,7 @@ pub(super) fn effective_version(
 
 /// Halts the cluster: `/hosts` `version = None` and the halt record
 /// `{host, name, version, error, time}`.
-pub async fn halt(
+pub(crate) async fn halt(
     client: &Client,
     host: &Host,
     version: &Value,
@@ -113,7 +113,7 @@ pub enum RegisterError {
 /// A legacy persistent node's `version` wins over `version` (and the node is replaced). A node
 /// left by a dead agent of this host (same name, its pid gone) is waited out for up to
 /// `wait`; a live one means another agent is running. Returns the host version in effect.
-pub async fn register(
+pub(crate) async fn register(
     client: &Client,
     host: &Host,
     version: Value,

@@ -41,7 +41,7 @@ pub enum StartError {
 }
 
 /// The host described by a configuration.
-pub fn host_of(config: &Config) -> Host {
+pub(crate) fn host_of(config: &Config) -> Host {
     Host {
         id: config.host_id.clone(),
         name: config.host_name.clone(),
@@ -105,7 +105,7 @@ pub async fn start(
 /// Gives the memory a pass used (the discovery walk of a big tree) back to the system, so an
 /// idle agent stays small. Not for one of the fleet simulator's agents: the heap is the whole
 /// process's, shared by thousands of them.
-pub fn release_memory() {
+pub(crate) fn release_memory() {
     if crate::command::is_simulated() {
         return;
     }

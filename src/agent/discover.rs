@@ -37,9 +37,9 @@ pub struct Snapshot {
     /// Properties of the nodes read.
     pub nodes: HashMap<String, Props>,
     /// Ephemeral nodes among those read.
-    pub ephemeral: HashSet<String>,
+    pub(crate) ephemeral: HashSet<String>,
     /// Paths read and found missing.
-    pub absent: HashSet<String>,
+    pub(crate) absent: HashSet<String>,
     /// Nodes visited by the walk (0 when the index answered).
     pub walked: usize,
     /// Nodes whose data or children were read (index nodes included).
@@ -74,7 +74,7 @@ impl Snapshot {
     }
 
     /// The `discovery` field of reports.
-    pub fn report(&self) -> DiscoveryReport {
+    pub(crate) fn report(&self) -> DiscoveryReport {
         DiscoveryReport {
             source: self.source.unwrap_or(Source::Walk),
             reads: self.reads,
@@ -133,7 +133,7 @@ pub struct Discovered {
     pub deployments: Vec<Deployment>,
     /// The properties of each application node, property links resolved, as read for this
     /// pass (what the deploy script sees through `ZKDEPLOYMENT_PROPERTIES`).
-    pub properties: BTreeMap<String, Props>,
+    pub(crate) properties: BTreeMap<String, Props>,
     /// The role controller wanted (`/roles/<role>`: package and version), if the host has a
     /// role and the node exists.
     pub controller: Option<(String, String)>,
@@ -145,7 +145,7 @@ pub enum DiscoverError {
     /// A problem in the tree, with the original's message where it had one.
     #[error("{0}")]
     Tree(String),
-    /// Nodes that must be read before discovery can finish (internal to [`discover_on`]).
+    /// Nodes that must be read before discovery can finish (internal to [`discover_with_mode`]).
     #[error("nodes not read: {}", .0.join(", "))]
     Unread(Vec<String>),
 }
@@ -155,7 +155,7 @@ fn tree_err(message: impl Into<String>) -> DiscoverError {
 }
 
 /// Pure discovery over a snapshot.
-pub fn discover(snap: &Snapshot, host: &Host) -> Result<Discovered, DiscoverError> {
+pub(crate) fn discover(snap: &Snapshot, host: &Host) -> Result<Discovered, DiscoverError> {
     let src = Recording {
         snap,
         misses: RefCell::new(Vec::new()),
@@ -337,7 +337,7 @@ pub(crate) fn instance_count(v: &Value) -> Option<u32> {
 
 /// An application node's properties with property links replaced by their values (what the
 /// deploy script sees through `ZKDEPLOYMENT_PROPERTIES`).
-pub fn resolved_props<S: TreeSource>(src: &S, path: &str) -> Result<Props, DiscoverError> {
+pub(crate) fn resolved_props<S: TreeSource>(src: &S, path: &str) -> Result<Props, DiscoverError> {
     let props = src.props_at(path).cloned().unwrap_or_default();
     let mut out = Props::new();
     for (key, value) in &props {
@@ -356,7 +356,7 @@ pub fn resolved_props<S: TreeSource>(src: &S, path: &str) -> Result<Props, Disco
 }
 
 /// Walks the tree for deploy nodes named after this host.
-pub async fn find_deploy_nodes(
+pub(crate) async fn find_deploy_nodes(
     client: &Client,
     host: &Host,
 ) -> Result<(Vec<String>, usize), ZkError> {
@@ -366,7 +366,7 @@ pub async fn find_deploy_nodes(
 
 /// Keeps what a read of `path` found: its properties in `nodes` (and its path in `ephemeral`
 /// if it is one), or its path in `absent`.
-pub fn keep_read(
+pub(crate) fn keep_read(
     nodes: &mut HashMap<String, Props>,
     ephemeral: &mut HashSet<String>,
     absent: &mut HashSet<String>,
@@ -407,11 +407,11 @@ async fn read_nodes(
 
 /// Where discovery found the deploy nodes, and how many nodes it read (data or children).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct DiscoveryReport {
+pub(crate) struct DiscoveryReport {
     /// `index` or `walk`.
-    pub source: Source,
+    pub(crate) source: Source,
     /// Nodes whose data or children were read.
-    pub reads: usize,
+    pub(crate) reads: usize,
 }
 
 /// How the deploy nodes were found.
@@ -434,13 +434,8 @@ pub enum Mode<'a> {
     Walk,
 }
 
-/// Reads what discovery needs: the deploy nodes (from the index or the walk), then the data of
-/// the deploy and application nodes.
-pub async fn read_snapshot(client: &Client, host: &Host) -> Result<Snapshot, ZkError> {
-    read_snapshot_with(client, host, Mode::Walk).await
-}
-
-/// [`read_snapshot`], finding the deploy nodes as `mode` says.
+/// Reads what discovery needs: the deploy nodes (from the index or the walk, as `mode` says),
+/// then the data of the deploy and application nodes.
 pub async fn read_snapshot_with(
     client: &Client,
     host: &Host,
@@ -540,15 +535,8 @@ async fn read_snapshot_from(
 /// treated as an error).
 const MAX_ROUNDS: usize = 64;
 
-/// Reads the snapshot and discovers, reading link targets as they are needed.
-pub async fn discover_on(
-    client: &Client,
-    host: &Host,
-) -> Result<(Discovered, Snapshot), DiscoverFailure> {
-    discover_with_mode(client, host, Mode::Walk).await
-}
-
-/// [`discover_on`], finding the deploy nodes as `mode` says.
+/// Reads the snapshot and discovers, reading link targets as they are needed, finding the
+/// deploy nodes as `mode` says.
 pub async fn discover_with_mode(
     client: &Client,
     host: &Host,

@@ -12,7 +12,7 @@ use crate::zk::ZkError;
 
 /// A failure of a pass: everything that halts the cluster.
 #[derive(Debug, thiserror::Error)]
-pub enum StepError {
+pub(crate) enum StepError {
     /// yum (or dnf) failed.
     #[error(transparent)]
     Yum(#[from] YumError),
@@ -86,16 +86,16 @@ impl StepError {
 
 /// A failed pass: its error, and whether the cluster was already halted for it.
 #[derive(Debug)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// What failed.
-    pub error: StepError,
+    pub(crate) error: StepError,
     /// True if the cluster was halted already (under the node lock, before releasing it).
-    pub halted: bool,
+    pub(crate) halted: bool,
 }
 
 /// Why the steps of a pass stopped early.
 #[derive(Debug)]
-pub enum Interrupt {
+pub(crate) enum Interrupt {
     /// A step failed: the cluster is halted.
     Fail(Failure),
     /// Stopped between steps on purpose (halted or paused cluster, the agent stopping).
@@ -109,7 +109,9 @@ pub enum Interrupt {
 
 /// An application node a pass leaves undone (CONTRACT 15).
 #[derive(Debug, Clone)]
-pub enum Left {
+// The records of `Halted` and `Paused` are never read (`deploy.rs` builds them).
+#[allow(dead_code)]
+pub(crate) enum Left {
     /// This host failed it at this cluster version (within the budget, or beyond it with
     /// `on-failure = 'halt-node'`): the message.
     Failed(String, String),
@@ -121,7 +123,7 @@ pub enum Left {
 
 impl Left {
     /// The application node's path.
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         match self {
             Left::Failed(p, _) | Left::Halted(p, _) | Left::Paused(p, _) => p,
         }

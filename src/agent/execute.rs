@@ -30,7 +30,7 @@ use crate::zk::ZkError;
 
 /// How a pass ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PassOutcome {
+pub(crate) enum PassOutcome {
     /// The host already was at the cluster version; nothing ran.
     Converged,
     /// All steps ran; the host is at the cluster version.
@@ -45,15 +45,15 @@ pub enum PassOutcome {
 
 /// What `deploy --dry-run` shows.
 #[derive(Debug, Clone)]
-pub struct DryRun {
+pub(crate) struct DryRun {
     /// The cluster version.
-    pub version: Value,
+    pub(crate) version: Value,
     /// The plan of the pass that would run now (empty if converged, halted or paused).
-    pub plan: Plan,
+    pub(crate) plan: Plan,
     /// Why there is nothing to do, if so: `converged`, `halted`, `paused`.
-    pub reason: Option<&'static str>,
+    pub(crate) reason: Option<&'static str>,
     /// How discovery found the deploy nodes (`None` if it did not run).
-    pub discovery: Option<DiscoveryReport>,
+    pub(crate) discovery: Option<DiscoveryReport>,
 }
 
 impl Agent {
@@ -175,7 +175,7 @@ impl Agent {
     }
 
     /// The plan a pass would run now, without changing anything.
-    pub async fn dry_run(&self, force: bool) -> Result<DryRun, Interrupt> {
+    pub(crate) async fn dry_run(&self, force: bool) -> Result<DryRun, Interrupt> {
         let version = cluster_version(&self.client).await?;
         let reason = match &version {
             Value::Null => Some("halted"),
@@ -201,13 +201,13 @@ impl Agent {
     }
 
     /// Runs one pass for the current cluster version.
-    pub async fn run_pass(&mut self, force: bool) -> Result<PassOutcome, ZkError> {
+    pub(crate) async fn run_pass(&mut self, force: bool) -> Result<PassOutcome, ZkError> {
         let version = cluster_version(&self.client).await?;
         self.run_pass_at(version, force).await
     }
 
     /// Runs one pass for `version`, the cluster version just read ([`cluster_version`]).
-    pub async fn run_pass_at(
+    pub(crate) async fn run_pass_at(
         &mut self,
         version: Value,
         force: bool,

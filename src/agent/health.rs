@@ -19,7 +19,7 @@ use crate::zk::ZkError;
 
 /// Why a health check did not pass.
 #[derive(Debug)]
-pub enum Unhealthy {
+pub(crate) enum Unhealthy {
     /// Not within the deadline: `Health check failed for PATH N: <last line>`.
     Failed(String),
     /// The session (and the lock or lease with it) was lost before a try.
@@ -27,17 +27,17 @@ pub enum Unhealthy {
 }
 
 /// The health check script's name in `/opt/<rpm>/bin`.
-pub const HEALTH_SCRIPT: &str = "zookeeper-health";
+pub(crate) const HEALTH_SCRIPT: &str = "zookeeper-health";
 /// Time between two runs of a failing health check.
-pub const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
+pub(crate) const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
 
 /// The health check script of a package (it may not exist).
-pub fn health_script(root: &Path, rpm: &str) -> PathBuf {
+pub(crate) fn health_script(root: &Path, rpm: &str) -> PathBuf {
     observe::opt_dir(root, rpm).join("bin").join(HEALTH_SCRIPT)
 }
 
 /// True if the package has a health check.
-pub fn has_health_check(root: &Path, rpm: &str) -> bool {
+pub(crate) fn has_health_check(root: &Path, rpm: &str) -> bool {
     health_script(root, rpm).is_file()
 }
 
@@ -45,7 +45,7 @@ pub fn has_health_check(root: &Path, rpm: &str) -> bool {
 /// last run in `record`. Each run may take at most what is left of the deadline (at least
 /// one interval). `held` is awaited before each run and must prove the lock or lease still
 /// held (an error: it is not, and no run starts).
-pub async fn wait_healthy<F, Fut>(
+pub(crate) async fn wait_healthy<F, Fut>(
     cmd: &Cmd,
     path: &str,
     n: u32,

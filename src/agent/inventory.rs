@@ -26,11 +26,11 @@ use super::model::{app_name, Installed, InstalledDeployment};
 use super::plan::Step;
 
 /// The host node property holding the inventory.
-pub use crate::zk::paths::INVENTORY as PROPERTY;
+pub(crate) use crate::zk::paths::INVENTORY as PROPERTY;
 /// The run-directory file keeping the last inventory (published again after a restart).
-pub const FILE: &str = "inventory.json";
+pub(crate) const FILE: &str = "inventory.json";
 /// How an installed version that is not known is shown in plans.
-pub const UNKNOWN_VERSION: &str = "?";
+pub(crate) const UNKNOWN_VERSION: &str = "?";
 
 /// What a host has, as published.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -38,32 +38,32 @@ pub struct Inventory {
     /// Installed packages (applications and the role controller) and their versions
     /// (`None`: installed, version not known).
     #[serde(default)]
-    pub packages: BTreeMap<String, Option<String>>,
+    pub(crate) packages: BTreeMap<String, Option<String>>,
     /// Deployed instances: package → application node path → instance numbers.
     #[serde(default)]
-    pub deployed: BTreeMap<String, BTreeMap<String, Vec<u32>>>,
+    pub(crate) deployed: BTreeMap<String, BTreeMap<String, Vec<u32>>>,
     /// The `/etc/<app>` directories that are the agent's.
     #[serde(default)]
-    pub etc: Vec<String>,
+    pub(crate) etc: Vec<String>,
     /// The role controller package and its version, if one is installed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub controller: Option<(String, Option<String>)>,
+    pub(crate) controller: Option<(String, Option<String>)>,
     /// The installed packages that have a health check (`/opt/<rpm>/bin/zookeeper-health`);
     /// `None` in inventories published before agents said (then it is not known).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub health: Option<Vec<String>>,
+    pub(crate) health: Option<Vec<String>>,
     /// The cluster version of the pass that published it.
     #[serde(default)]
-    pub version: Value,
+    pub(crate) version: Value,
     /// Unix time it was taken.
     #[serde(default)]
-    pub time: f64,
+    pub(crate) time: f64,
 }
 
 /// Why a published inventory cannot be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("bad inventory: {0}")]
-pub struct InventoryError(pub String);
+pub(crate) struct InventoryError(pub(crate) String);
 
 impl Inventory {
     /// The inventory of what was observed, with the versions known for each package.
@@ -103,7 +103,7 @@ impl Inventory {
 
     /// What the planner compares the tree with: the host as the agent would observe it
     /// (an unknown version reads as [`UNKNOWN_VERSION`]: installed, matching any version).
-    pub fn installed(&self) -> Installed {
+    pub(crate) fn installed(&self) -> Installed {
         let show = |v: &Option<String>| Some(v.clone().unwrap_or_else(|| UNKNOWN_VERSION.into()));
         let mut deployments = Vec::new();
         for (rpm, paths) in &self.deployed {
@@ -139,7 +139,7 @@ impl Inventory {
     }
 
     /// Reads a published value.
-    pub fn from_value(value: &Value) -> Result<Inventory, InventoryError> {
+    pub(crate) fn from_value(value: &Value) -> Result<Inventory, InventoryError> {
         serde_json::from_value(value.clone()).map_err(|e| InventoryError(e.to_string()))
     }
 }
@@ -148,7 +148,7 @@ impl Inventory {
 /// `before` holds what yum said before the pass; an install sets the version it asked for (an
 /// install of "any version" leaves it unknown unless it was known); an uninstall forgets it.
 /// When the pass did not complete, packages an install step touched are unknown.
-pub fn versions_after(
+pub(crate) fn versions_after(
     before: &BTreeMap<String, Option<String>>,
     steps: &[Step],
     complete: bool,

@@ -30,15 +30,15 @@ use crate::zk::{call_retrying, decode, join, Client, ZkError};
 
 /// What this process last found about a fleet whose counts differ: whether it is mixed, as
 /// of the children versions of `/hosts` and `/agent-registry` (-1: none, or not read).
-pub type MixedCache = Mutex<Option<((i32, i32), Option<String>)>>;
+pub(crate) type MixedCache = Mutex<Option<((i32, i32), Option<String>)>>;
 
 /// What `deploy --dry-run`, `status` and `plan` add below a mixed fleet's reason.
-pub const BUDGETS_OFF: &str =
+pub(crate) const BUDGETS_OFF: &str =
     "max-failures and on-failure are ignored: every failure halts the cluster";
 
 /// What the agent, `status` and the fleet plan say of a mixed fleet whose first original
 /// host is `id` (`name`).
-pub fn mixed_reason(id: &str, name: &str) -> String {
+pub(crate) fn mixed_reason(id: &str, name: &str) -> String {
     format!(
         "host {id} ({name}) has no '{AGENT_PROPERTY}' property (the original's agent): every node uses the node lock, max-parallel 1"
     )
@@ -46,14 +46,17 @@ pub fn mixed_reason(id: &str, name: &str) -> String {
 
 /// Why the fleet is mixed: the first (by sorted id) registered host node without
 /// [`AGENT_PROPERTY`] that has no registry node (see the module doc).
-pub async fn mixed_fleet(client: &Client, cache: &MixedCache) -> Result<Option<String>, ZkError> {
+pub(crate) async fn mixed_fleet(
+    client: &Client,
+    cache: &MixedCache,
+) -> Result<Option<String>, ZkError> {
     Ok(mixed_fleet_and_stats(client, cache, &[]).await?.0)
 }
 
 /// [`mixed_fleet`], with the stats of the nodes `nodes` (`None`: it does not exist) read in
 /// the same multi-read: one request, where a request beside it would wait for the server's
 /// next turn at this session (it answers a session's requests one at a time).
-pub async fn mixed_fleet_and_stats(
+pub(crate) async fn mixed_fleet_and_stats(
     client: &Client,
     cache: &MixedCache,
     nodes: &[String],

@@ -13,26 +13,29 @@
 //! `rollout_rule`, `model`, `error` and `status` are shared vocabulary at the
 //! bottom.
 
+// `budget` and `deploy` are not yet converted to `pub(crate)`: these allows go when they are.
+#[allow(private_interfaces)]
 pub mod budget;
-pub mod cluster;
+pub(crate) mod cluster;
 pub mod daemon;
-pub mod deploy;
+#[allow(unreachable_pub)]
+pub(crate) mod deploy;
 pub mod discover;
-pub mod error;
+pub(crate) mod error;
 pub(crate) mod exclusion;
-pub mod execute;
-pub mod health;
+pub(crate) mod execute;
+pub(crate) mod health;
 pub(crate) mod in_flight;
 pub mod inventory;
-pub mod mixed;
+pub(crate) mod mixed;
 pub mod model;
 pub mod observe;
-pub mod pass;
+pub(crate) mod pass;
 pub mod plan;
-pub mod role;
-pub mod rollout;
-pub mod rollout_rule;
+pub(crate) mod role;
+pub(crate) mod rollout;
+pub(crate) mod rollout_rule;
 pub mod session;
-pub mod software;
+pub(crate) mod software;
 pub mod status;
-pub mod steps;
+pub(crate) mod steps;

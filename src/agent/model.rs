@@ -33,7 +33,7 @@ impl Host {
 /// The version the tree asks for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(untagged)]
-pub enum Wanted {
+pub(crate) enum Wanted {
     /// This exact version (an RPM version, or a VCS URL).
     Exact(String),
     /// Any version (a versioned package name such as `cache-1.2`, with no `version` property).
@@ -53,17 +53,17 @@ impl fmt::Display for Wanted {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Deployment {
     /// The application node path (`/cust/app`).
-    pub path: String,
+    pub(crate) path: String,
     /// The instance number, `0..n`.
-    pub n: u32,
+    pub(crate) n: u32,
     /// The package: the first word of the node type, the directory under `/opt`.
-    pub rpm: String,
+    pub(crate) rpm: String,
     /// The application name: the directory under `/etc` ([`app_name`] of `rpm`).
-    pub app: String,
+    pub(crate) app: String,
     /// The second word of the type, passed as `-r SUBTYPE`.
-    pub subtype: Option<String>,
+    pub(crate) subtype: Option<String>,
     /// The version wanted.
-    pub version: Wanted,
+    pub(crate) version: Wanted,
 }
 
 /// A deployment found on disk (a `.deployed` marker).
@@ -93,24 +93,24 @@ pub struct Installed {
     /// recorded version), `None` if not installed.
     pub versions: BTreeMap<String, Option<String>>,
     /// The installed role controller and its version, if any.
-    pub controller: Option<(String, Option<String>)>,
+    pub(crate) controller: Option<(String, Option<String>)>,
 }
 
 /// The value of the host node property `agent` ([`crate::zk::paths::AGENT_PROPERTY`]) on
 /// host nodes this agent registers.
-pub fn agent_id() -> String {
+pub(crate) fn agent_id() -> String {
     format!("zkdeployment {}", env!("CARGO_PKG_VERSION"))
 }
 
 /// True if `version` is a git checkout version (`git:…`, see [`crate::packages::git`]).
-pub fn is_git(version: Option<&str>) -> bool {
+pub(crate) fn is_git(version: Option<&str>) -> bool {
     version.is_some_and(|v| crate::packages::git::parse_version(v).is_some())
 }
 
 /// The application name of a package: the name without a trailing `-<digits>(.<digits>)*`
 /// (`z4m-4.0.0` → `z4m`, `cache-1.2` → `cache`, `my-app` → `my-app`). One rule for discovery
 /// and observation alike.
-pub fn app_name(rpm: &str) -> &str {
+pub(crate) fn app_name(rpm: &str) -> &str {
     if let Some(at) = rpm.rfind('-') {
         let tail = &rpm[at + 1..];
         let numeric = !tail.is_empty()
@@ -125,14 +125,14 @@ pub fn app_name(rpm: &str) -> &str {
 }
 
 /// True if `rpm` carries its version in its name (`cache-1.2`).
-pub fn is_versioned_name(rpm: &str) -> bool {
+pub(crate) fn is_versioned_name(rpm: &str) -> bool {
     app_name(rpm) != rpm
 }
 
 /// Checks that a package, application or role name is a plain name: not empty, not `.` or
 /// `..`, no `/`, no whitespace, no control characters, and not starting with `-` (it goes
 /// into yum's argument vector, where it would be read as an option).
-pub fn check_plain_name(what: &str, name: &str) -> Result<(), String> {
+pub(crate) fn check_plain_name(what: &str, name: &str) -> Result<(), String> {
     let bad = name.is_empty()
         || name == "."
         || name == ".."
@@ -152,7 +152,7 @@ pub fn check_plain_name(what: &str, name: &str) -> Result<(), String> {
 /// The marker base name of an application path: without the leading `/`, `/` replaced by `,`,
 /// and `%` and `,` inside names written `%25` and `%2C` (`/cust/a,b` → `cust,a%2Cb`); the key
 /// of the node in ZooKeeper's per-node state too ([`crate::zk::paths::path_key`]).
-pub fn marker_base(path: &str) -> String {
+pub(crate) fn marker_base(path: &str) -> String {
     crate::zk::paths::path_key(path)
 }
 
@@ -167,7 +167,7 @@ pub fn script_name(path: &str, n: u32) -> String {
 }
 
 /// Parses a marker file name (`cust,app.0.deployed`) back into (path, n), if it is one.
-pub fn parse_marker(file: &str, suffix: &str) -> Option<(String, u32)> {
+pub(crate) fn parse_marker(file: &str, suffix: &str) -> Option<(String, u32)> {
     let stem = file.strip_suffix(suffix)?;
     let (base, n) = stem.rsplit_once('.')?;
     let n: u32 = n.parse().ok()?;

@@ -382,7 +382,7 @@ pub fn write_script_marker(
 /// and renaming a file cost a tenth of a millisecond or more each on ext4, between one deploy
 /// script and the next.
 #[derive(Debug)]
-pub struct ScriptMarker {
+pub(crate) struct ScriptMarker {
     /// `None` when the marker is in place already.
     pending: Option<PendingMarker>,
 }
@@ -398,7 +398,13 @@ struct PendingMarker {
 impl ScriptMarker {
     /// Writes the marker's content to `<marker>.script.tmp` (see [`write_script_marker`]),
     /// unless the marker already holds it.
-    pub fn prepare(root: &Path, app: &str, rpm: &str, path: &str, n: u32) -> io::Result<Self> {
+    pub(crate) fn prepare(
+        root: &Path,
+        app: &str,
+        rpm: &str,
+        path: &str,
+        n: u32,
+    ) -> io::Result<Self> {
         plain("application", app)?;
         plain("package", rpm)?;
         let dir = etc_dir(root, app);
@@ -432,7 +438,7 @@ impl ScriptMarker {
     }
 
     /// Syncs the temporary file to disk.
-    pub fn sync(&self) -> io::Result<()> {
+    pub(crate) fn sync(&self) -> io::Result<()> {
         match &self.pending {
             Some(p) => p.file.sync_all().map_err(at(&p.tmp)),
             None => Ok(()),
@@ -440,7 +446,7 @@ impl ScriptMarker {
     }
 
     /// Renames the (synced) temporary file over the marker.
-    pub fn commit(self) -> io::Result<()> {
+    pub(crate) fn commit(self) -> io::Result<()> {
         let Some(p) = self.pending else {
             return Ok(());
         };
@@ -451,7 +457,7 @@ impl ScriptMarker {
     }
 
     /// Removes the temporary file (best effort: a leftover is cleaned like any other).
-    pub fn discard(self) {
+    pub(crate) fn discard(self) {
         if let Some(p) = self.pending {
             let _ = fs::remove_file(&p.tmp);
         }

@@ -27,39 +27,39 @@ use crate::zk::role_lock::RoleLock;
 use crate::zk::ZkError;
 
 /// One pass in progress.
-pub struct Pass<'a> {
+pub(crate) struct Pass<'a> {
     /// The session it runs in.
-    pub agent: &'a Agent,
+    pub(crate) agent: &'a Agent,
     /// The cluster version being deployed.
-    pub version: Value,
+    pub(crate) version: Value,
     /// Unix time the pass started.
-    pub started: f64,
+    pub(crate) started: f64,
     /// Application node properties, as discovery read them (`ZKDEPLOYMENT_PROPERTIES`).
-    pub properties: BTreeMap<String, Props>,
+    pub(crate) properties: BTreeMap<String, Props>,
     /// The yum runner of this pass.
-    pub yum: Yum,
+    pub(crate) yum: Yum,
     /// The report entries of the steps run so far, in order.
-    pub steps: Vec<StepReport>,
+    pub(crate) steps: Vec<StepReport>,
     /// The process's metrics, updated as the pass goes (handed back to the agent after).
-    pub metrics: Metrics,
+    pub(crate) metrics: Metrics,
     /// True while a role controller runs the pass: halts do not abandon it.
-    pub controlled: bool,
+    pub(crate) controlled: bool,
     /// The role lock, from `starting-deployments` to `ending-deployments`.
-    pub role_lock: Option<RoleLock>,
+    pub(crate) role_lock: Option<RoleLock>,
     /// True once the version is recorded as this host's.
-    pub recorded: bool,
+    pub(crate) recorded: bool,
     /// The time of the version record left for the final status's write (the plan's last
     /// step: the record and `done` in one write, not two), once that step was reached.
-    pub record_at: Option<Value>,
+    pub(crate) record_at: Option<Value>,
     /// How discovery found the deploy nodes, once it ran.
-    pub discovery: Option<DiscoveryReport>,
+    pub(crate) discovery: Option<DiscoveryReport>,
     /// The application nodes left undone (failed within a budget, halted, paused).
-    pub left: Vec<super::error::Left>,
+    pub(crate) left: Vec<super::error::Left>,
 }
 
 impl<'a> Pass<'a> {
     /// A pass of `agent` deploying `version`.
-    pub fn new(agent: &'a Agent, version: Value) -> Pass<'a> {
+    pub(crate) fn new(agent: &'a Agent, version: Value) -> Pass<'a> {
         Pass {
             agent,
             version,
@@ -83,7 +83,7 @@ impl<'a> Pass<'a> {
     /// runtime has one thread, so a request (this one, and those made beside it, as before a
     /// deploy script) leaves only once this task yields, and the file's create and rename
     /// take a few tenths of a millisecond on ext4.
-    pub async fn status(&self, text: &str) {
+    pub(crate) async fn status(&self, text: &str) {
         self.status_with(text, None).await;
     }
 
@@ -109,7 +109,7 @@ impl<'a> Pass<'a> {
     /// while a step runs (which needs the pass): its host node write is made, and the status
     /// file written, at the future's first poll, before the step starts; the write leaves
     /// when the step first waits.
-    pub fn status_beside(&self, text: &str) -> impl std::future::Future<Output = ()> + 'a {
+    pub(crate) fn status_beside(&self, text: &str) -> impl std::future::Future<Output = ()> + 'a {
         let (agent, version, text) = (self.agent, self.version.clone(), text.to_string());
         async move {
             if let Err(e) = write_status(agent, &version, &text, None, None, false).await {
@@ -118,26 +118,11 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// [`Self::status`] without waiting for the host node's answer: once the write has left
-    /// (the task yields first) and the status file is written, this returns the answer, to
-    /// be awaited later (beside the step the status is about). The host node stays this
-    /// write's until then ([`Agent::update_host_node`] takes the host's writes in turn), so
-    /// the answer must be awaited, or dropped, before the pass's next status.
-    pub async fn status_ahead(&self, text: &str) -> StatusAnswer<'a> {
-        let answer = send_status(self.agent, &self.version, text, None, true).await;
-        let node = host_path(&self.agent.host.id);
-        Box::pin(async move {
-            if let Err(e) = answer.await {
-                tracing::warn!("cannot update {node}: {e}");
-            }
-        })
-    }
-
     /// Writes the pass report so far, then the final status: whoever sees the status of a
     /// finished pass (`done`, `error`, `abandoned …`) finds that pass's report in
     /// `last-pass.json` (the executor writes it once more when the pass has ended). The
     /// host's inventory, if given, goes in the status's write.
-    pub async fn final_status(
+    pub(crate) async fn final_status(
         &self,
         text: &str,
         outcome: ReportOutcome,
@@ -169,7 +154,7 @@ impl<'a> Pass<'a> {
     /// run directory's `host_version`.
     /// A `host_version` that cannot be written fails the pass (the version stays unrecorded
     /// in the session, so the next pass records it again).
-    pub fn mark_recorded(&mut self) -> Result<(), StepError> {
+    pub(crate) fn mark_recorded(&mut self) -> Result<(), StepError> {
         write_host_version(self.agent, &self.version)?;
         self.recorded = true;
         Ok(())
@@ -180,7 +165,7 @@ impl<'a> Pass<'a> {
     /// and the inventory. An error of that write is the pass's, as the record's own write's
     /// would have been; once it went through, the version is recorded. A `host_version` that
     /// cannot be written fails the pass (the status file does not say `done`).
-    pub async fn final_done_recording(
+    pub(crate) async fn final_done_recording(
         &mut self,
         inventory: Option<Value>,
         at: Value,
@@ -201,12 +186,12 @@ impl<'a> Pass<'a> {
     }
 
     /// Rewrites the metrics file.
-    pub fn write_metrics(&self) {
+    pub(crate) fn write_metrics(&self) {
         write_metrics(&self.agent.config, &self.metrics);
     }
 
     /// Records a step's report entry; a step that changes the host counts in the metrics.
-    pub fn record(&mut self, step: &Step, entry: StepReport) {
+    pub(crate) fn record(&mut self, step: &Step, entry: StepReport) {
         self.steps.push(entry);
         if step.changes_host() {
             self.metrics.steps += 1;
@@ -216,7 +201,7 @@ impl<'a> Pass<'a> {
 
     /// A checkpoint between steps: a stop request always abandons; a halted or paused cluster
     /// abandons unless a role controller runs the pass.
-    pub async fn checkpoint(&self) -> Result<(), Interrupt> {
+    pub(crate) async fn checkpoint(&self) -> Result<(), Interrupt> {
         self.stopping()?;
         if self.controlled {
             return Ok(());
@@ -225,7 +210,7 @@ impl<'a> Pass<'a> {
     }
 
     /// A checkpoint's first half: a stop request abandons the pass.
-    pub fn stopping(&self) -> Result<(), Interrupt> {
+    pub(crate) fn stopping(&self) -> Result<(), Interrupt> {
         if self.agent.stop.load(Ordering::SeqCst) {
             return Err(Interrupt::Abandon("the agent is stopping".into()));
         }
@@ -235,7 +220,7 @@ impl<'a> Pass<'a> {
     /// A checkpoint's second half, on the cluster version as just read (halt records
     /// counted: [`cluster_version`]): None or paused abandons, unless a role controller runs
     /// the pass.
-    pub fn judge(&self, version: &Value) -> Result<(), Interrupt> {
+    pub(crate) fn judge(&self, version: &Value) -> Result<(), Interrupt> {
         match version {
             _ if self.controlled => Ok(()),
             Value::Null => Err(Interrupt::Abandon("cluster version is None".into())),
@@ -281,7 +266,7 @@ impl<'a> Pass<'a> {
     }
 
     /// A command with the scripts' environment.
-    pub fn script(&self, argv: Vec<String>, props_file: Option<&Path>) -> Cmd {
+    pub(crate) fn script(&self, argv: Vec<String>, props_file: Option<&Path>) -> Cmd {
         Cmd {
             argv,
             env: self.script_env(props_file),
@@ -291,7 +276,7 @@ impl<'a> Pass<'a> {
 }
 
 /// Runs a command, recording it in `record`; a failure carries the output tail in the record.
-pub async fn run_recorded(cmd: &Cmd, record: &mut StepReport) -> Result<(), CommandError> {
+pub(crate) async fn run_recorded(cmd: &Cmd, record: &mut StepReport) -> Result<(), CommandError> {
     record.command = cmd.argv.clone();
     match run_checked(cmd).await {
         Ok(out) => {
@@ -308,9 +293,6 @@ pub async fn run_recorded(cmd: &Cmd, record: &mut StepReport) -> Result<(), Comm
         }
     }
 }
-
-/// The host node's answer to a status written ahead ([`Pass::status_ahead`]).
-pub type StatusAnswer<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
 
 /// The status `text` of a pass of `agent` at `version`: the host node's write (with the
 /// inventory and the version record, if given) made first, the status file written while it

@@ -27,7 +27,7 @@ use crate::zk::paths::{node_lock_path, role_lock_path, ROLES};
 /// One step of a pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "kebab-case")]
-pub enum Step {
+pub(crate) enum Step {
     /// Bring the role controller to what `/roles/<role>` wants: remove another installed
     /// controller, install or change this one.
     RoleController {
@@ -118,7 +118,7 @@ pub enum Step {
 /// The lock a deployment runs under.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Lock {
+pub(crate) enum Lock {
     /// The node lock (`/agent-locks/<name>`, kazoo's recipe), taken for this step alone; a
     /// busy node is passed over and taken later.
     Node(String),
@@ -134,24 +134,24 @@ pub enum Lock {
 /// `health`, the package's health check runs after the deploy script, the lock or lease still
 /// held.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Rollout {
+pub(crate) struct Rollout {
     /// The effective K: how many hosts may deploy the node at once.
-    pub parallel: u32,
+    pub(crate) parallel: u32,
     /// How many hosts deploy a new version one at a time before the others start.
-    pub canary: u32,
+    pub(crate) canary: u32,
     /// Whether the package has a health check (as installed when the plan was made; the
     /// executor looks again after installing).
-    pub health: bool,
+    pub(crate) health: bool,
     /// `health-deadline`, milliseconds.
     #[serde(skip)]
-    pub health_deadline_ms: u64,
+    pub(crate) health_deadline_ms: u64,
     /// The effective `max-failures` F (CONTRACT 15); `None` in a mixed fleet, where every
     /// failure halts the cluster.
     #[serde(rename = "max-failures")]
-    pub max_failures: Option<u32>,
+    pub(crate) max_failures: Option<u32>,
     /// `on-failure`: what a failure beyond the budget stops.
     #[serde(rename = "on-failure", serialize_with = "on_failure_text")]
-    pub on_failure: OnFailure,
+    pub(crate) on_failure: OnFailure,
 }
 
 fn on_failure_text<S: serde::Serializer>(v: &OnFailure, s: S) -> Result<S::Ok, S::Error> {
@@ -173,7 +173,7 @@ impl Default for Rollout {
 
 impl Rollout {
     /// `[max-parallel K, canary C, health check]`, as `deploy --dry-run` prints it.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut how = format!("max-parallel {}", self.parallel);
         if self.canary > 0 {
             how.push_str(&format!(", canary {}", self.canary));
@@ -194,7 +194,7 @@ impl Rollout {
     /// Whether a failure of the node goes through its budget (CONTRACT 15): `max-failures`
     /// above 0 or `on-failure = 'halt-node'`, outside a mixed fleet. Otherwise a failure
     /// halts the cluster, as the original's.
-    pub fn budgeted(&self) -> bool {
+    pub(crate) fn budgeted(&self) -> bool {
         match self.max_failures {
             None => false,
             Some(f) => f > 0 || self.on_failure == OnFailure::HaltNode,
@@ -202,7 +202,7 @@ impl Rollout {
     }
 
     /// The health check's deadline.
-    pub fn health_deadline(&self) -> std::time::Duration {
+    pub(crate) fn health_deadline(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.health_deadline_ms)
     }
 }
@@ -211,7 +211,7 @@ impl Step {
     /// The step's action name (`deploy`, `install`, …): its `action` key in the JSON of
     /// `deploy --dry-run --json` and `last-pass.json`, taken from the serde tag so the two
     /// can never disagree.
-    pub fn action(&self) -> String {
+    pub(crate) fn action(&self) -> String {
         match serde_json::to_value(self) {
             Ok(serde_json::Value::Object(m)) => m
                 .get("action")
@@ -225,7 +225,7 @@ impl Step {
     /// True for the steps that change the host's software or deployments (the others run the
     /// role controller's scripts, record the version, run the after hook). A plan without
     /// any is "nothing to do" for `deploy --dry-run`; the metrics count these steps.
-    pub fn changes_host(&self) -> bool {
+    pub(crate) fn changes_host(&self) -> bool {
         !matches!(
             self,
             Step::StartingDeployments { .. }
@@ -237,7 +237,7 @@ impl Step {
 
     /// True for a deployment under its node lock (the executor runs a run of these together,
     /// passing over busy nodes).
-    pub fn takes_node_lock(&self) -> bool {
+    pub(crate) fn takes_node_lock(&self) -> bool {
         matches!(
             self,
             Step::Deploy {
@@ -248,7 +248,7 @@ impl Step {
     }
 
     /// What the status file says while the step runs (`None`: left as it is).
-    pub fn status_text(&self) -> Option<String> {
+    pub(crate) fn status_text(&self) -> Option<String> {
         match self {
             Step::StartingDeployments { .. } => Some("role start script".into()),
             Step::EndingDeployments { .. } => Some("role end script".into()),
@@ -262,7 +262,7 @@ impl Step {
     /// role lock's critical section and run whenever what they bracket does; recording the
     /// version and the after hook end a pass whose work is done: none of them is stopped
     /// before it starts.
-    pub fn checkpointed(&self) -> bool {
+    pub(crate) fn checkpointed(&self) -> bool {
         self.changes_host()
     }
 }
@@ -272,16 +272,20 @@ impl Step {
 #[serde(transparent)]
 pub struct Plan {
     /// The steps.
-    pub steps: Vec<Step>,
+    pub(crate) steps: Vec<Step>,
     /// Why every node falls back to the node lock with K = 1 (a mixed fleet), if it does.
     #[serde(skip)]
-    pub mixed: Option<String>,
+    pub(crate) mixed: Option<String>,
 }
 
 impl Plan {
     /// Sets each deployment's rollout from what the fleet says now (`nodes` by application
     /// node path; a node not in it keeps the defaults), and the mixed-fleet note.
-    pub fn apply_rollout(&mut self, nodes: &BTreeMap<String, Rollout>, mixed: Option<String>) {
+    pub(crate) fn apply_rollout(
+        &mut self,
+        nodes: &BTreeMap<String, Rollout>,
+        mixed: Option<String>,
+    ) {
         for step in &mut self.steps {
             if let Step::Deploy { path, rollout, .. } = step {
                 if let Some(r) = nodes.get(path.as_str()) {
@@ -294,7 +298,7 @@ impl Plan {
 
     /// The role lock the pass takes, if it has a role controller (a pass run by a role
     /// controller is not abandoned on a halt).
-    pub fn role_lock(&self) -> Option<(&str, &str)> {
+    pub(crate) fn role_lock(&self) -> Option<(&str, &str)> {
         self.steps.iter().find_map(|s| match s {
             Step::StartingDeployments { rpm, role } => Some((rpm.as_str(), role.as_str())),
             _ => None,
@@ -303,7 +307,7 @@ impl Plan {
 
     /// True if the pass would change the host's software or deployments (see
     /// [`Step::changes_host`]).
-    pub fn changes_host(&self) -> bool {
+    pub(crate) fn changes_host(&self) -> bool {
         self.steps.iter().any(Step::changes_host)
     }
 }
@@ -391,7 +395,7 @@ pub enum PlanError {
 }
 
 /// True if `installed` satisfies `wanted`.
-pub fn satisfies(wanted: &Wanted, installed: Option<&str>) -> bool {
+pub(crate) fn satisfies(wanted: &Wanted, installed: Option<&str>) -> bool {
     match (wanted, installed) {
         (Wanted::Any, Some(_)) => true,
         (Wanted::Exact(v), Some(i)) => v == i,
@@ -400,7 +404,9 @@ pub fn satisfies(wanted: &Wanted, installed: Option<&str>) -> bool {
 }
 
 /// One version per package, from deployments in discovery (path) order.
-pub fn package_versions(wanted: &[Deployment]) -> Result<BTreeMap<String, Wanted>, PlanError> {
+pub(crate) fn package_versions(
+    wanted: &[Deployment],
+) -> Result<BTreeMap<String, Wanted>, PlanError> {
     let mut versions: BTreeMap<String, Wanted> = BTreeMap::new();
     for d in wanted {
         match versions.get(&d.rpm) {

@@ -13,7 +13,7 @@ use super::error::{Interrupt, StepError};
 use crate::zk::role_lock::RoleLockError;
 
 /// The packages under `ROOT/opt` that are role controllers (have `bin/starting-deployments`).
-pub fn installed_controllers(root: &Path) -> io::Result<Vec<String>> {
+pub(crate) fn installed_controllers(root: &Path) -> io::Result<Vec<String>> {
     let opt = root.join("opt");
     let entries = match std::fs::read_dir(&opt) {
         Ok(e) => e,

@@ -10,8 +10,8 @@ use super::discover::Discovered;
 use crate::tree::rollout::Rollout as Settings;
 use crate::zk::{join, Client, ZkError};
 
-pub use super::mixed::{mixed_fleet, mixed_fleet_and_stats, mixed_reason, MixedCache, BUDGETS_OFF};
-pub use crate::zk::paths::AGENT_PROPERTY;
+pub(crate) use super::mixed::{mixed_fleet_and_stats, mixed_reason, MixedCache, BUDGETS_OFF};
+pub(crate) use crate::zk::paths::AGENT_PROPERTY;
 
 use super::rollout_rule::{node_settings, percent_nodes, wants_parallel, FleetFacts};
 
@@ -20,7 +20,7 @@ use super::rollout_rule::{node_settings, percent_nodes, wants_parallel, FleetFac
 /// is mixed (only when one of them wants K > 1) and the deploy targets of those whose
 /// `max-parallel` is a percentage, in one round trip. Sent before the yum queries, answered
 /// while they run.
-pub async fn read_fleet_facts(
+pub(crate) async fn read_fleet_facts(
     client: &Client,
     mixed_cache: &MixedCache,
     found: &Discovered,

@@ -16,15 +16,15 @@ use crate::tree::rollout::{self as settings, Rollout as Settings};
 
 /// The rollout of every application node of a pass.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct RolloutPlan {
+pub(crate) struct RolloutPlan {
     /// By application node path.
-    pub nodes: BTreeMap<String, Rollout>,
+    pub(crate) nodes: BTreeMap<String, Rollout>,
     /// Why every node falls back to the node lock with K = 1, if it does.
-    pub mixed: Option<String>,
+    pub(crate) mixed: Option<String>,
 }
 
 /// The rollout settings of a node as discovered (its properties with links followed).
-pub fn node_settings(found: &Discovered, path: &str) -> Settings {
+pub(crate) fn node_settings(found: &Discovered, path: &str) -> Settings {
     let props = found.properties.get(path);
     settings::parse(path, |k| props.and_then(|p| p.get(k)).cloned()).unwrap_or_default()
 }
@@ -33,17 +33,17 @@ pub fn node_settings(found: &Discovered, path: &str) -> Settings {
 /// by the agent ([`read_fleet_facts`]), or taken from what `zkdeployment plan` read
 /// (`crate::fleet`).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct FleetFacts {
+pub(crate) struct FleetFacts {
     /// Why the fleet is mixed, if it is (it matters only when a node wants K > 1).
-    pub mixed: Option<String>,
+    pub(crate) mixed: Option<String>,
     /// The number of deploy targets (children of `<node>/deploy`) of application nodes whose
     /// `max-parallel` is a percentage; a node not here counts 0.
-    pub targets: BTreeMap<String, usize>,
+    pub(crate) targets: BTreeMap<String, usize>,
 }
 
 /// The application nodes among `steps`' deployments, each with its package and its rollout
 /// settings as discovered (a bad value reads as the defaults: discovery reported it).
-pub fn wanted_rollouts<'a>(
+pub(crate) fn wanted_rollouts<'a>(
     found: &Discovered,
     steps: &'a [Step],
 ) -> BTreeMap<&'a str, (&'a str, Settings)> {
@@ -59,7 +59,7 @@ pub fn wanted_rollouts<'a>(
 /// True if a node of `wanted` asks for K > 1 or a failure budget (`max-failures` above 0,
 /// or `on-failure = 'halt-node'`): only then does the mixed-fleet rule matter (and the agent
 /// reads the host nodes).
-pub fn wants_parallel(wanted: &BTreeMap<&str, (&str, Settings)>) -> bool {
+pub(crate) fn wants_parallel(wanted: &BTreeMap<&str, (&str, Settings)>) -> bool {
     wanted.values().any(|(_, r)| {
         r.max_parallel != settings::Parallel::Count(1)
             || r.max_failures != settings::Budget::Count(0)
@@ -69,7 +69,7 @@ pub fn wants_parallel(wanted: &BTreeMap<&str, (&str, Settings)>) -> bool {
 
 /// The nodes of `wanted` whose `max-parallel` or `max-failures` is a percentage (of their
 /// deploy targets).
-pub fn percent_nodes<'a>(wanted: &BTreeMap<&'a str, (&'a str, Settings)>) -> Vec<&'a str> {
+pub(crate) fn percent_nodes<'a>(wanted: &BTreeMap<&'a str, (&'a str, Settings)>) -> Vec<&'a str> {
     wanted
         .iter()
         .filter(|(_, (_, r))| {
@@ -82,7 +82,7 @@ pub fn percent_nodes<'a>(wanted: &BTreeMap<&'a str, (&'a str, Settings)>) -> Vec
 /// The rollout of every application node among `steps`' deployments, pure: from the
 /// discovered settings, what is known of the fleet (`facts`), and `health` (whether a package
 /// has a health check). The mixed-fleet note is kept only when a node wants K > 1.
-pub fn plan_rollouts(
+pub(crate) fn plan_rollouts(
     found: &Discovered,
     steps: &[Step],
     facts: &FleetFacts,

@@ -24,47 +24,48 @@ pub struct Agent {
     /// The ZooKeeper session.
     pub client: Client,
     /// The configuration.
-    pub config: Config,
+    pub(crate) config: Config,
     /// Who this host is.
     pub host: Host,
     /// The run directory.
-    pub run_dir: RunDir,
+    pub(crate) run_dir: RunDir,
     /// The connection string passed to deploy scripts.
-    pub connection: String,
+    pub(crate) connection: String,
     /// Set when the agent must stop (SIGTERM): no new step starts.
-    pub stop: Arc<AtomicBool>,
+    pub(crate) stop: Arc<AtomicBool>,
     /// The version this host last deployed.
-    pub host_version: Value,
+    pub(crate) host_version: Value,
     /// The metrics of this process.
-    pub metrics: Metrics,
+    pub(crate) metrics: Metrics,
     /// Always walk the tree, never use the deployment index (`deploy --walk`).
-    pub walk: bool,
+    pub(crate) walk: bool,
     /// This host's node as this process last wrote it (properties and data version), so a
     /// status update is one version-guarded write instead of a read and a write. Held
     /// through each write: writes made while one is in flight (a status not waited for,
     /// then a step's) go one after the other, in the order made. Two guarded by the same
     /// version would have one fail and read the node again, and two reads and writes at
     /// once may land in either order.
-    pub host_node: tokio::sync::Mutex<Option<(Props, i32)>>,
+    pub(crate) host_node: tokio::sync::Mutex<Option<(Props, i32)>>,
     /// Whether the fleet is mixed, as last found (see [`super::mixed::mixed_fleet`]).
-    pub mixed: super::mixed::MixedCache,
+    pub(crate) mixed: super::mixed::MixedCache,
     /// What the next discovery reads with the index's root: what the last one read
     /// ([`crate::zk::index::Guess`]).
-    pub read_guess: std::sync::Mutex<crate::zk::index::Guess>,
+    pub(crate) read_guess: std::sync::Mutex<crate::zk::index::Guess>,
     /// Discovery made ahead of the next pass, with the read of the cluster version that
     /// starts it ([`super::discover::discover_ahead`]); used by a pass at the version it
     /// describes, else dropped.
-    pub ahead: std::sync::Mutex<Option<(super::discover::Discovered, super::discover::Snapshot)>>,
+    pub(crate) ahead:
+        std::sync::Mutex<Option<(super::discover::Discovered, super::discover::Snapshot)>>,
 }
 
 impl Agent {
     /// A yum runner for one pass (it remembers whether its cache was cleaned).
-    pub fn yum(&self) -> Yum {
+    pub(crate) fn yum(&self) -> Yum {
         Yum::new(self.config.yum.clone())
     }
 
     /// The file remembering the failure last mailed (see [`crate::notify`]).
-    pub fn mail_state(&self) -> PathBuf {
+    pub(crate) fn mail_state(&self) -> PathBuf {
         self.run_dir.status_path().with_file_name("last-mail.json")
     }
 
@@ -86,14 +87,14 @@ impl Agent {
     }
 
     /// Rewrites the metrics file, if one is configured.
-    pub fn write_metrics(&self) {
+    pub(crate) fn write_metrics(&self) {
         write_metrics(&self.config, &self.metrics);
     }
 }
 
 /// Rewrites the metrics file `config` names, if any (a failure is logged, not fatal). The TLS
 /// client certificate's expiry is read from its file now (a renewed file shows at once).
-pub fn write_metrics(config: &Config, metrics: &Metrics) {
+pub(crate) fn write_metrics(config: &Config, metrics: &Metrics) {
     if let Some(path) = &config.metrics_file {
         let mut metrics = metrics.clone();
         metrics.tls_client_cert_expiry = match config.tls.client_cert() {

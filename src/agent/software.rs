@@ -13,13 +13,13 @@ use crate::packages::yum::{Yum, YumError};
 
 /// What a software step ran last, for the report.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Ran {
+pub(crate) struct Ran {
     /// The command (argv), if one ran.
-    pub command: Vec<String>,
+    pub(crate) command: Vec<String>,
     /// Its exit status.
-    pub exit: Option<i32>,
+    pub(crate) exit: Option<i32>,
     /// Its output tail (or the error).
-    pub output: String,
+    pub(crate) output: String,
 }
 
 impl Ran {
@@ -83,7 +83,7 @@ fn remove_dir(dir: &Path) -> Result<(), StepError> {
 /// Installs `rpm` at `version` (`None` = any version). `installed` is what
 /// [`installed_version`] reported before the pass (an RPM being replaced by a checkout is
 /// removed first, and a checkout being replaced by an RPM).
-pub async fn install(
+pub(crate) async fn install(
     yum: &mut Yum,
     root: &Path,
     rpm: &str,
@@ -131,7 +131,12 @@ pub async fn install(
 }
 
 /// Removes `rpm`: a checkout is deleted; an RPM is removed with yum, then its `/opt` directory.
-pub async fn uninstall(yum: &Yum, root: &Path, rpm: &str, ran: &mut Ran) -> Result<(), StepError> {
+pub(crate) async fn uninstall(
+    yum: &Yum,
+    root: &Path,
+    rpm: &str,
+    ran: &mut Ran,
+) -> Result<(), StepError> {
     let dir = opt_dir(root, rpm);
     if git::is_checkout(&dir) {
         return ran.git_result(
@@ -145,7 +150,7 @@ pub async fn uninstall(yum: &Yum, root: &Path, rpm: &str, ran: &mut Ran) -> Resu
 
 /// The installed version of `rpm` as the plan compares it: for a checkout, its recorded
 /// version if its current commit was built (else `None`); for anything else, yum's answer.
-pub async fn installed_version(
+pub(crate) async fn installed_version(
     yum: &Yum,
     root: &Path,
     rpm: &str,

@@ -15,7 +15,7 @@ use crate::tree::literal::py_str;
 
 /// The version as written in the status file: Python's `str()` (`None`, `False`, strings
 /// unquoted), with `%` and whitespace percent-encoded so the line always splits into 4 fields.
-pub fn version_token(version: &Value) -> String {
+pub(crate) fn version_token(version: &Value) -> String {
     let mut out = String::new();
     for c in py_str(version).chars() {
         match c {
@@ -37,17 +37,17 @@ pub fn version_token(version: &Value) -> String {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusLine {
     /// Unix time of the write.
-    pub time: f64,
+    pub(crate) time: f64,
     /// The agent's pid.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// The version token (see [`version_token`]).
-    pub version: String,
+    pub(crate) version: String,
     /// The status text (`done`, `error`, or a step).
-    pub status: String,
+    pub(crate) status: String,
 }
 
 /// The word a blocked pass's status starts with.
-pub const BLOCKED: &str = "blocked";
+pub(crate) const BLOCKED: &str = "blocked";
 
 /// The status of a pass that leaves the application nodes `paths` undone because they are
 /// halted or paused (CONTRACT 15): `blocked PATH...`, each path with `%`, whitespace and
@@ -91,7 +91,7 @@ fn decode_path(word: &str) -> Option<String> {
 impl StatusLine {
     /// The application nodes a `blocked` status names ([`blocked_status`]); `None` for any
     /// other status.
-    pub fn blocked(&self) -> Option<Vec<String>> {
+    pub(crate) fn blocked(&self) -> Option<Vec<String>> {
         let mut words = self.status.split_whitespace();
         if words.next() != Some(BLOCKED) {
             return None;
@@ -137,24 +137,24 @@ pub fn parse_status(text: &str) -> Result<StatusLine, String> {
 
 /// One step of a pass report.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct StepReport {
+pub(crate) struct StepReport {
     /// The step's action (`deploy`, `install`, …).
-    pub action: String,
+    pub(crate) action: String,
     /// The step, readable.
-    pub step: String,
+    pub(crate) step: String,
     /// The command run last for it (argv), if any.
-    pub command: Vec<String>,
+    pub(crate) command: Vec<String>,
     /// Its exit status, if it ran.
-    pub exit: Option<i32>,
+    pub(crate) exit: Option<i32>,
     /// Seconds.
-    pub duration: f64,
+    pub(crate) duration: f64,
     /// The tail of its output.
-    pub output: String,
+    pub(crate) output: String,
 }
 
 impl StepReport {
     /// A new entry for `step`, before it runs.
-    pub fn of(step: &Step) -> StepReport {
+    pub(crate) fn of(step: &Step) -> StepReport {
         StepReport {
             action: step.action(),
             step: step.to_string(),
@@ -169,7 +169,7 @@ impl StepReport {
 /// How a pass ended, as `last-pass.json` says it.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
-pub enum ReportOutcome {
+pub(crate) enum ReportOutcome {
     /// Every step ran.
     Done,
     /// A step failed; the cluster is halted.
@@ -180,35 +180,35 @@ pub enum ReportOutcome {
 
 /// The report of a pass (`last-pass.json`).
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Report {
+pub(crate) struct Report {
     /// The cluster version deployed.
-    pub version: Value,
+    pub(crate) version: Value,
     /// `done`, `error` or `abandoned`.
-    pub outcome: ReportOutcome,
+    pub(crate) outcome: ReportOutcome,
     /// Unix times.
-    pub started: f64,
+    pub(crate) started: f64,
     /// Unix times.
-    pub finished: f64,
+    pub(crate) finished: f64,
     /// The steps run, in order: the plan's steps, up to the one that failed (deployments
     /// under node locks may run in another order when a node is busy).
-    pub steps: Vec<StepReport>,
+    pub(crate) steps: Vec<StepReport>,
     /// The failure or abandonment message, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// How discovery found the deploy nodes (absent if the pass stopped before it).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub discovery: Option<super::discover::DiscoveryReport>,
+    pub(crate) discovery: Option<super::discover::DiscoveryReport>,
 }
 
 /// The run directory.
 #[derive(Debug, Clone)]
-pub struct RunDir {
+pub(crate) struct RunDir {
     dir: PathBuf,
 }
 
 impl RunDir {
     /// Opens (creating it if missing) the run directory.
-    pub fn open(dir: &Path) -> std::io::Result<RunDir> {
+    pub(crate) fn open(dir: &Path) -> std::io::Result<RunDir> {
         if let Ok(meta) = std::fs::metadata(dir) {
             if !meta.is_dir() {
                 return Err(std::io::Error::new(
@@ -226,19 +226,19 @@ impl RunDir {
 
     /// The run directory as it is, not created if missing (for a dry run, which changes
     /// nothing).
-    pub fn existing(dir: &Path) -> RunDir {
+    pub(crate) fn existing(dir: &Path) -> RunDir {
         RunDir {
             dir: dir.to_path_buf(),
         }
     }
 
     /// The status file.
-    pub fn status_path(&self) -> PathBuf {
+    pub(crate) fn status_path(&self) -> PathBuf {
         self.dir.join("status")
     }
 
     /// The report file.
-    pub fn report_path(&self) -> PathBuf {
+    pub(crate) fn report_path(&self) -> PathBuf {
         self.dir.join("last-pass.json")
     }
 
@@ -248,7 +248,7 @@ impl RunDir {
     }
 
     /// `host_version`: the last deployed version (`None` if missing or unreadable).
-    pub fn host_version(&self) -> Option<Value> {
+    pub(crate) fn host_version(&self) -> Option<Value> {
         let text = std::fs::read_to_string(self.dir.join("host_version")).ok()?;
         match serde_json::from_str(text.lines().next().unwrap_or("").trim()) {
             Ok(v) => Some(v),
@@ -260,7 +260,7 @@ impl RunDir {
     }
 
     /// Records the deployed version.
-    pub fn set_host_version(&self, version: &Value) -> std::io::Result<()> {
+    pub(crate) fn set_host_version(&self, version: &Value) -> std::io::Result<()> {
         write_replacing(
             &self.dir.join("host_version"),
             version.to_string().as_bytes(),
@@ -269,18 +269,13 @@ impl RunDir {
     }
 
     /// Rewrites the status file.
-    pub fn set_status(&self, version: &Value, status: &str) -> std::io::Result<()> {
+    pub(crate) fn set_status(&self, version: &Value, status: &str) -> std::io::Result<()> {
         let line = format_status(now(), std::process::id(), version, status);
         write_replacing(&self.status_path(), line.as_bytes(), false)
     }
 
-    /// True if the status file exists.
-    pub fn has_status(&self) -> bool {
-        self.status_path().exists()
-    }
-
     /// Writes `last-pass.json`, durably.
-    pub fn write_report(&self, report: &Report) -> std::io::Result<()> {
+    pub(crate) fn write_report(&self, report: &Report) -> std::io::Result<()> {
         write_atomic(&self.report_path(), &report_text(report))
     }
 
@@ -288,7 +283,7 @@ impl RunDir {
     /// pass's final status (so that whoever sees that status finds the report), which the
     /// executor writes again, durably, once the pass has ended. A crash in between loses it
     /// with the status file, which is never synced either.
-    pub fn write_report_draft(&self, report: &Report) -> std::io::Result<()> {
+    pub(crate) fn write_report_draft(&self, report: &Report) -> std::io::Result<()> {
         write_replacing(&self.report_path(), &report_text(report), false)
     }
 }

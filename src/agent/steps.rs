@@ -25,7 +25,7 @@ impl Step {
     /// with its report entry, and the role lock left after `ending-deployments`. A
     /// deployment under its node lock runs through `deploy::run_node_locked`
     /// instead, which takes the lock and then calls [`Step::execute`].
-    pub async fn run(&self, pass: &mut Pass<'_>) -> Result<(), Interrupt> {
+    pub(crate) async fn run(&self, pass: &mut Pass<'_>) -> Result<(), Interrupt> {
         if self.checkpointed() {
             pass.checkpoint().await?;
         }
@@ -51,12 +51,12 @@ impl Step {
     /// The work of the step, timed and recorded as one report entry.
     /// A successful deployment of a package with a health check is followed by the check,
     /// recorded as its own `health` entry (the lock or lease still held by the caller).
-    pub async fn execute(&self, pass: &mut Pass<'_>) -> Result<(), Interrupt> {
+    pub(crate) async fn execute(&self, pass: &mut Pass<'_>) -> Result<(), Interrupt> {
         self.execute_ready(pass, None).await
     }
 
     /// [`Step::execute`], with a deployment's script made ready already ([`Step::ready`]).
-    pub async fn execute_ready(
+    pub(crate) async fn execute_ready(
         &self,
         pass: &mut Pass<'_>,
         ready: Option<Result<ReadyScript, StepError>>,
@@ -109,7 +109,7 @@ impl Step {
     }
 
     /// A deployment's script made ready to run (`ready_script`); `None` for other steps.
-    pub fn ready(&self, pass: &Pass<'_>) -> Option<Result<ReadyScript, StepError>> {
+    pub(crate) fn ready(&self, pass: &Pass<'_>) -> Option<Result<ReadyScript, StepError>> {
         self.instance().map(|d| ready_script(pass, &d))
     }
 
@@ -275,23 +275,23 @@ async fn run_after(
 }
 
 /// The instance a deploy script runs for.
-pub struct Instance<'s> {
+pub(crate) struct Instance<'s> {
     /// The package.
-    pub rpm: &'s str,
+    pub(crate) rpm: &'s str,
     /// The application name.
-    pub app: &'s str,
+    pub(crate) app: &'s str,
     /// The application node path.
-    pub path: &'s str,
+    pub(crate) path: &'s str,
     /// The instance number.
-    pub n: u32,
+    pub(crate) n: u32,
     /// The subtype (`-r`).
-    pub subtype: Option<&'s str>,
+    pub(crate) subtype: Option<&'s str>,
 }
 
 /// A deploy script made ready to run (`ready_script`): its properties snapshot written,
 /// its `.script` marker's temporary file written, its command built. Dropped without running,
 /// the marker's temporary file is removed.
-pub struct ReadyScript {
+pub(crate) struct ReadyScript {
     cmd: crate::command::Cmd,
     marker: Option<observe::ScriptMarker>,
     /// The `.deployed` marker the script is expected to create.
@@ -347,7 +347,7 @@ fn ready_script(pass: &Pass<'_>, d: &Instance<'_>) -> Result<ReadyScript, StepEr
 impl ReadyScript {
     /// Runs the script (recorded in `record`) and puts
     /// its `.script` marker in place once it went well.
-    pub async fn run(mut self, record: &mut StepReport) -> Result<(), StepError> {
+    pub(crate) async fn run(mut self, record: &mut StepReport) -> Result<(), StepError> {
         let script_marker = self.marker.take().expect("a ready script runs once");
         let mut run = std::pin::pin!(run_recorded(&self.cmd, record));
         let first = futures::poll!(run.as_mut());
@@ -396,7 +396,7 @@ fn script_argv(script: &Path, d: &Instance<'_>) -> Vec<String> {
 
 /// Path of the properties snapshot of an application node in the run directory
 /// (`ZKDEPLOYMENT_PROPERTIES`).
-pub fn properties_file(run_dir: &Path, path: &str) -> std::path::PathBuf {
+pub(crate) fn properties_file(run_dir: &Path, path: &str) -> std::path::PathBuf {
     run_dir
         .join("properties")
         .join(format!("{}.json", marker_base(path)))

@@ -24,7 +24,7 @@ use crate::agent::session::Agent;
 use crate::config::{load, Config};
 
 #[derive(Debug, Args)]
-pub struct AgentArgs {
+pub(crate) struct AgentArgs {
     /// The agent's configuration file.
     config: PathBuf,
     /// Run one pass and exit.
@@ -41,7 +41,7 @@ pub struct AgentArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct DeployArgs {
+pub(crate) struct DeployArgs {
     /// The agent's configuration file.
     config: PathBuf,
     /// Print the plan; change nothing.
@@ -62,14 +62,14 @@ pub struct DeployArgs {
 
 impl AgentArgs {
     /// `-v` given.
-    pub fn verbose(&self) -> bool {
+    pub(crate) fn verbose(&self) -> bool {
         self.verbose
     }
 }
 
 impl DeployArgs {
     /// `--dry-run` given.
-    pub fn is_dry_run(&self) -> bool {
+    pub(crate) fn is_dry_run(&self) -> bool {
         self.dry_run
     }
 }
@@ -138,7 +138,7 @@ fn assert_address(connection: &str, addr: &str) -> Result<(), Failure> {
 /// not restart the agent every few seconds (the unit sets no start limit).
 const TEMPFAIL_DELAY: std::time::Duration = std::time::Duration::from_secs(60);
 
-pub fn agent(args: AgentArgs) -> Outcome {
+pub(crate) fn agent(args: AgentArgs) -> Outcome {
     let config = match load_config(&args.config) {
         Err(Failure::TempFail(message)) => {
             eprintln!(
@@ -314,7 +314,7 @@ fn spawn_signal_handler(mut signals: Signals, stop: Arc<AtomicBool>, wake: Arc<N
     });
 }
 
-pub fn deploy(args: DeployArgs) -> Outcome {
+pub(crate) fn deploy(args: DeployArgs) -> Outcome {
     let config = load_config(&args.config)?;
     let config = Config {
         tls: args.zk.tls_files(&config.tls)?,

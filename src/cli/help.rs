@@ -8,7 +8,7 @@
 #[derive(Debug, Clone, Copy)]
 pub struct CommandDoc {
     /// The command's words after `zkdeployment` (empty: the program itself).
-    pub path: &'static [&'static str],
+    pub(crate) path: &'static [&'static str],
     /// The man section: 8 for the agent (a daemon), 1 otherwise.
     pub section: u8,
     /// Exit codes and what each means.
@@ -337,7 +337,7 @@ fn after_help(doc: &CommandDoc) -> String {
 }
 
 /// `cmd` (at `path`) and its subcommands, each given its [`after_help`].
-pub fn with_after_help(cmd: clap::Command, path: &[&str]) -> clap::Command {
+pub(crate) fn with_after_help(cmd: clap::Command, path: &[&str]) -> clap::Command {
     let cmd = match doc(path) {
         Some(d) => cmd.after_help(after_help(d)),
         None => cmd,

@@ -17,7 +17,7 @@ use clap::{Parser, Subcommand};
 
 /// How a command ended, mapped to the exit codes (docs/operations.md, "Exit codes").
 #[derive(Debug)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// Exit 1: the command failed (an import, a pass, a sync).
     Failed(String),
     /// Exit 2: usage or configuration error.
@@ -49,12 +49,12 @@ impl Failure {
 }
 
 /// Result of a command: an exit code on success paths (0, or e.g. 10 for "changes pending").
-pub type Outcome = Result<u8, Failure>;
+pub(crate) type Outcome = Result<u8, Failure>;
 
 /// zkdeployment: converge RPM hosts to a tree kept in ZooKeeper.
 #[derive(Debug, Parser)]
 #[command(name = "zkdeployment", version, about, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }

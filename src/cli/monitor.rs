@@ -18,7 +18,7 @@ use crate::sync::local::DEFAULT_TOMBSTONE;
 use crate::zk::TlsFiles;
 
 #[derive(Debug, Args)]
-pub struct MonitorArgs {
+pub(crate) struct MonitorArgs {
     /// The agent's configuration file (not with --syncer).
     #[arg(required_unless_present = "syncer", conflicts_with = "syncer")]
     config: Option<PathBuf>,
@@ -46,7 +46,7 @@ pub struct MonitorArgs {
 const STEP_THRESHOLDS: (u64, u64) = (200, 600);
 const SYNCER_THRESHOLDS: (u64, u64) = (1800, 7200);
 
-pub fn run(args: MonitorArgs) -> Outcome {
+pub(crate) fn run(args: MonitorArgs) -> Outcome {
     let (warn, error) = if args.syncer {
         SYNCER_THRESHOLDS
     } else {

@@ -18,7 +18,7 @@ use crate::sync::desired::{build, is_tree_file, SourceFile, TreeError};
 use crate::sync::git;
 
 #[derive(Debug, Args)]
-pub struct PlanArgs {
+pub(crate) struct PlanArgs {
     /// Git repository holding the tree (as for `sync`).
     #[arg(
         short = 'u',
@@ -103,7 +103,7 @@ fn tree_errors(errors: Vec<TreeError>, names: &BTreeMap<String, String>) -> Fail
     Failure::Failed(lines.join("\n"))
 }
 
-pub fn run(args: PlanArgs) -> Outcome {
+pub(crate) fn run(args: PlanArgs) -> Outcome {
     let settings = Settings::resolve(&args.zk, None, &args.config)?;
     runtime()?.block_on(async {
         let (revision, files, names) = match (&args.url, &args.dir) {

@@ -17,7 +17,7 @@ use crate::zk::acl::Kind;
 use crate::zk::{call, Client};
 
 #[derive(Debug, Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// Print JSON (stable keys: version, synced, halt, pause, nodes, hosts, locks, semaphores,
     /// warnings, summary).
     #[arg(long)]
@@ -42,7 +42,7 @@ pub struct StatusArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ResumeArgs {
+pub(crate) struct ResumeArgs {
     /// Application nodes to resume: end each one's halt or pause and clear its failure
     /// records (without PATH: the cluster).
     #[arg(value_name = "PATH", conflicts_with = "version")]
@@ -63,7 +63,7 @@ pub struct ResumeArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct PauseArgs {
+pub(crate) struct PauseArgs {
     /// Application nodes to pause: no host starts a new step of them until `resume PATH`
     /// (without PATH: the cluster).
     #[arg(value_name = "PATH")]
@@ -83,7 +83,7 @@ pub struct PauseArgs {
 }
 
 /// `zkdeployment pause`: the cluster version `false` and the pause record, in one write.
-pub fn pause_cmd(args: PauseArgs) -> Outcome {
+pub(crate) fn pause_cmd(args: PauseArgs) -> Outcome {
     let settings = Settings::resolve(&args.zk, Some(&args.auth), &args.config)?;
     let (user, host) = operator();
     let reason = args
@@ -157,7 +157,7 @@ fn pause_nodes_cmd(args: &PauseArgs, settings: &Settings, rec: &serde_json::Valu
     })
 }
 
-pub fn status(args: StatusArgs) -> Outcome {
+pub(crate) fn status(args: StatusArgs) -> Outcome {
     let settings = Settings::resolve(&args.zk, None, &args.config)?;
     runtime()?.block_on(async {
         let client = settings.connect().await?;
@@ -219,7 +219,7 @@ pub(super) async fn require_hosts(client: &Client, connection: &str) -> Result<(
     }
 }
 
-pub fn resume_cmd(args: ResumeArgs) -> Outcome {
+pub(crate) fn resume_cmd(args: ResumeArgs) -> Outcome {
     let version = args.version.as_deref().map(parse_version);
     if let Some(v) = &version {
         check_version(v).map_err(|e| Failure::Usage(e.to_string()))?;

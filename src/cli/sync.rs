@@ -15,7 +15,7 @@ use crate::sync::local::{
 use crate::sync::{self, Options};
 
 #[derive(Debug, Args)]
-pub struct SyncArgs {
+pub(crate) struct SyncArgs {
     /// Git repository holding the tree (a path, file:// URL, or any URL libgit2 supports).
     #[arg(short = 'u', long = "url")]
     url: String,
@@ -66,7 +66,7 @@ pub struct SyncArgs {
 /// ZooKeeper requests bounded by 30 s each), well below a day of silence.
 const STALE_LOCK_SECS: u64 = 3600;
 
-pub fn run(args: SyncArgs) -> Outcome {
+pub(crate) fn run(args: SyncArgs) -> Outcome {
     // Before the runtime starts any thread (a libgit2 global).
     crate::gitauth::bound_network(Duration::from_secs(args.git_timeout));
     let settings = Settings::resolve(&args.zk, Some(&args.auth), &args.config)?;

@@ -15,7 +15,7 @@ use crate::zk::export::export_tree;
 use crate::zk::import::{import_tree_with_acl, Trim};
 
 #[derive(Debug, Subcommand)]
-pub enum TreeCommand {
+pub(crate) enum TreeCommand {
     /// Parse and lint tree files offline; errors and warnings are printed as FILE:LINE: message.
     Check {
         /// Tree files (`.zk`, `.zkx`).
@@ -63,7 +63,7 @@ pub enum TreeCommand {
     },
 }
 
-pub fn run(cmd: TreeCommand) -> Outcome {
+pub(crate) fn run(cmd: TreeCommand) -> Outcome {
     match cmd {
         TreeCommand::Check { paths } => check(&paths),
         TreeCommand::Export {

@@ -27,38 +27,38 @@ use crate::zk::{connect, Client, ConnectOptions, TlsFiles};
 
 /// The `-z/--zookeeper` flag and the `--tls-*` flags.
 #[derive(Debug, Args)]
-pub struct ZkArg {
+pub(crate) struct ZkArg {
     /// ZooKeeper connection string, `host:port[,host:port][/chroot]` (default: the config
     /// file's `zookeeper` if the command reads one, else $ZC_ZK_CONNECTION_STRING, else
     /// zookeeper:2181).
     #[arg(short = 'z', long = "zookeeper", value_name = "CONN")]
-    pub zookeeper: Option<String>,
+    pub(crate) zookeeper: Option<String>,
     #[command(flatten)]
-    pub tls: TlsArg,
+    pub(crate) tls: TlsArg,
 }
 
 /// `--tls-ca`, `--tls-cert`, `--tls-key`.
 #[derive(Debug, Args, Default)]
-pub struct TlsArg {
+pub(crate) struct TlsArg {
     /// PEM CA bundle the ZooKeeper servers' certificates must chain to; every connection is
     /// then TLS, the server's certificate verified for the host name or IP address of the
     /// connection string (default: the config file's zookeeper-tls-ca, else
     /// $ZKDEPLOYMENT_TLS_CA).
     #[arg(long = "tls-ca", value_name = "FILE")]
-    pub ca: Option<PathBuf>,
+    pub(crate) ca: Option<PathBuf>,
     /// PEM client certificate presented to ZooKeeper (default: zookeeper-tls-cert, else
     /// $ZKDEPLOYMENT_TLS_CERT).
     #[arg(long = "tls-cert", value_name = "FILE")]
-    pub cert: Option<PathBuf>,
+    pub(crate) cert: Option<PathBuf>,
     /// PEM private key of the client certificate (default: zookeeper-tls-key, else
     /// $ZKDEPLOYMENT_TLS_KEY).
     #[arg(long = "tls-key", value_name = "FILE")]
-    pub key: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
 }
 
 impl TlsArg {
     /// The flags as given.
-    pub fn files(&self) -> TlsFiles {
+    pub(crate) fn files(&self) -> TlsFiles {
         TlsFiles {
             ca: self.ca.clone(),
             cert: self.cert.clone(),
@@ -71,7 +71,7 @@ impl ZkArg {
     /// The TLS files: each flag, else the configuration's (`file`), else the environment's.
     /// Read and checked now: a file that is missing, unreadable, not PEM, or a key that does
     /// not match its certificate is a usage error (exit 2). The connection reads them again.
-    pub fn tls_files(&self, file: &TlsFiles) -> Result<TlsFiles, Failure> {
+    pub(crate) fn tls_files(&self, file: &TlsFiles) -> Result<TlsFiles, Failure> {
         let files = TlsFiles::resolve(&self.tls.files(), file);
         files
             .check_combination()
@@ -87,14 +87,17 @@ impl ZkArg {
     }
 
     /// The connection string for a command with a configuration file.
-    pub fn with_config(&self, config: &Config) -> String {
+    pub(crate) fn with_config(&self, config: &Config) -> String {
         config.connection(self.zookeeper.as_deref())
     }
 }
 
 /// The protection owned by `identity` on `client`'s session (x509: the id the server
 /// reports for its certificate).
-pub async fn protection(client: &Client, identity: &Identity) -> Result<Protection, Failure> {
+pub(crate) async fn protection(
+    client: &Client,
+    identity: &Identity,
+) -> Result<Protection, Failure> {
     match identity {
         Identity::Digest(s) => Ok(Protection::new(s.expose())),
         Identity::X509 => Protection::x509(client)
@@ -105,18 +108,18 @@ pub async fn protection(client: &Client, identity: &Identity) -> Result<Protecti
 
 /// The `--auth AUTH` flag of the commands that write what the syncer owns.
 #[derive(Debug, Args)]
-pub struct AuthArg {
+pub(crate) struct AuthArg {
     /// Digest credentials `user:password` of the syncer's identity, or file:///PATH (or an
     /// http(s):// URL) giving them, as for the config's zookeeper-auth; or `x509`: the TLS
     /// client certificate (--tls-cert) is the identity. Nodes written are readable by all and
     /// writable by this identity only.
     #[arg(long, value_name = "AUTH")]
-    pub auth: Option<String>,
+    pub(crate) auth: Option<String>,
 }
 
 impl AuthArg {
     /// The identity, resolved and checked (a bad value is a usage error).
-    pub fn identity(&self) -> Result<Option<Identity>, Failure> {
+    pub(crate) fn identity(&self) -> Result<Option<Identity>, Failure> {
         match self.auth.as_deref().map(str::trim) {
             None => Ok(None),
             Some("x509") => Ok(Some(Identity::X509)),
@@ -129,28 +132,28 @@ impl AuthArg {
 
 /// The `-c/--config FILE` flag.
 #[derive(Debug, Args)]
-pub struct ConfigArg {
+pub(crate) struct ConfigArg {
     /// Read `zookeeper`, `zookeeper-auth` and `zookeeper-tls-*` from this configuration file
     /// (the agent's, e.g. /etc/zkdeployment/agent.cfg); -z/--zookeeper and --auth win.
     #[arg(short = 'c', long = "config", value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
 }
 
 /// How a command reaches ZooKeeper: its flags over its `--config FILE`.
 #[derive(Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// The connection string.
-    pub connection: String,
+    pub(crate) connection: String,
     /// The identity (`--auth`, else the file's `zookeeper-auth`), if any.
-    pub auth: Option<Identity>,
+    pub(crate) auth: Option<Identity>,
     /// The TLS files: each flag, else the file's, else the environment's (checked).
-    pub tls: TlsFiles,
+    pub(crate) tls: TlsFiles,
 }
 
 impl Settings {
     /// Resolves the flags over the configuration file; an unreadable or bad file is a usage
     /// error naming it (one whose value cannot be fetched now: exit 1).
-    pub fn resolve(
+    pub(crate) fn resolve(
         zk: &ZkArg,
         auth: Option<&AuthArg>,
         config: &ConfigArg,
@@ -188,7 +191,7 @@ impl Settings {
     }
 
     /// Connects with the connection string, the TLS files and the identity's credentials.
-    pub async fn connect(&self) -> Result<Client, Failure> {
+    pub(crate) async fn connect(&self) -> Result<Client, Failure> {
         let mut opts = ConnectOptions::new(self.connection.clone());
         opts.tls = self.tls.clone();
         opts.digest = self

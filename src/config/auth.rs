@@ -21,15 +21,15 @@ pub(super) fn is_digest(value: &str) -> bool {
 /// Why an `--auth` value was refused (the message names the flag, never the value).
 #[derive(Debug, thiserror::Error)]
 #[error("--auth: {0}")]
-pub struct AuthError(String);
+pub(crate) struct AuthError(String);
 
 /// Resolves an `--auth` value (see the module documentation).
-pub fn auth_flag(value: &str) -> Result<Secret, AuthError> {
+pub(crate) fn auth_flag(value: &str) -> Result<Secret, AuthError> {
     auth_flag_with(value, &http_get)
 }
 
 /// [`auth_flag`] with the GET for `http(s)://` values given.
-pub fn auth_flag_with(
+pub(crate) fn auth_flag_with(
     value: &str,
     fetch: &dyn Fn(&str) -> Result<Option<String>, FetchError>,
 ) -> Result<Secret, AuthError> {

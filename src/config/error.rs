@@ -105,7 +105,7 @@ impl ConfigError {
 
     /// True if trying again later may succeed: a value's server could not be reached. Every
     /// other error is a configuration to fix (exit 2).
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         matches!(self, ConfigError::Unreachable { .. })
     }
 

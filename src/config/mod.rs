@@ -76,22 +76,22 @@ use std::time::Duration;
 use crate::zk::connect::connection_string;
 /// The connection string precedence lives with the ZooKeeper connection.
 pub use crate::zk::connect::{resolve_connection, CONNECTION_ENV, DEFAULT_CONNECTION};
-pub use auth::{auth_flag, AuthError};
+pub(crate) use auth::auth_flag;
 pub use error::ConfigError;
 pub use host::fqdn;
 pub use parse::parse;
 pub use values::{http_get, FetchError};
 
 /// The section the agent reads.
-pub const SECTION: &str = "zkdeployment";
+pub(crate) const SECTION: &str = "zkdeployment";
 /// Default `session-timeout`.
-pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default `sendmail`.
-pub const DEFAULT_SENDMAIL: &str = "/usr/sbin/sendmail";
+pub(crate) const DEFAULT_SENDMAIL: &str = "/usr/sbin/sendmail";
 /// Default `yum`.
-pub const DEFAULT_YUM: &str = "yum";
+pub(crate) const DEFAULT_YUM: &str = "yum";
 /// Timeout of the GET made for `http://` and `https://` values.
-pub const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 /// One configuration key as the documents show it: `configuration.md`, `zkdeployment.conf(5)`
 /// and `zkdeployment-agent(8)` are made from [`KEY_TABLE`], the one list of keys.
 #[derive(Debug, Clone, Copy)]
@@ -259,7 +259,7 @@ pub enum Identity {
 
 impl Identity {
     /// The digest credentials to add to the session, if any.
-    pub fn digest(&self) -> Option<&Secret> {
+    pub(crate) fn digest(&self) -> Option<&Secret> {
         match self {
             Identity::Digest(s) => Some(s),
             Identity::X509 => None,
@@ -327,7 +327,7 @@ impl Config {
 
     /// How the agent, `deploy` and `monitor` connect to `connection`: this file's session
     /// timeout, digest credentials and TLS files (read again at every connection).
-    pub fn connect_options(&self, connection: String) -> crate::zk::ConnectOptions {
+    pub(crate) fn connect_options(&self, connection: String) -> crate::zk::ConnectOptions {
         let mut opts = crate::zk::ConnectOptions::new(connection);
         opts.session_timeout = self.session_timeout;
         opts.digest = self.zookeeper_auth.as_ref().map(|s| s.expose().to_string());
@@ -339,22 +339,20 @@ impl Config {
 /// How to reach ZooKeeper, as a configuration file says (`zookeeper`, `zookeeper-auth`,
 /// `zookeeper-tls-*`): what `--config FILE` gives the commands other than the agent's.
 #[derive(Clone, Debug, Default)]
-pub struct ZkSettings {
-    /// The file it came from.
-    pub path: PathBuf,
+pub(crate) struct ZkSettings {
     /// `zookeeper`.
-    pub zookeeper: Option<String>,
+    pub(crate) zookeeper: Option<String>,
     /// `zookeeper-auth` (digest credentials).
-    pub zookeeper_auth: Option<Secret>,
+    pub(crate) zookeeper_auth: Option<Secret>,
     /// `zookeeper-auth = x509`: the client certificate is the identity.
-    pub zookeeper_x509: bool,
+    pub(crate) zookeeper_x509: bool,
     /// `zookeeper-tls-*`.
-    pub tls: crate::zk::TlsFiles,
+    pub(crate) tls: crate::zk::TlsFiles,
 }
 
 impl ZkSettings {
     /// The identity the file gives, if any.
-    pub fn identity(&self) -> Option<Identity> {
+    pub(crate) fn identity(&self) -> Option<Identity> {
         if self.zookeeper_x509 {
             Some(Identity::X509)
         } else {
@@ -365,7 +363,7 @@ impl ZkSettings {
 
 /// Reads the connection keys of the configuration file at `path` (the others must be known
 /// keys, and are not checked further: a syncer's file may hold nothing else).
-pub fn load_connection(path: &Path) -> Result<ZkSettings, ConfigError> {
+pub(crate) fn load_connection(path: &Path) -> Result<ZkSettings, ConfigError> {
     let text = read_text(path)?;
     parse::parse_connection(path, &text, &http_get)
 }

@@ -248,7 +248,6 @@ fn connection(values: &Values<'_>) -> Result<ZkSettings, ConfigError> {
         ));
     }
     Ok(ZkSettings {
-        path: values.path.to_path_buf(),
         zookeeper,
         zookeeper_auth,
         zookeeper_x509,

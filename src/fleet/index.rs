@@ -79,11 +79,6 @@ impl TargetIndex {
         out.dedup();
         out
     }
-
-    /// Every target named in the tree.
-    pub fn targets(&self) -> impl Iterator<Item = &str> {
-        self.by_target.keys().map(String::as_str)
-    }
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@
 
 pub mod index;
 pub mod plan;
-pub mod read;
-pub mod render;
+pub(crate) mod read;
+pub(crate) mod render;
 
 use std::collections::BTreeSet;
 
@@ -28,22 +28,22 @@ use plan::{fleet_facts, plan_fleet, FleetPlan, Indexed};
 /// The stable JSON document of `plan --json`: the candidate, the current cluster version, and
 /// the plan (new keys may be added, none removed or renamed).
 #[derive(Debug, Clone, Serialize)]
-pub struct Document {
+pub(crate) struct Document {
     /// The candidate: a git revision, or `files`.
-    pub revision: String,
+    pub(crate) revision: String,
     /// The cluster version now (`null` when halted, on `/hosts` or by a halt record).
-    pub cluster: Value,
+    pub(crate) cluster: Value,
     /// True if every host is listed with its plan (`--per-host`); false if the lists of hosts
     /// name only the hosts that change.
-    pub per_host: bool,
+    pub(crate) per_host: bool,
     /// The plan.
     #[serde(flatten)]
-    pub plan: FleetPlan,
+    pub(crate) plan: FleetPlan,
 }
 
 /// Reads the fleet (and, of the current tree, what the plan asks about), and plans
 /// `candidate` (a merged, linted tree) for every registered host.
-pub async fn plan_candidate(
+pub(crate) async fn plan_candidate(
     client: &Client,
     revision: &str,
     candidate: &Node,

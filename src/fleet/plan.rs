@@ -32,20 +32,20 @@ use crate::tree::{Node, Props};
 
 /// A registered host, as read from its host node.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Registered {
+pub(crate) struct Registered {
     /// Who it is (id, name, role).
-    pub host: Host,
+    pub(crate) host: Host,
     /// Its published inventory: `None` if it has none or one that cannot be read (anyone may
     /// write under `/hosts`: a malformed inventory is no inventory).
-    pub inventory: Option<Inventory>,
+    pub(crate) inventory: Option<Inventory>,
     /// True if its host node carries `agent` (written by this agent, not the original's).
-    pub agent: bool,
+    pub(crate) agent: bool,
 }
 
 impl Registered {
     /// Whether the host has a health check for `rpm`, as its inventory says (`None`: no
     /// inventory, or one from an agent that did not publish health checks).
-    pub fn health_check(&self, rpm: &str) -> Option<bool> {
+    pub(crate) fn health_check(&self, rpm: &str) -> Option<bool> {
         match &self.inventory {
             Some(inv) => inv.health.as_ref().map(|h| h.iter().any(|p| p == rpm)),
             _ => None,
@@ -55,7 +55,7 @@ impl Registered {
 
 /// Why the fleet is mixed (the first registered host, by id, without `agent`), in the words
 /// of the agent's [`crate::agent::rollout::mixed_fleet`].
-pub fn mixed_fleet(hosts: &[Registered]) -> Option<String> {
+pub(crate) fn mixed_fleet(hosts: &[Registered]) -> Option<String> {
     let mut originals: Vec<&Registered> = hosts.iter().filter(|r| !r.agent).collect();
     originals.sort_by(|a, b| a.host.id.cmp(&b.host.id));
     originals
@@ -66,7 +66,7 @@ pub fn mixed_fleet(hosts: &[Registered]) -> Option<String> {
 /// What the rollout depends on beyond the tree, from the candidate and the hosts as read:
 /// whether the fleet is mixed, and the deploy targets of each of `app_paths` (children of
 /// `<node>/deploy` in the candidate, as the agent counts them in ZooKeeper once it is synced).
-pub fn fleet_facts(
+pub(crate) fn fleet_facts(
     candidate: &Node,
     app_paths: &BTreeSet<String>,
     hosts: &[Registered],
@@ -84,11 +84,11 @@ pub fn fleet_facts(
 }
 
 /// A tree and its index by target.
-pub struct Indexed<'a, S> {
+pub(crate) struct Indexed<'a, S> {
     /// The tree.
-    pub tree: &'a S,
+    pub(crate) tree: &'a S,
     /// Its deploy nodes by target.
-    pub index: &'a TargetIndex,
+    pub(crate) index: &'a TargetIndex,
 }
 
 impl<S: TreeSource> Indexed<'_, S> {
@@ -98,7 +98,7 @@ impl<S: TreeSource> Indexed<'_, S> {
 }
 
 /// What the fleet plan needs of the current tree.
-pub trait Current {
+pub(crate) trait Current {
     /// What a host that converged on the current tree has (for hosts without an inventory).
     fn converged(&self, host: &Host) -> Result<Installed, String>;
     /// An application node's properties, links resolved (`None`: absent, or not resolvable).
@@ -119,11 +119,11 @@ impl<S: TreeSource> Current for Indexed<'_, S> {
 
 /// The answers about the current tree, worked out beforehand (from the nodes read for them).
 #[derive(Debug, Clone, Default)]
-pub struct Prefetched {
+pub(crate) struct Prefetched {
     /// By host id: what it has if converged on the current tree.
-    pub converged: HashMap<String, Result<Installed, String>>,
+    pub(crate) converged: HashMap<String, Result<Installed, String>>,
     /// By application node: its resolved properties, if it exists.
-    pub properties: HashMap<String, Props>,
+    pub(crate) properties: HashMap<String, Props>,
 }
 
 impl Current for Prefetched {
@@ -141,47 +141,47 @@ impl Current for Prefetched {
 
 /// What one host would do.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HostPlan {
+pub(crate) struct HostPlan {
     /// Host id.
-    pub id: String,
+    pub(crate) id: String,
     /// Host name.
-    pub name: String,
+    pub(crate) name: String,
     /// Role, if any.
-    pub role: Option<String>,
+    pub(crate) role: Option<String>,
     /// True if planned from its published inventory; false if planned as if it had converged
     /// on the current tree.
-    pub inventory: bool,
+    pub(crate) inventory: bool,
     /// The steps of its next pass (empty if it fails).
-    pub steps: Vec<Step>,
+    pub(crate) steps: Vec<Step>,
     /// The same steps as `deploy --dry-run` prints them (and `last-pass.json` names them).
-    pub lines: Vec<String>,
+    pub(crate) lines: Vec<String>,
     /// Why its pass would fail before changing anything, if it would.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// True if a step is more than the routine re-run.
-    pub changes: bool,
+    pub(crate) changes: bool,
 }
 
 /// One property of an application node that changes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PropertyChange {
+pub(crate) struct PropertyChange {
     /// Property name.
-    pub key: String,
+    pub(crate) key: String,
     /// Its value in the current tree (`null` if absent).
-    pub old: Value,
+    pub(crate) old: Value,
     /// Its value in the candidate tree (`null` if absent).
-    pub new: Value,
+    pub(crate) new: Value,
 }
 
 /// Hosts grouped under one change.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Group<K> {
+pub(crate) struct Group<K> {
     /// What changes.
     #[serde(flatten)]
-    pub what: K,
+    pub(crate) what: K,
     /// How many hosts it concerns.
-    pub count: usize,
+    pub(crate) count: usize,
     /// Ids of the hosts it concerns, sorted (only those that change, unless per host).
-    pub hosts: Vec<String>,
+    pub(crate) hosts: Vec<String>,
 }
 
 impl<K> Group<K> {
@@ -196,91 +196,91 @@ impl<K> Group<K> {
 
 /// How many hosts are in each class (whether or not they are listed).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// Hosts with changes (or whose pass would fail).
-    pub changed: usize,
+    pub(crate) changed: usize,
     /// Hosts whose pass only re-runs what they have.
-    pub routine: usize,
+    pub(crate) routine: usize,
     /// Hosts with nothing to do at all.
-    pub idle: usize,
+    pub(crate) idle: usize,
     /// Hosts planned without an inventory.
-    pub without_inventory: usize,
+    pub(crate) without_inventory: usize,
 }
 
 /// A package change.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct PackageChange {
+pub(crate) struct PackageChange {
     /// `install`, `upgrade`, `downgrade`, `change` (versions not comparable) or `remove`.
-    pub change: &'static str,
+    pub(crate) change: &'static str,
     /// The package.
-    pub rpm: String,
+    pub(crate) rpm: String,
     /// Version installed now (`null`: none, or unknown).
-    pub from: Option<String>,
+    pub(crate) from: Option<String>,
     /// Version wanted (`null`: any, or removed).
-    pub to: Option<String>,
+    pub(crate) to: Option<String>,
 }
 
 /// An instance added or removed.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct InstanceChange {
+pub(crate) struct InstanceChange {
     /// `add` or `remove`.
-    pub change: &'static str,
+    pub(crate) change: &'static str,
     /// Application node.
-    pub path: String,
+    pub(crate) path: String,
     /// Instance.
-    pub n: u32,
+    pub(crate) n: u32,
     /// Package whose deploy script runs.
-    pub rpm: String,
+    pub(crate) rpm: String,
 }
 
 /// An application node whose properties change.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PropertiesChange {
+pub(crate) struct PropertiesChange {
     /// Application node.
-    pub path: String,
+    pub(crate) path: String,
     /// The properties that change (links resolved), by name.
-    pub changes: Vec<PropertyChange>,
+    pub(crate) changes: Vec<PropertyChange>,
 }
 
 /// How an application node's deployments roll out across the fleet.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NodeRollout {
+pub(crate) struct NodeRollout {
     /// Application node.
-    pub path: String,
+    pub(crate) path: String,
     /// `max-parallel` as the candidate sets it (`null`: not set): a count, or `'P%'`.
-    pub max_parallel: Value,
+    pub(crate) max_parallel: Value,
     /// The deploy targets a percentage counts (`null` unless `max-parallel` or
     /// `max-failures` is one).
-    pub targets: Option<usize>,
+    pub(crate) targets: Option<usize>,
     /// The effective K: how many hosts may deploy the node at once.
-    pub parallel: u32,
+    pub(crate) parallel: u32,
     /// How many hosts deploy a new version one at a time first.
-    pub canary: u32,
+    pub(crate) canary: u32,
     /// `health-deadline`, seconds.
-    pub health_deadline: f64,
+    pub(crate) health_deadline: f64,
     /// Whether a health check runs after the deploy script: as the inventories of the hosts
     /// that deploy it say, or `null` when not known (a host without an inventory that says,
     /// a package whose version changes, or hosts that differ).
-    pub health: Option<bool>,
+    pub(crate) health: Option<bool>,
     /// True if a deployment of it changes (an instance added, its package's version, or its
     /// properties): then it re-runs under this rollout.
-    pub changes: bool,
+    pub(crate) changes: bool,
     /// The effective `max-failures` F (`null` in a mixed fleet: every failure halts the
     /// cluster).
-    pub max_failures: Option<u32>,
+    pub(crate) max_failures: Option<u32>,
     /// `max-failures` as the candidate sets it (`null`: not set): a count, or `'P%'`.
-    pub max_failures_in_tree: Value,
+    pub(crate) max_failures_in_tree: Value,
     /// The budget the candidate sets, parsed (the fleet may turn it off).
     #[serde(skip)]
     pub(crate) budget_in_tree: settings::Budget,
     /// `on-failure`: `halt-cluster` or `halt-node`.
-    pub on_failure: &'static str,
+    pub(crate) on_failure: &'static str,
 }
 
 impl NodeRollout {
     /// True if anything about it differs from a plain node (one host at a time, no canary,
     /// no known health check).
-    pub fn is_default(&self) -> bool {
+    pub(crate) fn is_default(&self) -> bool {
         self.parallel == 1
             && self.canary == 0
             && self.max_parallel.is_null()
@@ -291,7 +291,7 @@ impl NodeRollout {
 
     /// True if the candidate sets a failure budget for the node (`max-failures` above 0, or
     /// `on-failure = 'halt-node'`), whether or not the fleet lets it apply.
-    pub fn sets_budget(&self) -> bool {
+    pub(crate) fn sets_budget(&self) -> bool {
         !matches!(
             self.budget_in_tree,
             settings::Budget::Count(0) | settings::Budget::Percent(0)
@@ -312,7 +312,7 @@ impl NodeRollout {
 
     /// `max-parallel K, canary C, health check`, as `deploy --dry-run` says it, with the
     /// health check `unknown` when it is not known.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut how = Rollout {
             parallel: self.parallel,
             canary: self.canary,
@@ -329,68 +329,68 @@ impl NodeRollout {
 
 /// Any other step that changes a host (role controllers, `/etc` removals), by its text.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct OtherChange {
+pub(crate) struct OtherChange {
     /// The step, as `deploy --dry-run` prints it.
-    pub step: String,
+    pub(crate) step: String,
 }
 
 /// A failure shared by hosts.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct FailureGroup {
+pub(crate) struct FailureGroup {
     /// The error.
-    pub error: String,
+    pub(crate) error: String,
 }
 
 /// The whole fleet plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FleetPlan {
+pub(crate) struct FleetPlan {
     /// Registered hosts planned.
-    pub registered: usize,
+    pub(crate) registered: usize,
     /// Package installs, upgrades, downgrades and removals.
-    pub packages: Vec<Group<PackageChange>>,
+    pub(crate) packages: Vec<Group<PackageChange>>,
     /// Instances added and removed.
-    pub instances: Vec<Group<InstanceChange>>,
+    pub(crate) instances: Vec<Group<InstanceChange>>,
     /// Application nodes whose properties change, with the hosts that deploy them (and so
     /// re-run them with the new settings).
-    pub properties: Vec<Group<PropertiesChange>>,
+    pub(crate) properties: Vec<Group<PropertiesChange>>,
     /// Role controller changes and `/etc/<app>` removals.
-    pub other: Vec<Group<OtherChange>>,
+    pub(crate) other: Vec<Group<OtherChange>>,
     /// Hosts whose pass would fail before changing anything, by error.
-    pub failures: Vec<Group<FailureGroup>>,
+    pub(crate) failures: Vec<Group<FailureGroup>>,
     /// Why every node uses the node lock with K = 1 (a registered host without `agent`), if
     /// it does.
-    pub mixed_fleet: Option<String>,
+    pub(crate) mixed_fleet: Option<String>,
     /// The rollout of every application node deployed, with the hosts that deploy it.
-    pub rollouts: Vec<Group<NodeRollout>>,
+    pub(crate) rollouts: Vec<Group<NodeRollout>>,
     /// How many hosts change, only re-run, have nothing to do, have no inventory.
-    pub counts: Counts,
+    pub(crate) counts: Counts,
     /// Hosts with changes.
-    pub changed: Vec<String>,
+    pub(crate) changed: Vec<String>,
     /// Hosts whose pass only re-runs what they have (empty unless per host).
-    pub routine: Vec<String>,
+    pub(crate) routine: Vec<String>,
     /// Hosts with nothing to do at all (empty unless per host).
-    pub idle: Vec<String>,
+    pub(crate) idle: Vec<String>,
     /// Hosts planned without an inventory (as if converged on the current tree): those that
     /// change, unless per host.
-    pub without_inventory: Vec<String>,
+    pub(crate) without_inventory: Vec<String>,
     /// The hosts' plans, by id: those that change, unless per host.
-    pub hosts: Vec<HostPlan>,
+    pub(crate) hosts: Vec<HostPlan>,
 }
 
 impl FleetPlan {
     /// True if anything changes anywhere (the exit code 10).
-    pub fn has_changes(&self) -> bool {
+    pub(crate) fn has_changes(&self) -> bool {
         !self.changed.is_empty() || !self.properties.is_empty()
     }
 
     /// True if some host's pass would fail (the exit code 1).
-    pub fn has_failures(&self) -> bool {
+    pub(crate) fn has_failures(&self) -> bool {
         !self.failures.is_empty()
     }
 
     /// Keeps, in every list of hosts, only the hosts that change (CONTRACT 12: hosts with
     /// nothing but the routine re-run are counted, not listed); counts are left whole.
-    pub fn only_changes(&mut self) {
+    pub(crate) fn only_changes(&mut self) {
         let changed: BTreeSet<&String> = self.changed.iter().collect();
         self.hosts.retain(|h| changed.contains(&h.id));
         self.without_inventory.retain(|id| changed.contains(id));
@@ -433,7 +433,7 @@ pub fn converged(found: &Discovered) -> Installed {
 
 /// Plans one host: what it has (inventory, or converged on `current`), what `candidate`
 /// wants, and the steps between.
-pub fn plan_host<N: TreeSource>(
+pub(crate) fn plan_host<N: TreeSource>(
     current: &dyn Current,
     candidate: &Indexed<'_, N>,
     registered: &Registered,
@@ -549,7 +549,7 @@ fn node_rollout<N: TreeSource>(
 
 /// Compares two RPM versions the way `rpmvercmp` does: runs of digits numerically, runs of
 /// letters alphabetically, a digit run newer than a letter run, more segments newer.
-pub fn compare_versions(a: &str, b: &str) -> Ordering {
+pub(crate) fn compare_versions(a: &str, b: &str) -> Ordering {
     fn segments(s: &str) -> Vec<&str> {
         let mut out = Vec::new();
         let mut start = None;
@@ -618,7 +618,7 @@ fn package_change(rpm: &str, from: Option<&String>, to: Option<&String>) -> Pack
 }
 
 /// The properties that differ between two resolved property maps.
-pub fn property_changes(old: &Props, new: &Props) -> Vec<PropertyChange> {
+pub(crate) fn property_changes(old: &Props, new: &Props) -> Vec<PropertyChange> {
     let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
     keys.into_iter()
         .filter(|k| old.get(*k) != new.get(*k))
@@ -818,7 +818,7 @@ fn sort_hosts(out: &mut FleetPlan) {
 }
 
 /// Plans every registered host and groups the changes.
-pub fn plan_fleet<N: TreeSource>(
+pub(crate) fn plan_fleet<N: TreeSource>(
     current: &dyn Current,
     candidate: &Indexed<'_, N>,
     hosts: &[Registered],

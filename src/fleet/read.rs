@@ -23,7 +23,7 @@ use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
 use crate::zk::{Client, ZkError};
 
 /// `/hosts` and its children (not their descendants); an empty node if `/hosts` is missing.
-pub async fn read_hosts(client: &Client) -> Result<ZNode, ZkError> {
+pub(crate) async fn read_hosts(client: &Client) -> Result<ZNode, ZkError> {
     let opts = ReadOptions {
         include_ephemeral: true,
         skip: &|p| p.matches('/').count() > 2,
@@ -34,7 +34,7 @@ pub async fn read_hosts(client: &Client) -> Result<ZNode, ZkError> {
 }
 
 /// The registered hosts of a `/hosts` read, by id.
-pub fn registered(hosts: &ZNode) -> Vec<Registered> {
+pub(crate) fn registered(hosts: &ZNode) -> Vec<Registered> {
     hosts
         .children
         .iter()
@@ -76,7 +76,7 @@ fn readable_inventory(id: &str, value: &Value) -> Option<Inventory> {
 /// asked for and has not read, so that work over it can be repeated with those read (links
 /// lead anywhere, so what to read is only known by trying).
 #[derive(Debug, Default)]
-pub struct Partial {
+pub(crate) struct Partial {
     nodes: HashMap<String, Props>,
     ephemeral: HashSet<String>,
     absent: HashSet<String>,
@@ -104,7 +104,11 @@ const MAX_ROUNDS: usize = 64;
 
 impl Partial {
     /// Reads the data of `paths` (those not read yet), pipelined.
-    pub async fn read(&mut self, client: &Client, paths: Vec<String>) -> Result<(), ZkError> {
+    pub(crate) async fn read(
+        &mut self,
+        client: &Client,
+        paths: Vec<String>,
+    ) -> Result<(), ZkError> {
         let mut wanted: Vec<String> = paths
             .into_iter()
             .filter(|p| !self.nodes.contains_key(p) && !self.absent.contains(p))
@@ -130,7 +134,7 @@ impl Partial {
 
     /// Runs `work` until it asks for no node that has not been read, reading what it asked
     /// for between runs.
-    pub async fn settle<T>(
+    pub(crate) async fn settle<T>(
         &mut self,
         client: &Client,
         mut work: impl FnMut(&Partial) -> T,
@@ -149,7 +153,7 @@ impl Partial {
 
 /// The deploy nodes of the current tree named after any of `targets`, by target (one
 /// children-only walk: the agent's own, [`walk_deploy_nodes`]).
-pub async fn deploy_nodes_of(
+pub(crate) async fn deploy_nodes_of(
     client: &Client,
     targets: &HashSet<String>,
 ) -> Result<HashMap<String, Vec<String>>, ZkError> {
@@ -163,7 +167,7 @@ pub async fn deploy_nodes_of(
 /// Works out what the fleet plan needs of the current tree, reading only that: the resolved
 /// properties of `app_paths`, and what each host of `without_inventory` has if it converged
 /// on the current tree (its deploy nodes from one walk, then its discovery).
-pub async fn prefetch(
+pub(crate) async fn prefetch(
     client: &Client,
     app_paths: &BTreeSet<String>,
     without_inventory: &[&Host],

@@ -15,10 +15,10 @@ use crate::agent::rollout::BUDGETS_OFF;
 use crate::tree::literal::repr;
 
 /// Host ids shown per group (the JSON form has them all).
-pub const SHOWN: usize = 5;
+pub(crate) const SHOWN: usize = 5;
 
 /// `N host(s): a, b, c, d, e and K more`.
-pub fn hosts_line(hosts: &[String]) -> String {
+pub(crate) fn hosts_line(hosts: &[String]) -> String {
     let mut out = format!(
         "{} host{}: {}",
         hosts.len(),
@@ -92,7 +92,7 @@ fn version(v: &Option<String>) -> &str {
 
 /// The text form. `revision` names the candidate, `cluster` is the current cluster version;
 /// `per_host` adds every host's steps.
-pub fn render(plan: &FleetPlan, revision: &str, cluster: &Value, per_host: bool) -> String {
+pub(crate) fn render(plan: &FleetPlan, revision: &str, cluster: &Value, per_host: bool) -> String {
     let mut out = String::new();
     header(&mut out, plan, revision, cluster);
     section(&mut out, "Packages:", &plan.packages, |p| match p.change {

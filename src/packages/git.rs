@@ -51,11 +51,11 @@ use git2::{AutotagOption, Commit, FetchPrune, Oid, Repository};
 use crate::command::{run_checked, Cmd, CommandError};
 
 /// The marker holding the version string of a checkout (in `DIR/.git/`).
-pub const VERSION_MARKER: &str = ".zkdeployment";
+pub(crate) const VERSION_MARKER: &str = ".zkdeployment";
 /// The marker holding the commit id whose `stage-build` last succeeded (in `DIR/.git/`).
-pub const BUILT_MARKER: &str = ".zkdeployment-built";
+pub(crate) const BUILT_MARKER: &str = ".zkdeployment-built";
 /// The build script at the top of a checkout.
-pub const STAGE_BUILD: &str = "stage-build";
+pub(crate) const STAGE_BUILD: &str = "stage-build";
 
 /// A parsed git version: where to clone from and what to check out.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -64,7 +64,7 @@ impl Yum {
     }
 
     /// The yum command.
-    pub fn program(&self) -> &str {
+    pub(crate) fn program(&self) -> &str {
         &self.program
     }
 
@@ -129,7 +129,7 @@ impl Yum {
 
     /// [`Yum::install`] when the installed version was just read (`current`): skips the
     /// first `list installed`.
-    pub async fn install_from(
+    pub(crate) async fn install_from(
         &mut self,
         name: &str,
         wanted: Option<&str>,

@@ -21,11 +21,11 @@ use crate::zk::links::property;
 
 /// One file of the repository.
 #[derive(Debug, Clone)]
-pub struct SourceFile {
+pub(crate) struct SourceFile {
     /// File name (top level of the repository).
-    pub name: String,
+    pub(crate) name: String,
     /// Content.
-    pub bytes: Vec<u8>,
+    pub(crate) bytes: Vec<u8>,
 }
 
 /// An error in the repository's files, naming file and line.
@@ -33,30 +33,30 @@ pub struct SourceFile {
 #[error("{file}:{line}: {message}")]
 pub struct TreeError {
     /// File name.
-    pub file: String,
+    pub(crate) file: String,
     /// 1-based line (0 when the file as a whole is meant).
-    pub line: usize,
+    pub(crate) line: usize,
     /// What is wrong.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// The merged tree and what the sync needs to apply it.
 #[derive(Debug, Clone, Default)]
-pub struct Desired {
+pub(crate) struct Desired {
     /// The merged tree (root at `/`).
-    pub tree: Node,
+    pub(crate) tree: Node,
     /// Paths of nodes defined by `.zk` files: their children are trimmed.
-    pub authoritative: HashSet<String>,
+    pub(crate) authoritative: HashSet<String>,
     /// Where each node was (last) defined: path → (file, line).
     origins: HashMap<String, (String, usize)>,
     /// What is allowed but likely a mistake (node or property names in two Unicode
     /// spellings), each naming file and line, its message starting with `warning: `.
-    pub warnings: Vec<TreeError>,
+    pub(crate) warnings: Vec<TreeError>,
 }
 
 impl Desired {
     /// The trim policy for the children of the node at `path`.
-    pub fn trim_of(&self, path: &str) -> Trim {
+    pub(crate) fn trim_of(&self, path: &str) -> Trim {
         if self.authoritative.contains(path) {
             Trim::Yes
         } else {
@@ -65,7 +65,7 @@ impl Desired {
     }
 
     /// The top-level node names (what the repository owns).
-    pub fn roots(&self) -> Vec<String> {
+    pub(crate) fn roots(&self) -> Vec<String> {
         self.tree
             .children
             .keys()
@@ -85,13 +85,13 @@ impl Desired {
 }
 
 /// True for the files a sync reads: top-level `*.zk` and `*.zkx`.
-pub fn is_tree_file(name: &str) -> bool {
+pub(crate) fn is_tree_file(name: &str) -> bool {
     !name.contains('/') && (name.ends_with(".zk") || name.ends_with(".zkx"))
 }
 
 /// Parses, merges and lints the repository's tree files (given in any order, other files
 /// ignored). All errors are returned.
-pub fn build(files: &[SourceFile]) -> Result<Desired, Vec<TreeError>> {
+pub(crate) fn build(files: &[SourceFile]) -> Result<Desired, Vec<TreeError>> {
     let tree_files: Vec<SourceFile> = files
         .iter()
         .filter(|f| is_tree_file(&f.name))
@@ -218,7 +218,7 @@ fn node_mut<'a>(root: &'a mut Node, path: &str) -> &'a mut Node {
 /// Rollout properties (`max-parallel`, `canary`, `health-deadline`) that cannot be, as
 /// (path, line, message): checked on every application node (one with deploy targets),
 /// following links as the agent does, and on any other node that sets one itself.
-pub fn rollout_errors(tree: &Node) -> Vec<(String, usize, String)> {
+pub(crate) fn rollout_errors(tree: &Node) -> Vec<(String, usize, String)> {
     let mut errors = Vec::new();
     each_node(tree, |path, node| {
         // A value comes from the node itself or through its property link: nodes with
@@ -305,7 +305,7 @@ fn spelling_warnings(desired: &Desired) -> Vec<TreeError> {
 
 /// Every deploy node's `n` (its own or through a property link) must be an instance count:
 /// `(path, line, message)` per bad one (shared with `tree check`).
-pub fn instance_errors(tree: &Node) -> Vec<(String, usize, String)> {
+pub(crate) fn instance_errors(tree: &Node) -> Vec<(String, usize, String)> {
     let mut errors = Vec::new();
     each_node(tree, |path, node| {
         let Some(deploy) = node.children.get("deploy").filter(|_| path != "/") else {

@@ -23,14 +23,14 @@ pub const DEFAULT_BOUND: Duration = Duration::from_secs(90);
 
 /// A checked-out revision and its tree files.
 #[derive(Debug, Clone)]
-pub struct Checkout {
+pub(crate) struct Checkout {
     /// The full commit id.
-    pub revision: String,
+    pub(crate) revision: String,
     /// The top-level `.zk` / `.zkx` files of that commit (links inside the repository read
     /// as the file they name).
-    pub files: Vec<SourceFile>,
+    pub(crate) files: Vec<SourceFile>,
     /// Why entries that look like tree files were skipped (one line each).
-    pub skipped: Vec<String>,
+    pub(crate) skipped: Vec<String>,
 }
 
 /// Links followed, at most, from one tree file (as the kernel's `MAXSYMLINKS`).
@@ -44,18 +44,18 @@ const LINK_MODE: i32 = 0o120000;
 #[error("git {what} ({url} → {dir}): {message}")]
 pub struct GitError {
     /// What was being done.
-    pub what: &'static str,
+    pub(crate) what: &'static str,
     /// Repository URL.
-    pub url: String,
+    pub(crate) url: String,
     /// Working directory.
-    pub dir: String,
+    pub(crate) dir: String,
     /// libgit2's message.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// Brings `dir` to `origin/branch` of `url` and returns the revision and its tree files,
 /// within `bound` (attempts and back-off included).
-pub async fn update(
+pub(crate) async fn update(
     url: &str,
     dir: &Path,
     branch: &str,

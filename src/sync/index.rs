@@ -24,7 +24,7 @@ use crate::zk::index::{
 use crate::zk::snapshot::{read_subtree, ReadOptions};
 use crate::zk::{call, decode, encode, join, open_persistent, Client, ZkError};
 
-pub use crate::zk::index::invalidate;
+pub(crate) use crate::zk::index::invalidate;
 
 /// A generation written and ready to go live.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub enum IndexError {
 }
 
 /// The index as it stands: the root's properties and `mzxid`, if it exists.
-pub async fn root(client: &Client) -> Result<Option<(crate::tree::Props, i64)>, ZkError> {
+pub(crate) async fn root(client: &Client) -> Result<Option<(crate::tree::Props, i64)>, ZkError> {
     match call("get", INDEX, client.get_data(INDEX)).await {
         Ok((data, stat)) => Ok(Some((decode(&data), stat.mzxid))),
         Err(e) if e.is_no_node() => Ok(None),
@@ -56,7 +56,7 @@ pub async fn root(client: &Client) -> Result<Option<(crate::tree::Props, i64)>, 
 }
 
 /// The live generation's name, if the root names one.
-pub async fn live_generation(client: &Client) -> Result<Option<String>, ZkError> {
+pub(crate) async fn live_generation(client: &Client) -> Result<Option<String>, ZkError> {
     Ok(root(client).await?.and_then(|(p, _)| {
         p.get("generation")
             .and_then(Value::as_str)
@@ -66,7 +66,7 @@ pub async fn live_generation(client: &Client) -> Result<Option<String>, ZkError>
 
 /// True if the index is live for `revision`: the root names it and was written together with
 /// `/hosts` (equal `mzxid`), whose `mzxid` is `hosts_mzxid`.
-pub async fn is_live_for(
+pub(crate) async fn is_live_for(
     client: &Client,
     revision: &str,
     hosts_mzxid: i64,
@@ -115,28 +115,28 @@ pub async fn write_generation(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InPlace {
     /// The generation node's data version as read (the transaction is guarded by it).
-    pub version: i32,
+    pub(crate) version: i32,
     /// The generation node's new data (always written: its `mzxid` tells a reader that read
     /// the root before the transaction that the entries changed).
-    pub data: Vec<u8>,
+    pub(crate) data: Vec<u8>,
     /// The entries and chunks that change.
-    pub writes: Vec<EntryWrite>,
+    pub(crate) writes: Vec<EntryWrite>,
 }
 
 /// How the index goes live with a sync's new version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prepared {
     /// The generation the root will name.
-    pub generation: Generation,
+    pub(crate) generation: Generation,
     /// Writes of its entries that go into the transaction (`None`: it is complete already).
     pub in_place: Option<InPlace>,
     /// Index nodes written before the transaction (a new generation's).
-    pub written: usize,
+    pub(crate) written: usize,
 }
 
 impl Prepared {
     /// Index nodes written, before the transaction and in it.
-    pub fn writes(&self) -> usize {
+    pub(crate) fn writes(&self) -> usize {
         self.written + self.in_place.as_ref().map_or(0, |p| p.writes.len() + 1)
     }
 }
@@ -306,7 +306,7 @@ pub fn live_data(version: &Value, generation: &Generation) -> Vec<u8> {
 
 /// Deletes every generation but those in `keep` (best effort: a failure is logged, the next
 /// sync tries again). Returns the nodes deleted.
-pub async fn prune(client: &Client, keep: &[&str]) -> usize {
+pub(crate) async fn prune(client: &Client, keep: &[&str]) -> usize {
     let mut deleted = 0;
     if let Err(e) = try_prune(client, keep, &mut deleted).await {
         tracing::warn!("could not delete old deployment-index generations: {e}");

@@ -14,14 +14,14 @@ use std::time::{Duration, SystemTime};
 use nix::fcntl::{Flock, FlockArg};
 
 /// Default lock file (the original's).
-pub const DEFAULT_LOCK_FILE: &str = "/var/tmp/zkdeployment_vcs_lock_";
+pub(crate) const DEFAULT_LOCK_FILE: &str = "/var/tmp/zkdeployment_vcs_lock_";
 /// Default tombstone: the package's state directory (the original's was under /usr/share).
-pub const DEFAULT_TOMBSTONE: &str = "/var/lib/zkdeployment/sync-tombstone";
+pub(crate) const DEFAULT_TOMBSTONE: &str = "/var/lib/zkdeployment/sync-tombstone";
 
 /// What the success stamp's name adds to the tombstone's.
-pub const SUCCESS_SUFFIX: &str = ".last-success";
+pub(crate) const SUCCESS_SUFFIX: &str = ".last-success";
 /// What the tombstone says while a run holds the lock (after the run's pid).
-pub const RUNNING_MARK: &str = "acquired lock";
+pub(crate) const RUNNING_MARK: &str = "acquired lock";
 
 /// The held lock file; released when dropped.
 #[derive(Debug)]
@@ -125,16 +125,16 @@ pub fn lock_file(path: &Path) -> Result<Option<LockFile>, LockFileError> {
 
 /// Who holds a busy lock file, as far as the file tells.
 #[derive(Debug, Clone)]
-pub struct Holder {
+pub(crate) struct Holder {
     /// The process id the holder wrote (`unknown` if unreadable).
-    pub pid: String,
+    pub(crate) pid: String,
     /// Time since the holder took the lock (the file's modification time: the holder
     /// truncates it and writes its pid when it takes the lock).
-    pub age: Duration,
+    pub(crate) age: Duration,
 }
 
 /// Reads a busy lock file's holder.
-pub fn lock_holder(path: &Path) -> Holder {
+pub(crate) fn lock_holder(path: &Path) -> Holder {
     let pid = std::fs::read_to_string(path)
         .ok()
         .map(|t| t.trim().to_string())
@@ -150,18 +150,18 @@ pub fn lock_holder(path: &Path) -> Holder {
 
 /// The tombstone file.
 #[derive(Debug, Clone)]
-pub struct Tombstone {
+pub(crate) struct Tombstone {
     path: PathBuf,
 }
 
 impl Tombstone {
     /// A tombstone at `path`.
-    pub fn new(path: impl Into<PathBuf>) -> Tombstone {
+    pub(crate) fn new(path: impl Into<PathBuf>) -> Tombstone {
         Tombstone { path: path.into() }
     }
 
     /// Writes `text` (creating the directory if needed); failures are logged, not fatal.
-    pub fn write(&self, text: &str) {
+    pub(crate) fn write(&self, text: &str) {
         let result = self
             .path
             .parent()
@@ -175,14 +175,14 @@ impl Tombstone {
     }
 
     /// The success stamp's path: `<tombstone>.last-success`.
-    pub fn success_path(&self) -> PathBuf {
+    pub(crate) fn success_path(&self) -> PathBuf {
         let mut name = self.path.as_os_str().to_owned();
         name.push(SUCCESS_SUFFIX);
         PathBuf::from(name)
     }
 
     /// A run ended well at `revision`: the stamp says when, the tombstone goes.
-    pub fn succeeded(&self, revision: &str) {
+    pub(crate) fn succeeded(&self, revision: &str) {
         let stamp = self.success_path();
         let text = format!("{:.3} {revision}\n", crate::files::now());
         if let Err(e) = crate::files::write_atomic(&stamp, text.as_bytes()) {
@@ -192,7 +192,7 @@ impl Tombstone {
     }
 
     /// The tombstone's content, if there is one (`Ok(None)`: no tombstone).
-    pub fn read(&self) -> std::io::Result<Option<String>> {
+    pub(crate) fn read(&self) -> std::io::Result<Option<String>> {
         match std::fs::read_to_string(&self.path) {
             Ok(text) => Ok(Some(text.trim().to_string())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -202,7 +202,7 @@ impl Tombstone {
 
     /// The time (Unix seconds) of the last run that ended well, per the stamp (`Ok(None)`: no
     /// stamp); a stamp that does not start with a time is an `InvalidData` error.
-    pub fn last_success(&self) -> std::io::Result<Option<f64>> {
+    pub(crate) fn last_success(&self) -> std::io::Result<Option<f64>> {
         let text = match std::fs::read_to_string(self.success_path()) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -217,7 +217,7 @@ impl Tombstone {
     }
 
     /// Removes it (a run ended well).
-    pub fn remove(&self) {
+    pub(crate) fn remove(&self) {
         match std::fs::remove_file(&self.path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

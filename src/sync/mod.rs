@@ -15,11 +15,11 @@
 //! one transaction) a new generation is written. Either way the index goes live, and any
 //! in-place writes land, in the one transaction that sets `version`.
 
-pub mod desired;
+pub(crate) mod desired;
 pub mod git;
 pub mod index;
 pub mod local;
-pub mod protect;
+pub(crate) mod protect;
 
 use std::path::PathBuf;
 
@@ -41,7 +41,7 @@ use crate::zk::{
 use desired::{Desired, TreeError};
 use zookeeper_client::MultiWriteError;
 
-pub use crate::zk::paths::{HOSTS, HOSTS_LOCK};
+pub(crate) use crate::zk::paths::{HOSTS, HOSTS_LOCK};
 
 /// What to sync.
 #[derive(Debug, Clone)]

@@ -34,17 +34,17 @@ use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
 use crate::zk::{call, join, Client, ZkError};
 
 /// The index another part of the syncer writes; protected like the tree when present.
-pub use crate::zk::paths::DEPLOYMENT_INDEX;
+pub(crate) use crate::zk::paths::DEPLOYMENT_INDEX;
 
 /// Nodes every host writes under; created open before the root is closed.
-pub const SHARED: [&str; 3] = [
+pub(crate) const SHARED: [&str; 3] = [
     crate::zk::paths::AGENT_LOCKS,
     crate::zk::paths::ROLE_LOCKS,
     crate::zk::paths::AGENT_SEMAPHORES,
 ];
 
 /// Checks and repairs the ACLs of everything the syncer owns; returns the paths repaired.
-pub async fn protect(
+pub(crate) async fn protect(
     client: &Client,
     protection: &Protection,
     desired: &Desired,
@@ -143,7 +143,7 @@ async fn owned_paths(client: &Client, desired: &Desired) -> Result<Vec<String>, 
 
 /// Checks and repairs the ACLs of `/deployment-index` and its children only (after a new
 /// generation was written); returns the paths repaired.
-pub async fn protect_index(
+pub(crate) async fn protect_index(
     client: &Client,
     protection: &Protection,
 ) -> Result<Vec<String>, ZkError> {

@@ -27,9 +27,9 @@ use super::{Node, LINK_SUFFIX, PLINK_SUFFIX};
 )]
 pub struct Unwritable {
     /// The node's path.
-    pub path: String,
+    pub(crate) path: String,
     /// What is wrong.
-    pub why: String,
+    pub(crate) why: String,
 }
 
 /// One line of a node's own text (unindented) and what it must read back as; `None` for a
@@ -94,7 +94,7 @@ fn own_lines(name: &str, node: &Node) -> Vec<Line> {
 }
 
 /// Appends the lines of `node`, named `name`, at `indent`, to `out`.
-pub fn export_node_lines(name: &str, node: &Node, indent: &str, out: &mut Vec<String>) {
+pub(crate) fn export_node_lines(name: &str, node: &Node, indent: &str, out: &mut Vec<String>) {
     let inner = format!("{indent}  ");
     for (i, (text, _)) in own_lines(name, node).into_iter().enumerate() {
         let at = if i == 0 { indent } else { &inner };

@@ -7,23 +7,20 @@
 
 pub mod encoding;
 pub mod export;
-pub mod literal;
+pub(crate) mod literal;
 pub mod parse;
-pub mod rollout;
+pub(crate) mod rollout;
 pub(crate) mod spelling;
 
 use std::collections::BTreeMap;
-
-pub use export::export_node_lines;
-pub use parse::{parse, ParseError};
 
 /// Property map of a node: sorted keys, JSON values (as stored in ZooKeeper).
 pub type Props = serde_json::Map<String, serde_json::Value>;
 
 /// Suffix of a symbolic-link key (`name ->`).
-pub const LINK_SUFFIX: &str = " ->";
+pub(crate) const LINK_SUFFIX: &str = " ->";
 /// Suffix of a property-link key (`name =>`).
-pub const PLINK_SUFFIX: &str = " =>";
+pub(crate) const PLINK_SUFFIX: &str = " =>";
 
 /// One node of a parsed (or exported) tree.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -46,7 +43,7 @@ impl Node {
     }
 
     /// The data a write of this node stores: [`Node::raw`] if set, else the encoded properties.
-    pub fn data(&self) -> Vec<u8> {
+    pub(crate) fn data(&self) -> Vec<u8> {
         match &self.raw {
             Some(raw) => raw.clone(),
             None => encoding::encode(&self.props),
@@ -92,7 +89,7 @@ pub fn bad_node_name(name: &str) -> Option<&'static str> {
 
 /// Characters that print as nothing, escaped wherever user text is quoted in a message: the
 /// byte-order mark, the soft hyphen, zero-width and bidirectional format characters.
-pub fn is_invisible(c: char) -> bool {
+pub(crate) fn is_invisible(c: char) -> bool {
     matches!(
         c,
         '\u{feff}' | '\u{00ad}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}'

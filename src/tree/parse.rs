@@ -19,7 +19,7 @@ use super::literal::{bytes_literal, parse_literal, repr_str};
 use super::{bad_node_name, Node, Props, LINK_SUFFIX, PLINK_SUFFIX};
 
 /// Deepest node nesting accepted (ZooKeeper paths are bounded anyway).
-pub const MAX_DEPTH: usize = 200;
+pub(crate) const MAX_DEPTH: usize = 200;
 
 /// A parse error: the 1-based line and the original's message.
 #[derive(Debug, Clone, PartialEq, Eq)]

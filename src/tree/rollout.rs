@@ -12,17 +12,17 @@ use serde_json::Value;
 use super::literal::repr;
 
 /// The property naming how many hosts may deploy a node at once.
-pub const MAX_PARALLEL: &str = "max-parallel";
+pub(crate) const MAX_PARALLEL: &str = "max-parallel";
 /// The property naming how many canary hosts deploy a new version first.
-pub const CANARY: &str = "canary";
+pub(crate) const CANARY: &str = "canary";
 /// The property naming how long (seconds) the health check may take to pass.
-pub const HEALTH_DEADLINE: &str = "health-deadline";
+pub(crate) const HEALTH_DEADLINE: &str = "health-deadline";
 /// The property naming how many hosts may fail the node at one cluster version.
-pub const MAX_FAILURES: &str = "max-failures";
+pub(crate) const MAX_FAILURES: &str = "max-failures";
 /// The property naming what a failure beyond the budget stops.
-pub const ON_FAILURE: &str = "on-failure";
+pub(crate) const ON_FAILURE: &str = "on-failure";
 /// The rollout properties.
-pub const PROPERTIES: [&str; 5] = [
+pub(crate) const PROPERTIES: [&str; 5] = [
     MAX_PARALLEL,
     CANARY,
     HEALTH_DEADLINE,
@@ -31,15 +31,15 @@ pub const PROPERTIES: [&str; 5] = [
 ];
 
 /// `health-deadline` when the node does not set it, seconds.
-pub const DEFAULT_HEALTH_DEADLINE: f64 = 300.0;
+pub(crate) const DEFAULT_HEALTH_DEADLINE: f64 = 300.0;
 /// The largest count `max-parallel` and `canary` accept (more hosts than any fleet has).
-pub const MAX_COUNT: u64 = 1_000_000;
+pub(crate) const MAX_COUNT: u64 = 1_000_000;
 /// The longest `health-deadline` accepted: a day.
-pub const MAX_HEALTH_DEADLINE: f64 = 86_400.0;
+pub(crate) const MAX_HEALTH_DEADLINE: f64 = 86_400.0;
 
 /// How many hosts may deploy a node at once, as written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Parallel {
+pub(crate) enum Parallel {
     /// That many hosts.
     Count(u32),
     /// That share (1–100) of the hosts the node is deployed to, rounded up, at least 1.
@@ -48,7 +48,7 @@ pub enum Parallel {
 
 impl Parallel {
     /// The number of hosts (K) for a node deployed to `hosts` hosts.
-    pub fn effective(self, hosts: usize) -> u32 {
+    pub(crate) fn effective(self, hosts: usize) -> u32 {
         match self {
             Parallel::Count(n) => n.max(1),
             Parallel::Percent(p) => {
@@ -59,14 +59,14 @@ impl Parallel {
     }
 
     /// True when the value depends on the number of hosts.
-    pub fn is_percent(self) -> bool {
+    pub(crate) fn is_percent(self) -> bool {
         matches!(self, Parallel::Percent(_))
     }
 }
 
 /// How many hosts may fail a node at one cluster version, as written (`max-failures`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Budget {
+pub(crate) enum Budget {
     /// That many hosts (0: the first failure stops the rollout).
     Count(u32),
     /// That share (0–100) of the hosts the node is deployed to, rounded down.
@@ -75,7 +75,7 @@ pub enum Budget {
 
 impl Budget {
     /// The number of hosts (F) that may fail a node deployed to `hosts` hosts.
-    pub fn effective(self, hosts: usize) -> u32 {
+    pub(crate) fn effective(self, hosts: usize) -> u32 {
         match self {
             Budget::Count(n) => n,
             Budget::Percent(p) => {
@@ -88,7 +88,7 @@ impl Budget {
 
 /// What a failure beyond the budget stops (`on-failure`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnFailure {
+pub(crate) enum OnFailure {
     /// The whole cluster (`'halt-cluster'`, the default, as the original).
     #[default]
     HaltCluster,
@@ -98,7 +98,7 @@ pub enum OnFailure {
 
 impl OnFailure {
     /// The value as the tree writes it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             OnFailure::HaltCluster => "halt-cluster",
             OnFailure::HaltNode => "halt-node",
@@ -108,17 +108,17 @@ impl OnFailure {
 
 /// The rollout settings of one application node.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Rollout {
+pub(crate) struct Rollout {
     /// `max-parallel` (default 1).
-    pub max_parallel: Parallel,
+    pub(crate) max_parallel: Parallel,
     /// `canary` (default 0).
-    pub canary: u32,
+    pub(crate) canary: u32,
     /// `health-deadline`, seconds (default 300).
-    pub health_deadline: f64,
+    pub(crate) health_deadline: f64,
     /// `max-failures` (default 0).
-    pub max_failures: Budget,
+    pub(crate) max_failures: Budget,
     /// `on-failure` (default `'halt-cluster'`).
-    pub on_failure: OnFailure,
+    pub(crate) on_failure: OnFailure,
 }
 
 impl Default for Rollout {
@@ -136,20 +136,20 @@ impl Default for Rollout {
 /// A rollout property with a value it cannot have.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("Invalid {property} for {path}: {value} ({expected})")]
-pub struct RolloutError {
+pub(crate) struct RolloutError {
     /// The property.
-    pub property: &'static str,
+    pub(crate) property: &'static str,
     /// The application node.
-    pub path: String,
+    pub(crate) path: String,
     /// The value, as a Python literal.
-    pub value: String,
+    pub(crate) value: String,
     /// What is accepted.
-    pub expected: &'static str,
+    pub(crate) expected: &'static str,
 }
 
 /// Reads the rollout settings of the application node at `path`; `lookup` gives a property's
 /// value with links already followed (`None`: not set).
-pub fn parse(
+pub(crate) fn parse(
     path: &str,
     mut lookup: impl FnMut(&'static str) -> Option<Value>,
 ) -> Result<Rollout, RolloutError> {

@@ -62,7 +62,7 @@ impl Protection {
     /// The protection owned by the TLS client certificate of `client`'s session: its `x509`
     /// id as the server reports it. An error if the session has none (no certificate, or a
     /// server without the x509 authentication provider).
-    pub async fn x509(client: &Client) -> Result<Protection, ZkError> {
+    pub(crate) async fn x509(client: &Client) -> Result<Protection, ZkError> {
         let users = call("whoami", "/", client.list_auth_users()).await?;
         users
             .iter()
@@ -75,7 +75,7 @@ impl Protection {
     }
 
     /// The owner's user name (never the password or its hash), or the certificate's subject.
-    pub fn user(&self) -> &str {
+    pub(crate) fn user(&self) -> &str {
         match self.scheme {
             "digest" => self.owner.split(':').next().unwrap_or_default(),
             _ => &self.owner,
@@ -119,7 +119,7 @@ pub fn same(a: &[Acl], b: &[Acl]) -> bool {
 }
 
 /// The permissions an ACL grants everyone (`world:anyone`), beyond READ.
-pub fn open_permissions(acl: &[Acl]) -> Permission {
+pub(crate) fn open_permissions(acl: &[Acl]) -> Permission {
     let mut granted = Permission::NONE;
     for entry in acl {
         if entry.scheme() == "world" && entry.id() == "anyone" {
@@ -135,7 +135,10 @@ const WINDOW: usize = 1024;
 /// Sets the ACL of every node in `nodes` (path and the ACL it should have) that has another
 /// one; nodes that do not exist are skipped. Reads and writes are pipelined. Returns the
 /// paths repaired.
-pub async fn repair(client: &Client, nodes: &[(String, Vec<Acl>)]) -> Result<Vec<String>, ZkError> {
+pub(crate) async fn repair(
+    client: &Client,
+    nodes: &[(String, Vec<Acl>)],
+) -> Result<Vec<String>, ZkError> {
     let reads = stream::iter(nodes.iter().map(|(path, want)| async move {
         let got = call("get-acl", path, client.get_acl(path)).await;
         (path, want, got)

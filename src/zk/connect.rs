@@ -14,15 +14,15 @@ pub const DEFAULT_CONNECTION: &str = "zookeeper:2181";
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
     /// `host:port[,host:port…][/chroot]`.
-    pub connection: String,
+    pub(crate) connection: String,
     /// Session timeout.
-    pub session_timeout: Duration,
+    pub(crate) session_timeout: Duration,
     /// `user:password` for the `digest` scheme.
-    pub digest: Option<String>,
+    pub(crate) digest: Option<String>,
     /// How long to try before giving up on the first connection.
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     /// TLS: with a CA, every connection is TLS.
-    pub tls: TlsFiles,
+    pub(crate) tls: TlsFiles,
 }
 
 impl ConnectOptions {
@@ -51,7 +51,7 @@ pub fn resolve_connection(flag: Option<&str>, file: Option<&str>, env: Option<&s
 }
 
 /// [`resolve_connection`] with `env` read from [`CONNECTION_ENV`].
-pub fn connection_string(flag: Option<&str>, file: Option<&str>) -> String {
+pub(crate) fn connection_string(flag: Option<&str>, file: Option<&str>) -> String {
     let env = std::env::var(CONNECTION_ENV).ok();
     resolve_connection(flag, file, env.as_deref())
 }

@@ -15,14 +15,14 @@ use super::{call, call_retrying, decode, encode, join, Client, ZkError};
 use crate::tree::Props;
 
 /// The node under which hosts record halts.
-pub use super::paths::HALTS;
+pub(crate) use super::paths::HALTS;
 /// The name prefix of a halt record (a sequential node).
-pub const HALT_PREFIX: &str = "halt-";
+pub(crate) const HALT_PREFIX: &str = "halt-";
 /// `/hosts`' property holding the record of a pause made by `zkdeployment pause`.
-pub const PAUSE: &str = "pause";
+pub(crate) const PAUSE: &str = "pause";
 
 /// The halt records, oldest first (empty when [`HALTS`] is missing or has no children).
-pub async fn read_halts(client: &Client) -> Result<Vec<Value>, ZkError> {
+pub(crate) async fn read_halts(client: &Client) -> Result<Vec<Value>, ZkError> {
     let mut names = match call_retrying("list", HALTS, || client.list_children(HALTS)).await {
         Ok(names) => names,
         Err(e) if e.is_no_node() => return Ok(Vec::new()),
@@ -60,7 +60,7 @@ pub async fn record_halt(client: &Client, record: &Props) -> Result<(), ZkError>
 
 /// Deletes every halt record; returns the records deleted, oldest first (each read just
 /// before its delete, so that whoever clears them can say what was cleared).
-pub async fn clear_halts(client: &Client) -> Result<Vec<Value>, ZkError> {
+pub(crate) async fn clear_halts(client: &Client) -> Result<Vec<Value>, ZkError> {
     let mut names = match call_retrying("list", HALTS, || client.list_children(HALTS)).await {
         Ok(names) => names,
         Err(e) if e.is_no_node() => return Ok(Vec::new()),
@@ -90,7 +90,7 @@ pub async fn clear_halts(client: &Client) -> Result<Vec<Value>, ZkError> {
 /// Applies halt records to the properties of `/hosts`: with any record, `version` is `None`
 /// and `halt` is the record already on `/hosts` if the cluster was halted there, else the
 /// first record.
-pub fn effective(hosts: &mut Props, halts: &[Value]) {
+pub(crate) fn effective(hosts: &mut Props, halts: &[Value]) {
     let Some(first) = halts.first() else { return };
     let halted_on_hosts = hosts.get("version").is_none_or(Value::is_null)
         && hosts.get("halt").is_some_and(Value::is_object);
@@ -102,7 +102,7 @@ pub fn effective(hosts: &mut Props, halts: &[Value]) {
 
 /// True when `/hosts`' properties hold a pause made by `pause` (a `false` version set by
 /// hand, as the original's operators did, has none: a sync ends it, as the original's did).
-pub fn is_paused(props: &Props) -> bool {
+pub(crate) fn is_paused(props: &Props) -> bool {
     props
         .get(PAUSE)
         .is_some_and(|r| r.is_object() && props.get("version") == Some(&Value::Bool(false)))

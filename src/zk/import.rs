@@ -44,7 +44,7 @@ pub enum Op {
 
 impl Op {
     /// The node the write is about.
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         match self {
             Op::Create { path, .. } | Op::Set { path, .. } | Op::Delete { path, .. } => path,
         }
@@ -57,7 +57,7 @@ pub struct Plan {
     /// Writes, in the order they must run.
     pub ops: Vec<Op>,
     /// Output lines (dry-run diff, trim reports, ephemeral notices), in zc.zk's order.
-    pub lines: Vec<String>,
+    pub(crate) lines: Vec<String>,
 }
 
 struct Planner<'a> {
@@ -87,7 +87,7 @@ pub fn plan(
 
 /// Plans deleting the subtree `node` at `path`, sparing ephemeral nodes and their ancestors
 /// (zc.zk's `delete_recursive` with the same lines).
-pub fn plan_delete(path: &str, node: &ZNode, dry_run: bool) -> Plan {
+pub(crate) fn plan_delete(path: &str, node: &ZNode, dry_run: bool) -> Plan {
     let mut planner = Planner {
         policy: &|_| Trim::No,
         dry_run,
@@ -241,18 +241,18 @@ fn shown(raw: Option<&[u8]>, props: &Props) -> String {
 pub const BATCH_OPS: usize = 256;
 const BATCH_BYTES: usize = 512 * 1024;
 /// Transactions kept in flight while applying.
-pub const BATCH_WINDOW: usize = 8;
+pub(crate) const BATCH_WINDOW: usize = 8;
 
 /// Why applying stopped.
 #[derive(Debug, thiserror::Error)]
 #[error("{error} (after {applied} of {total} writes)")]
 pub struct ApplyError {
     /// The first failed write.
-    pub error: ZkError,
+    pub(crate) error: ZkError,
     /// Writes known to have succeeded before it (in order).
-    pub applied: usize,
+    pub(crate) applied: usize,
     /// Writes planned.
-    pub total: usize,
+    pub(crate) total: usize,
 }
 
 /// Splits ops into consecutive batches bounded in count and bytes.
@@ -304,12 +304,12 @@ fn check_sizes(ops: &[Op]) -> Result<(), ApplyError> {
 /// Sends the writes of a plan in order: consecutive writes are grouped in multi-op
 /// transactions, several of which are in flight at once (ZooKeeper runs one session's
 /// requests in order). Stops at the first failure.
-pub async fn apply(client: &Client, ops: &[Op]) -> Result<usize, ApplyError> {
+pub(crate) async fn apply(client: &Client, ops: &[Op]) -> Result<usize, ApplyError> {
     apply_with_acl(client, ops, None).await
 }
 
 /// [`apply`], creating nodes with `acl` (`None`: open to everyone, as zc.zk does).
-pub async fn apply_with_acl(
+pub(crate) async fn apply_with_acl(
     client: &Client,
     ops: &[Op],
     acl: Option<&[zookeeper_client::Acl]>,
@@ -482,7 +482,7 @@ pub async fn import_tree(
 }
 
 /// [`import_tree`], creating nodes with `acl` (`None`: open to everyone).
-pub async fn import_tree_with_acl(
+pub(crate) async fn import_tree_with_acl(
     client: &Client,
     desired: &Node,
     at: &str,

@@ -57,15 +57,15 @@ use crate::tree::Props;
 /// The index's root node.
 pub use super::paths::DEPLOYMENT_INDEX as INDEX;
 /// The layout this code writes and reads.
-pub const FORMAT: u64 = 1;
+pub(crate) const FORMAT: u64 = 1;
 /// Most bytes of paths in one index node (well under ZooKeeper's 1 MiB node limit).
-pub const CHUNK_BYTES: usize = 256 * 1024;
+pub(crate) const CHUNK_BYTES: usize = 256 * 1024;
 
 /// Top-level subtrees discovery (and the index's walk) never walks: the reserved roots.
-pub const SKIPPED_ROOTS: [&str; RESERVED_ROOTS.len()] = RESERVED_ROOTS;
+pub(crate) const SKIPPED_ROOTS: [&str; RESERVED_ROOTS.len()] = RESERVED_ROOTS;
 
 /// The node of a target in a generation.
-pub fn target_node(generation: &str, target: &str) -> String {
+pub(crate) fn target_node(generation: &str, target: &str) -> String {
     format!("{INDEX}/{generation}/t-{target}")
 }
 
@@ -106,7 +106,7 @@ pub async fn walk_deploy_nodes(
 }
 
 /// Groups deploy-node paths by target (their last name), each list sorted.
-pub fn by_target(paths: &[String]) -> BTreeMap<String, Vec<String>> {
+pub(crate) fn by_target(paths: &[String]) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in paths {
         let target = p.rsplit_once('/').map(|(_, t)| t).unwrap_or(p);
@@ -120,7 +120,7 @@ pub fn by_target(paths: &[String]) -> BTreeMap<String, Vec<String>> {
 
 /// Splits sorted paths into chunks of at most [`CHUNK_BYTES`] bytes of path text (at least
 /// one path per chunk, and at least one chunk).
-pub fn chunks(paths: &[String]) -> Vec<Vec<String>> {
+pub(crate) fn chunks(paths: &[String]) -> Vec<Vec<String>> {
     let mut out: Vec<Vec<String>> = vec![Vec::new()];
     let mut bytes = 0;
     for p in paths {
@@ -187,7 +187,7 @@ pub(crate) const IN_PLACE_BYTES: usize = 512 * 1024;
 
 /// One write of an in-place update of a generation's entries.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EntryWrite {
+pub(crate) enum EntryWrite {
     /// A new entry or chunk.
     Create {
         /// The node.
@@ -211,7 +211,7 @@ pub enum EntryWrite {
 
 impl EntryWrite {
     /// The node written.
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         match self {
             EntryWrite::Create { path, .. }
             | EntryWrite::Set { path, .. }
@@ -220,7 +220,7 @@ impl EntryWrite {
     }
 
     /// What it costs in a request, roughly: path, data and a header.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         let data = match self {
             EntryWrite::Create { data, .. } | EntryWrite::Set { data, .. } => data.len(),
             EntryWrite::Delete { .. } => 0,
@@ -233,7 +233,7 @@ impl EntryWrite {
 /// chunks) into one holding `paths`, in an order a transaction can apply (an entry before its
 /// chunks are created, after they are deleted). Targets whose paths are unchanged are not
 /// written.
-pub fn entry_writes(
+pub(crate) fn entry_writes(
     generation: &str,
     old: &BTreeMap<String, Vec<Vec<String>>>,
     paths: &[String],
@@ -305,7 +305,7 @@ fn props(v: Value) -> Props {
 }
 
 /// The root's data naming a live generation.
-pub fn root_props(version: &Value, generation: &str, paths: usize) -> Props {
+pub(crate) fn root_props(version: &Value, generation: &str, paths: usize) -> Props {
     props(json!({
         "format": FORMAT,
         "version": version,
@@ -315,13 +315,13 @@ pub fn root_props(version: &Value, generation: &str, paths: usize) -> Props {
 }
 
 /// The generation number of a generation node name (`g7` → 7).
-pub fn generation_number(name: &str) -> Option<u64> {
+pub(crate) fn generation_number(name: &str) -> Option<u64> {
     name.strip_prefix('g')?.parse().ok()
 }
 
 /// Marks the index as describing nothing (its `mzxid` changes, so agents walk until the next
 /// sync writes a new one). Does nothing if there is no index.
-pub async fn invalidate(client: &Client, why: &str) -> Result<(), ZkError> {
+pub(crate) async fn invalidate(client: &Client, why: &str) -> Result<(), ZkError> {
     let data = encode(&props(json!({"format": FORMAT, "invalidated": why})));
     match call("set", INDEX, client.set_data(INDEX, &data, None)).await {
         Ok(_) => Ok(()),
@@ -355,7 +355,7 @@ pub struct Guess {
 
 impl Guess {
     /// The guess for the next read, after one that used `generation` and needed `nodes`.
-    pub fn after(generation: Option<&str>, nodes: Vec<String>) -> Guess {
+    pub(crate) fn after(generation: Option<&str>, nodes: Vec<String>) -> Guess {
         Guess {
             generation: generation.map(String::from),
             nodes,
@@ -393,7 +393,7 @@ pub struct IndexRead {
     pub ahead: Vec<(String, MultiReadResult)>,
     /// The cluster version the index describes (`/hosts`' version at the root's read), with
     /// [`IndexAnswer::Paths`].
-    pub version: Option<Value>,
+    pub(crate) version: Option<Value>,
 }
 
 /// Reads the index entries of `targets`, if the index certainly describes the tree at the

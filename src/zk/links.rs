@@ -59,7 +59,7 @@ pub enum LinkError {
 }
 
 /// Normalises `/./` and `/x/../` the way zc.zk does; the empty result is the root.
-pub fn normalize(path: &str) -> String {
+pub(crate) fn normalize(path: &str) -> String {
     let mut path = path.to_string();
     loop {
         let once = replace_dot(&path);

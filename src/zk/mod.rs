@@ -16,31 +16,28 @@ pub mod halts;
 pub mod import;
 pub mod index;
 pub mod links;
-pub mod multiread;
+pub(crate) mod multiread;
 pub mod node;
-pub mod node_state;
+pub(crate) mod node_state;
 pub mod paths;
 pub mod recipe;
-pub mod role_lock;
-pub mod session;
+pub(crate) mod role_lock;
+pub(crate) mod session;
 pub mod snapshot;
-pub mod tls;
-pub mod update;
+pub(crate) mod tls;
+pub(crate) mod update;
 
 pub use crate::tree::encoding::{decode, encode, MAX_NODE_DATA};
-pub use connect::{connect, ConnectOptions};
-pub use snapshot::{read_subtree, ZNode};
-pub use tls::{TlsError, TlsFiles};
+pub(crate) use connect::{connect, ConnectOptions};
+pub(crate) use tls::TlsFiles;
 
 use std::time::Duration;
-
-pub use zookeeper_client as client;
 
 /// A ZooKeeper client (re-exported so callers need not name the crate).
 pub type Client = zookeeper_client::Client;
 
 /// Longest time any single ZooKeeper request may take before it is reported as an error.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A ZooKeeper operation that failed, with the operation and path it was about.
 #[derive(Debug, thiserror::Error)]
@@ -91,7 +88,7 @@ pub enum ZkError {
 
 impl ZkError {
     /// The client error, if the server answered.
-    pub fn source_error(&self) -> Option<&zookeeper_client::Error> {
+    pub(crate) fn source_error(&self) -> Option<&zookeeper_client::Error> {
         match self {
             ZkError::Op { source, .. } => Some(source),
             _ => None,
@@ -99,12 +96,12 @@ impl ZkError {
     }
 
     /// True if the node did not exist.
-    pub fn is_no_node(&self) -> bool {
+    pub(crate) fn is_no_node(&self) -> bool {
         matches!(self.source_error(), Some(zookeeper_client::Error::NoNode))
     }
 
     /// True if the server said the node exists already.
-    pub fn is_node_exists(&self) -> bool {
+    pub(crate) fn is_node_exists(&self) -> bool {
         matches!(
             self.source_error(),
             Some(zookeeper_client::Error::NodeExists)
@@ -112,29 +109,20 @@ impl ZkError {
     }
 
     /// True if the server refused the request for want of permission (an ACL).
-    pub fn is_no_auth(&self) -> bool {
+    pub(crate) fn is_no_auth(&self) -> bool {
         matches!(self.source_error(), Some(zookeeper_client::Error::NoAuth))
     }
 
     /// True if the request got no answer in time ([`REQUEST_TIMEOUT`]): it may still be
     /// applied.
-    pub fn is_timeout(&self) -> bool {
+    pub(crate) fn is_timeout(&self) -> bool {
         matches!(self, ZkError::Timeout { .. })
-    }
-
-    /// True if the session is gone (expired, or closed by this process): its ephemeral
-    /// nodes are gone with it.
-    pub fn is_session_gone(&self) -> bool {
-        matches!(
-            self.source_error(),
-            Some(zookeeper_client::Error::SessionExpired | zookeeper_client::Error::ClientClosed)
-        )
     }
 
     /// True if the connection broke while the request was in flight (`ConnectionLoss`, or the
     /// socket's own error): the request may or may not have been applied, and the session
     /// may live on (the client reconnects, to another server of an ensemble too).
-    pub fn is_connection_loss(&self) -> bool {
+    pub(crate) fn is_connection_loss(&self) -> bool {
         matches!(
             self.source_error(),
             Some(zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::Custom(_))
@@ -143,7 +131,7 @@ impl ZkError {
 }
 
 /// How many times [`call_retrying`] tries again after a connection loss.
-pub const LOSS_RETRIES: u32 = 5;
+pub(crate) const LOSS_RETRIES: u32 = 5;
 
 /// [`call`] for requests that are safe to repeat (reads, version-guarded writes whose
 /// outcome the caller checks, deletes of its own nodes): when the connection broke while the
@@ -151,7 +139,7 @@ pub const LOSS_RETRIES: u32 = 5;
 /// queued by the client until it has reconnected within the session (or fails with
 /// `SessionExpired` if the session is gone), so a leader election or a server restart costs
 /// a pause, not an abandoned pass.
-pub async fn call_retrying<T, F, Fut>(
+pub(crate) async fn call_retrying<T, F, Fut>(
     op: &'static str,
     path: &str,
     mut request: F,
@@ -174,7 +162,7 @@ where
 }
 
 /// Awaits a ZooKeeper request with [`REQUEST_TIMEOUT`], attaching the operation and path.
-pub async fn call<T>(
+pub(crate) async fn call<T>(
     op: &'static str,
     path: &str,
     fut: impl std::future::Future<Output = Result<T, zookeeper_client::Error>>,
@@ -194,7 +182,7 @@ pub async fn call<T>(
 }
 
 /// The children of `path` (none when it does not exist), retried after a connection loss.
-pub async fn list_or_empty(client: &Client, path: &str) -> Result<Vec<String>, ZkError> {
+pub(crate) async fn list_or_empty(client: &Client, path: &str) -> Result<Vec<String>, ZkError> {
     match call_retrying("list", path, || client.list_children(path)).await {
         Ok(names) => Ok(names),
         Err(e) if e.is_no_node() => Ok(Vec::new()),
@@ -203,7 +191,7 @@ pub async fn list_or_empty(client: &Client, path: &str) -> Result<Vec<String>, Z
 }
 
 /// Joins a parent path and a child name (`/` + `a` = `/a`, `/a` + `b` = `/a/b`).
-pub fn join(parent: &str, name: &str) -> String {
+pub(crate) fn join(parent: &str, name: &str) -> String {
     if parent == "/" || parent.is_empty() {
         format!("/{name}")
     } else {
@@ -212,6 +200,6 @@ pub fn join(parent: &str, name: &str) -> String {
 }
 
 /// Options for creating ordinary persistent nodes with an open ACL (as zc.zk does).
-pub fn open_persistent() -> zookeeper_client::CreateOptions<'static> {
+pub(crate) fn open_persistent() -> zookeeper_client::CreateOptions<'static> {
     zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all())
 }

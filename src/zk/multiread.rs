@@ -16,13 +16,13 @@ use zookeeper_client::{MultiReadResult, MultiReader};
 use super::{call, call_retrying, Client, ZkError};
 
 /// Paths read per multi-read request.
-pub const BATCH: usize = 128;
+pub(crate) const BATCH: usize = 128;
 /// Multi-read requests kept in flight at once.
-pub const WINDOW: usize = 16;
+pub(crate) const WINDOW: usize = 16;
 
 /// One read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Want {
+pub(crate) enum Want {
     /// Data and stat of a node.
     Data(String),
     /// Children of a node.
@@ -31,7 +31,7 @@ pub enum Want {
 
 impl Want {
     /// The node the read is about.
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         match self {
             Want::Data(p) | Want::Children(p) => p,
         }
@@ -41,7 +41,7 @@ impl Want {
 type Reply = (Vec<Want>, Result<Vec<MultiReadResult>, ZkError>);
 
 /// Adds the reads of `wants` to `reader`; an error comes with the read refused.
-pub fn add_wants<'w>(
+pub(crate) fn add_wants<'w>(
     reader: &mut MultiReader<'_>,
     wants: &'w [Want],
 ) -> Result<(), (&'w Want, zookeeper_client::Error)> {
@@ -76,7 +76,7 @@ fn send(client: &Client, batch: Vec<Want>) -> Pin<Box<dyn Future<Output = Reply>
 }
 
 /// Runs the reads of `queue`, pipelined, calling `on` with each result; `on` may queue more.
-pub async fn read_all(
+pub(crate) async fn read_all(
     client: &Client,
     mut queue: Vec<Want>,
     mut on: impl FnMut(Want, MultiReadResult, &mut Vec<Want>),
@@ -110,13 +110,13 @@ pub async fn read_all(
 static MISSING: AtomicBool = AtomicBool::new(false);
 
 /// Whether the server refused a multi-read (ZooKeeper < 3.6): read node by node instead.
-pub fn missing() -> bool {
+pub(crate) fn missing() -> bool {
     MISSING.load(Ordering::Relaxed)
 }
 
 /// Whether `error` is the server's refusal of a multi-read; if so, [`missing`] says so from
 /// now on.
-pub fn refused(error: &ZkError) -> bool {
+pub(crate) fn refused(error: &ZkError) -> bool {
     let no = matches!(
         error,
         ZkError::Op {
@@ -132,7 +132,7 @@ pub fn refused(error: &ZkError) -> bool {
 
 /// Reads `wants` in one multi-read (an atomic snapshot), again after a connection loss; an
 /// error names the first node.
-pub async fn read_at_once(
+pub(crate) async fn read_at_once(
     client: &Client,
     wants: &[Want],
 ) -> Result<Vec<MultiReadResult>, ZkError> {
@@ -153,7 +153,7 @@ pub async fn read_at_once(
 }
 
 /// A multi-read answer of the wrong shape.
-pub fn unexpected(path: &str, what: &str) -> ZkError {
+pub(crate) fn unexpected(path: &str, what: &str) -> ZkError {
     ZkError::Op {
         op: "read",
         path: path.to_string(),
@@ -161,13 +161,8 @@ pub fn unexpected(path: &str, what: &str) -> ZkError {
     }
 }
 
-/// The data of a multi-read's data result (`None`: the node does not exist).
-pub fn data(path: &str, result: MultiReadResult) -> Result<Option<Vec<u8>>, ZkError> {
-    Ok(data_and_stat(path, result)?.map(|(data, _)| data))
-}
-
 /// The data and stat of a multi-read's data result (`None`: the node does not exist).
-pub fn data_and_stat(
+pub(crate) fn data_and_stat(
     path: &str,
     result: MultiReadResult,
 ) -> Result<Option<(Vec<u8>, zookeeper_client::Stat)>, ZkError> {
@@ -186,7 +181,7 @@ pub fn data_and_stat(
 }
 
 /// The children of a multi-read's children result (none if the node does not exist).
-pub fn children(path: &str, result: MultiReadResult) -> Result<Vec<String>, ZkError> {
+pub(crate) fn children(path: &str, result: MultiReadResult) -> Result<Vec<String>, ZkError> {
     match result {
         MultiReadResult::Children { children } => Ok(children),
         MultiReadResult::Error {

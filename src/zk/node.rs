@@ -6,7 +6,7 @@ use super::{call, call_retrying, open_persistent, Client, ZkError};
 
 /// Deletes a node of ours; already gone is fine (again after a connection loss: a delete
 /// that went through answers `NoNode` the second time).
-pub async fn delete_own(client: &Client, node: &str) -> Result<(), ZkError> {
+pub(crate) async fn delete_own(client: &Client, node: &str) -> Result<(), ZkError> {
     match call_retrying("delete", node, || client.delete(node, None)).await {
         Err(e) if e.is_no_node() => Ok(()),
         other => other,
@@ -28,7 +28,7 @@ pub async fn ensure_node(client: &Client, path: &str) -> Result<(), ZkError> {
 /// [`ensure_node`] without its first look. One made meanwhile by another process is fine; a
 /// create refused for want of permission is looked at again (a node there, made by another,
 /// is fine too).
-pub async fn make_missing_node(client: &Client, path: &str) -> Result<(), ZkError> {
+pub(crate) async fn make_missing_node(client: &Client, path: &str) -> Result<(), ZkError> {
     // `mkdir` counts a node already there as made.
     match call("create", path, client.mkdir(path, &open_persistent())).await {
         Err(e) if e.is_no_auth() => {

@@ -33,20 +33,20 @@ use super::{call_retrying, decode, encode, join, list_or_empty, Client, ZkError}
 use crate::tree::Props;
 
 /// The name prefix of a node halt.
-pub const HALT_PREFIX: &str = "halt~";
+pub(crate) const HALT_PREFIX: &str = "halt~";
 /// The name prefix of a failure record.
-pub const FAIL_PREFIX: &str = "fail~";
+pub(crate) const FAIL_PREFIX: &str = "fail~";
 
 /// Records nobody may change (deleting one takes DELETE on its parent).
 static READ_ONLY: [Acl; 1] = [Acl::new_const(Permission::READ, "world", "anyone")];
 
 /// The key of an application node: its [`path_key`] with `~` written `%7E`.
-pub fn state_key(path: &str) -> String {
+pub(crate) fn state_key(path: &str) -> String {
     path_key(path).replace('~', "%7E")
 }
 
 /// The path of a [`state_key`], if `key` is one.
-pub fn path_of_state_key(key: &str) -> Option<String> {
+pub(crate) fn path_of_state_key(key: &str) -> Option<String> {
     if key.contains('~') {
         return None;
     }
@@ -54,18 +54,18 @@ pub fn path_of_state_key(key: &str) -> Option<String> {
 }
 
 /// `/node-state/halt~<key>`.
-pub fn halt_path(path: &str) -> String {
+pub(crate) fn halt_path(path: &str) -> String {
     join(NODE_STATE, &format!("{HALT_PREFIX}{}", state_key(path)))
 }
 
 /// `/node-pauses/<key>`.
-pub fn pause_path(path: &str) -> String {
+pub(crate) fn pause_path(path: &str) -> String {
     join(NODE_PAUSES, &state_key(path))
 }
 
 /// A cluster version as part of a node name: the string itself (other JSON values as JSON
 /// text), every byte outside `A-Z a-z 0-9 . _ -` written `%XX`; empty written `%`.
-pub fn version_key(version: &Value) -> String {
+pub(crate) fn version_key(version: &Value) -> String {
     let text = match version {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -86,7 +86,7 @@ pub fn version_key(version: &Value) -> String {
 
 /// The name prefix of `host`'s failure records of `path` at `version` (the server appends
 /// the sequence number).
-pub fn record_prefix(path: &str, version: &Value, host: &str) -> String {
+pub(crate) fn record_prefix(path: &str, version: &Value, host: &str) -> String {
     format!(
         "{FAIL_PREFIX}{}~{}~{host}-",
         state_key(path),
@@ -96,21 +96,21 @@ pub fn record_prefix(path: &str, version: &Value, host: &str) -> String {
 
 /// A failure record's name, parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecordName<'a> {
+pub(crate) struct RecordName<'a> {
     /// The whole name.
-    pub name: &'a str,
+    pub(crate) name: &'a str,
     /// The node's [`state_key`].
-    pub key: &'a str,
+    pub(crate) key: &'a str,
     /// The [`version_key`].
-    pub vkey: &'a str,
+    pub(crate) vkey: &'a str,
     /// The failed host's id.
-    pub host: &'a str,
+    pub(crate) host: &'a str,
     /// The sequence number.
-    pub seq: i64,
+    pub(crate) seq: i64,
 }
 
 /// The parts of a failure record's name, if it is one.
-pub fn parse_record(name: &str) -> Option<RecordName<'_>> {
+pub(crate) fn parse_record(name: &str) -> Option<RecordName<'_>> {
     let rest = name.strip_prefix(FAIL_PREFIX)?;
     let (key, rest) = rest.split_once('~')?;
     let (vkey, rest) = rest.split_once('~')?;
@@ -131,7 +131,7 @@ pub fn parse_record(name: &str) -> Option<RecordName<'_>> {
 }
 
 /// The records among `names` of the node `key` at the version `vkey`.
-pub fn records_of<'a>(names: &'a [String], key: &str, vkey: &str) -> Vec<RecordName<'a>> {
+pub(crate) fn records_of<'a>(names: &'a [String], key: &str, vkey: &str) -> Vec<RecordName<'a>> {
     names
         .iter()
         .filter_map(|n| parse_record(n))
@@ -140,7 +140,7 @@ pub fn records_of<'a>(names: &'a [String], key: &str, vkey: &str) -> Vec<RecordN
 }
 
 /// The failed hosts of some records, each by its first record, in order.
-pub fn first_records<'a>(records: &[RecordName<'a>]) -> Vec<RecordName<'a>> {
+pub(crate) fn first_records<'a>(records: &[RecordName<'a>]) -> Vec<RecordName<'a>> {
     let mut sorted = records.to_vec();
     sorted.sort_by_key(|r| r.seq);
     let mut out: Vec<RecordName<'a>> = Vec::new();
@@ -155,7 +155,7 @@ pub fn first_records<'a>(records: &[RecordName<'a>]) -> Vec<RecordName<'a>> {
 /// The place (1 for the first) of `host` among the failed hosts of `records` (one node at one
 /// version), `host` having a record numbered `seq`: one more than the number of other hosts
 /// with a record numbered before `host`'s first. Records numbered after it never change it.
-pub fn place(records: &[RecordName<'_>], host: &str, seq: i64) -> usize {
+pub(crate) fn place(records: &[RecordName<'_>], host: &str, seq: i64) -> usize {
     let first = records
         .iter()
         .filter(|r| r.host == host)
@@ -173,26 +173,26 @@ pub fn place(records: &[RecordName<'_>], host: &str, seq: i64) -> usize {
 
 /// What is recorded for one application node.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct NodeState {
+pub(crate) struct NodeState {
     /// The application node's path.
-    pub path: String,
+    pub(crate) path: String,
     /// The node halt record, if halted.
-    pub halt: Option<Value>,
+    pub(crate) halt: Option<Value>,
     /// The node pause record, if paused.
-    pub pause: Option<Value>,
+    pub(crate) pause: Option<Value>,
     /// The failure records at the version read, each host's first record only, in order.
-    pub failed: Vec<Value>,
+    pub(crate) failed: Vec<Value>,
 }
 
 impl NodeState {
     /// True when nothing is recorded.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.halt.is_none() && self.pause.is_none() && self.failed.is_empty()
     }
 }
 
 /// The data of `path` as JSON (`None`: no such node).
-pub async fn get_json(client: &Client, path: &str) -> Result<Option<Value>, ZkError> {
+pub(crate) async fn get_json(client: &Client, path: &str) -> Result<Option<Value>, ZkError> {
     match call_retrying("get", path, || client.get_data(path)).await {
         Ok((data, _)) => Ok(Some(Value::Object(decode(&data)))),
         Err(e) if e.is_no_node() => Ok(None),
@@ -246,13 +246,17 @@ async fn node_from(
 
 /// The state of the node at `path`: its halt, its pause, and its failure records at
 /// `version`.
-pub async fn read_node(client: &Client, path: &str, version: &Value) -> Result<NodeState, ZkError> {
+pub(crate) async fn read_node(
+    client: &Client,
+    path: &str,
+    version: &Value,
+) -> Result<NodeState, ZkError> {
     let names = list_or_empty(client, NODE_STATE).await?;
     node_from(client, &names, path, version).await
 }
 
 /// The halt and the pause of the node at `path` (no failure records).
-pub async fn read_holds(client: &Client, path: &str) -> Result<NodeState, ZkError> {
+pub(crate) async fn read_holds(client: &Client, path: &str) -> Result<NodeState, ZkError> {
     Ok(NodeState {
         path: path.to_string(),
         halt: get_json(client, &halt_path(path)).await?,
@@ -263,7 +267,7 @@ pub async fn read_holds(client: &Client, path: &str) -> Result<NodeState, ZkErro
 
 /// The state of every node that has a halt, a pause or failure records at `version`, by
 /// path.
-pub async fn read_all(client: &Client, version: &Value) -> Result<Vec<NodeState>, ZkError> {
+pub(crate) async fn read_all(client: &Client, version: &Value) -> Result<Vec<NodeState>, ZkError> {
     let names = list_or_empty(client, NODE_STATE).await?;
     let mut keys: Vec<String> = list_or_empty(client, NODE_PAUSES).await?;
     keys.extend(names.iter().filter_map(|n| {
@@ -318,7 +322,7 @@ async fn create_record(
 
 /// Records a failure of `host` on `path` at `version`; returns its sequence number and the
 /// records of that node at that version, listed after it was made.
-pub async fn add_failure(
+pub(crate) async fn add_failure(
     client: &Client,
     path: &str,
     version: &Value,
@@ -339,7 +343,7 @@ pub async fn add_failure(
 }
 
 /// Records a node halt of `path`; false if the node was halted already (that halt stays).
-pub async fn add_halt(client: &Client, path: &str, record: &Props) -> Result<bool, ZkError> {
+pub(crate) async fn add_halt(client: &Client, path: &str, record: &Props) -> Result<bool, ZkError> {
     Ok(create_record(client, &halt_path(path), record, false)
         .await?
         .is_some())
@@ -347,7 +351,7 @@ pub async fn add_halt(client: &Client, path: &str, record: &Props) -> Result<boo
 
 /// Records a node pause of `path`, making [`NODE_PAUSES`] with `root_acl` if it is missing;
 /// the pause record it replaced, if any.
-pub async fn add_pause(
+pub(crate) async fn add_pause(
     client: &Client,
     path: &str,
     record: &Props,
@@ -380,13 +384,13 @@ pub async fn add_pause(
 
 /// What [`clear_node`] removed.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Cleared {
+pub(crate) struct Cleared {
     /// The halt record removed.
-    pub halt: Option<Value>,
+    pub(crate) halt: Option<Value>,
     /// The pause record removed.
-    pub pause: Option<Value>,
+    pub(crate) pause: Option<Value>,
     /// How many failure records were removed (every cluster version).
-    pub failures: usize,
+    pub(crate) failures: usize,
 }
 
 /// Deletes `at` if it is there; its data as JSON if it was.
@@ -424,7 +428,7 @@ async fn delete_records(
 
 /// Ends the halt and the pause of `path` and deletes its failure records at every cluster
 /// version.
-pub async fn clear_node(client: &Client, path: &str) -> Result<Cleared, ZkError> {
+pub(crate) async fn clear_node(client: &Client, path: &str) -> Result<Cleared, ZkError> {
     let key = state_key(path);
     Ok(Cleared {
         pause: take(client, &pause_path(path)).await?,
@@ -435,7 +439,7 @@ pub async fn clear_node(client: &Client, path: &str) -> Result<Cleared, ZkError>
 
 /// Deletes the failure records of every cluster version but `keep` (they quarantine nobody
 /// any more); how many.
-pub async fn prune_failures(client: &Client, keep: &Value) -> Result<usize, ZkError> {
+pub(crate) async fn prune_failures(client: &Client, keep: &Value) -> Result<usize, ZkError> {
     let vkey = version_key(keep);
     delete_records(client, |r| r.vkey != vkey).await
 }

@@ -7,40 +7,40 @@
 //! agree.
 
 /// The cluster node: `version`, `synced`, `halt`; host nodes are its children.
-pub const HOSTS: &str = "/hosts";
+pub(crate) const HOSTS: &str = "/hosts";
 /// The host node property naming the agent that registered it (`zkdeployment <version>`);
 /// a host node without it was registered by the original's agent (a mixed fleet).
-pub const AGENT_PROPERTY: &str = "agent";
+pub(crate) const AGENT_PROPERTY: &str = "agent";
 /// The syncer's lock.
-pub const HOSTS_LOCK: &str = "/hosts-lock";
+pub(crate) const HOSTS_LOCK: &str = "/hosts-lock";
 /// Where the node locks live.
-pub const AGENT_LOCKS: &str = "/agent-locks";
+pub(crate) const AGENT_LOCKS: &str = "/agent-locks";
 /// Where the semaphores of rolling deploys live (`max-parallel` K > 1; kazoo's recipe).
-pub const AGENT_SEMAPHORES: &str = "/agent-semaphores";
+pub(crate) const AGENT_SEMAPHORES: &str = "/agent-semaphores";
 /// The registry of this project's agents: an ephemeral `/agent-registry/<host-id>` created
 /// with the host node `/hosts/<host-id>`, in one transaction of the same session, so the two
 /// go together (docs/design.md, "Exclusion", mixed fleets). The original's agents never create
 /// one: `/hosts` having more children than this node means some host may be the original's.
-pub const AGENT_REGISTRY: &str = "/agent-registry";
+pub(crate) const AGENT_REGISTRY: &str = "/agent-registry";
 /// Where role controllers are declared.
-pub const ROLES: &str = "/roles";
+pub(crate) const ROLES: &str = "/roles";
 /// Where the persistent role locks live (created by operators).
-pub const ROLE_LOCKS: &str = "/role-locks";
+pub(crate) const ROLE_LOCKS: &str = "/role-locks";
 /// Where hosts that may not write `/hosts` record a halt (docs/security.md).
-pub const HALTS: &str = "/hosts-halt";
+pub(crate) const HALTS: &str = "/hosts-halt";
 /// The deployment index the syncer writes (docs/design.md, "The deployment index").
 pub const DEPLOYMENT_INDEX: &str = "/deployment-index";
 /// Per application node state that hosts record (CONTRACT 15): node halts and failure
 /// records (`super::node_state`). Everyone may create under it, only the owner delete.
-pub const NODE_STATE: &str = "/node-state";
+pub(crate) const NODE_STATE: &str = "/node-state";
 /// Node pauses (`zkdeployment pause PATH`), one child per paused application node. Only the
 /// operator's identity creates or deletes them.
-pub const NODE_PAUSES: &str = "/node-pauses";
+pub(crate) const NODE_PAUSES: &str = "/node-pauses";
 
 /// Top-level nodes that belong to ZooKeeper, the agents and the syncers: discovery never
 /// walks them, a repository may not define them (`/role-locks` excepted in `.zkx` overlays,
 /// where operators may create role lock nodes), and a sync never deletes them.
-pub const RESERVED_ROOTS: [&str; 11] = [
+pub(crate) const RESERVED_ROOTS: [&str; 11] = [
     "/zookeeper",
     HOSTS,
     HOSTS_LOCK,
@@ -55,7 +55,7 @@ pub const RESERVED_ROOTS: [&str; 11] = [
 ];
 
 /// True if `name` (a top-level node name, without `/`) is one of [`RESERVED_ROOTS`].
-pub fn is_reserved_root(name: &str) -> bool {
+pub(crate) fn is_reserved_root(name: &str) -> bool {
     RESERVED_ROOTS
         .iter()
         .any(|r| r.strip_prefix('/') == Some(name))
@@ -78,12 +78,12 @@ pub const DEPLOYED_AT: &str = "deployed-at";
 pub const INVENTORY: &str = "inventory";
 
 /// The path of a host's node.
-pub fn host_path(id: &str) -> String {
+pub(crate) fn host_path(id: &str) -> String {
     format!("{HOSTS}/{id}")
 }
 
 /// The registry node of a host (see [`AGENT_REGISTRY`]).
-pub fn registry_path(id: &str) -> String {
+pub(crate) fn registry_path(id: &str) -> String {
     format!("{AGENT_REGISTRY}/{id}")
 }
 
@@ -91,7 +91,7 @@ pub fn registry_path(id: &str) -> String {
 /// marker file names): the path without its leading `/`, `/` replaced by `,`, and `%` and `,`
 /// inside names written `%25` and `%2C` (`/cust/a,b` → `cust,a%2Cb`). [`path_of_key`] reverses
 /// it.
-pub fn path_key(path: &str) -> String {
+pub(crate) fn path_key(path: &str) -> String {
     path.trim_start_matches('/')
         .split('/')
         .map(|part| part.replace('%', "%25").replace(',', "%2C"))
@@ -100,7 +100,7 @@ pub fn path_key(path: &str) -> String {
 }
 
 /// The application node path of a [`path_key`], if `key` is one.
-pub fn path_of_key(key: &str) -> Option<String> {
+pub(crate) fn path_of_key(key: &str) -> Option<String> {
     if key.is_empty() {
         return None;
     }
@@ -131,27 +131,27 @@ fn unescape_part(part: &str) -> Option<String> {
 }
 
 /// The kazoo lock name of an application node: the path without its leading `/`, `/` → `,`.
-pub fn lock_name(path: &str) -> String {
+pub(crate) fn lock_name(path: &str) -> String {
     path.trim_start_matches('/').replace('/', ",")
 }
 
 /// The node lock of an application node.
-pub fn node_lock_path(path: &str) -> String {
+pub(crate) fn node_lock_path(path: &str) -> String {
     format!("{AGENT_LOCKS}/{}", lock_name(path))
 }
 
 /// The semaphore of an application node (rolling deploys with `max-parallel` K > 1).
-pub fn semaphore_path(path: &str) -> String {
+pub(crate) fn semaphore_path(path: &str) -> String {
     format!("{AGENT_SEMAPHORES}/{}", lock_name(path))
 }
 
 /// The role lock node of a role.
-pub fn role_lock_path(role: &str) -> String {
+pub(crate) fn role_lock_path(role: &str) -> String {
     format!("{ROLE_LOCKS}/{role}")
 }
 
 /// The declaration node of a role (its role controller).
-pub fn role_path(role: &str) -> String {
+pub(crate) fn role_path(role: &str) -> String {
     format!("{ROLES}/{role}")
 }
 

@@ -16,18 +16,18 @@ use crate::tree::literal::py_str;
 use crate::tree::Props;
 
 /// The name prefix of a request node.
-pub const REQUEST_PREFIX: &str = "lr-";
+pub(crate) const REQUEST_PREFIX: &str = "lr-";
 
 /// A held role lock (our request node).
 #[derive(Debug)]
-pub struct RoleLock {
+pub(crate) struct RoleLock {
     /// Our request node.
-    pub request: String,
+    pub(crate) request: String,
 }
 
 /// Why the role lock could not be taken.
 #[derive(Debug, thiserror::Error)]
-pub enum RoleLockError {
+pub(crate) enum RoleLockError {
     /// The lock node is missing (operators create it).
     #[error("role lock node '{0}' must exist")]
     Missing(String),
@@ -69,7 +69,7 @@ async fn requests(client: &Client, path: &str) -> Result<Vec<(String, Option<Str
 }
 
 /// Checks that the role lock node of `role` exists (operators create it).
-pub async fn check_lock_node(client: &Client, role: &str) -> Result<(), RoleLockError> {
+pub(crate) async fn check_lock_node(client: &Client, role: &str) -> Result<(), RoleLockError> {
     let path = role_lock_path(role);
     if call("stat", &path, client.check_stat(&path))
         .await?
@@ -84,7 +84,7 @@ pub async fn check_lock_node(client: &Client, role: &str) -> Result<(), RoleLock
 /// When `stop` is set while it waits (SIGTERM), it withdraws the request (a waiting request
 /// holds nothing) and returns [`RoleLockError::Stopping`]: the wait may be endless (a host
 /// that failed keeps the lock), and a stopping agent starts no new step.
-pub async fn enter(
+pub(crate) async fn enter(
     client: &Client,
     role: &str,
     host_id: &str,
@@ -197,7 +197,7 @@ async fn requestor(client: &Client, request: &str) -> String {
 }
 
 /// Who made a request, from its data: `hostname (requestor)`, or the requestor alone.
-pub fn requester(props: &Props) -> String {
+pub(crate) fn requester(props: &Props) -> String {
     let field = |k: &str| props.get(k).map(py_str).unwrap_or_default();
     let (who, name) = (field("requestor"), field("hostname"));
     if name.is_empty() {
@@ -208,13 +208,13 @@ pub fn requester(props: &Props) -> String {
 }
 
 /// The sequence number of a request node name (`lr-0000000003` → 3).
-pub fn request_sequence(name: &str) -> Option<i64> {
+pub(crate) fn request_sequence(name: &str) -> Option<i64> {
     name.strip_prefix(REQUEST_PREFIX)?.parse().ok()
 }
 
 impl RoleLock {
     /// Leaves the lock: the request is deleted after success, kept after a failure.
-    pub async fn leave(self, client: &Client, ok: bool) -> Result<(), ZkError> {
+    pub(crate) async fn leave(self, client: &Client, ok: bool) -> Result<(), ZkError> {
         if !ok {
             tracing::warn!(
                 "keeping the role lock request {} after the failure",

@@ -15,7 +15,7 @@ use super::Client;
 
 /// Longest wait for the server to confirm that the sessions are closed (a server that does
 /// not answer cannot close them anyway; they then expire on their own).
-pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(3);
 
 static OPEN: Mutex<Vec<StateWatcher>> = Mutex::new(Vec::new());
 
@@ -26,18 +26,10 @@ pub(crate) fn track(client: &Client) {
     open.push(client.state_watcher());
 }
 
-/// Sessions not yet closed, expired or refused.
-pub fn open_sessions() -> usize {
-    let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    open.iter()
-        .filter(|w| !w.peek_state().is_terminated())
-        .count()
-}
-
 /// Waits until every tracked session has ended, at most [`CLOSE_TIMEOUT`]. Call it after the
 /// clients are dropped (a client still held somewhere keeps its session open: the wait then
 /// runs out and says so in the log).
-pub async fn close_all() {
+pub(crate) async fn close_all() {
     let watchers = std::mem::take(&mut *OPEN.lock().unwrap_or_else(|e| e.into_inner()));
     let closed = futures::future::join_all(watchers.into_iter().map(|mut w| async move {
         while !w.peek_state().is_terminated() {

@@ -20,28 +20,23 @@ pub struct ZNode {
     /// Decoded properties.
     pub props: Props,
     /// The data, when it is not UTF-8 text (`props` then holds a lossy decoding of it).
-    pub raw: Option<Vec<u8>>,
+    pub(crate) raw: Option<Vec<u8>>,
     /// Session owning the node if it is ephemeral, else 0.
-    pub ephemeral_owner: i64,
+    pub(crate) ephemeral_owner: i64,
     /// Zxid of the last data change.
     pub mzxid: i64,
     /// Data version.
-    pub version: i32,
+    pub(crate) version: i32,
     /// Creation time (Unix milliseconds).
-    pub ctime: i64,
+    pub(crate) ctime: i64,
     /// Children by name.
     pub children: BTreeMap<String, ZNode>,
 }
 
 impl ZNode {
     /// True for ephemeral nodes.
-    pub fn is_ephemeral(&self) -> bool {
+    pub(crate) fn is_ephemeral(&self) -> bool {
         self.ephemeral_owner != 0
-    }
-
-    /// True if this node or a descendant is ephemeral.
-    pub fn holds_ephemeral(&self) -> bool {
-        self.is_ephemeral() || self.children.values().any(ZNode::holds_ephemeral)
     }
 
     /// Number of nodes in the subtree, this one included.

@@ -27,11 +27,11 @@ pub struct TlsFiles {
 }
 
 /// The environment variables of the `--tls-*` flags.
-pub const ENV_CA: &str = "ZKDEPLOYMENT_TLS_CA";
+pub(crate) const ENV_CA: &str = "ZKDEPLOYMENT_TLS_CA";
 /// See [`ENV_CA`].
-pub const ENV_CERT: &str = "ZKDEPLOYMENT_TLS_CERT";
+pub(crate) const ENV_CERT: &str = "ZKDEPLOYMENT_TLS_CERT";
 /// See [`ENV_CA`].
-pub const ENV_KEY: &str = "ZKDEPLOYMENT_TLS_KEY";
+pub(crate) const ENV_KEY: &str = "ZKDEPLOYMENT_TLS_KEY";
 
 /// What is wrong with the TLS files. Messages name the file, never its content.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +74,7 @@ pub enum TlsError {
 
 impl TlsError {
     /// True for errors in the configuration (exit 2); false for an expired certificate.
-    pub fn is_config(&self) -> bool {
+    pub(crate) fn is_config(&self) -> bool {
         !matches!(self, TlsError::Expired { .. })
     }
 }
@@ -85,13 +85,13 @@ const KEY: &str = "TLS client key";
 
 /// The client certificate's identity and validity.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientCert {
+pub(crate) struct ClientCert {
     /// The certificate file.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Its subject, as x509-parser prints it (for messages).
-    pub subject: String,
+    pub(crate) subject: String,
     /// Its notAfter, Unix seconds.
-    pub not_after: i64,
+    pub(crate) not_after: i64,
 }
 
 /// The files read and checked, ready for one connection.
@@ -113,7 +113,7 @@ impl TlsFiles {
     }
 
     /// Each of `flag`, else `file`, else the environment variable.
-    pub fn resolve(flag: &TlsFiles, file: &TlsFiles) -> TlsFiles {
+    pub(crate) fn resolve(flag: &TlsFiles, file: &TlsFiles) -> TlsFiles {
         let env = |name: &str| {
             std::env::var_os(name)
                 .filter(|v| !v.is_empty())
@@ -135,7 +135,7 @@ impl TlsFiles {
     }
 
     /// The combination rules: a certificate and a key go together, and need a CA.
-    pub fn check_combination(&self) -> Result<(), TlsError> {
+    pub(crate) fn check_combination(&self) -> Result<(), TlsError> {
         let incomplete = |m: &str| Err(TlsError::Incomplete(m.to_string()));
         match (&self.ca, &self.cert, &self.key) {
             (_, Some(_), None) => {
@@ -202,7 +202,7 @@ impl TlsFiles {
 
     /// The client certificate's identity and expiry, if one is set (for `monitor` and the
     /// metrics file).
-    pub fn client_cert(&self) -> Result<Option<ClientCert>, TlsError> {
+    pub(crate) fn client_cert(&self) -> Result<Option<ClientCert>, TlsError> {
         let Some(cert) = &self.cert else {
             return Ok(None);
         };
@@ -214,7 +214,7 @@ impl TlsFiles {
 
 /// Reads and checks the files now (exit 2 material) without connecting; an expired client
 /// certificate is reported as [`TlsError::Expired`].
-pub fn check_files(files: &TlsFiles) -> Result<(), TlsError> {
+pub(crate) fn check_files(files: &TlsFiles) -> Result<(), TlsError> {
     match files.load()? {
         Some(loaded) => loaded.check_expiry(crate::files::now() as i64),
         None => Ok(()),
@@ -290,7 +290,7 @@ fn client_cert(path: &Path, der: &CertificateDer<'_>) -> Result<ClientCert, TlsE
 }
 
 /// `YYYY-MM-DD HH:MM:SS UTC` of a Unix time.
-pub fn utc(secs: i64) -> String {
+pub(crate) fn utc(secs: i64) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     // Civil from days (H. Hinnant's algorithm).

@@ -8,14 +8,14 @@ use crate::tree::Props;
 
 /// Most writes lost to someone else's write in a row before giving up: a node that changes
 /// this often is not being converged on, it is being fought over.
-pub const MAX_CONFLICTS: usize = 100;
+pub(crate) const MAX_CONFLICTS: usize = 100;
 
 /// Applies `change` to the properties of `path` with a version-guarded write, retrying when
 /// someone else wrote in between. Returns false (and writes nothing) if `change` left the
 /// properties as they were. `change` must be idempotent (set or remove keys): when the
 /// connection breaks during the write, the properties are read again and `change` applied
 /// again, so a write that did go through is not repeated (see [`call_retrying`]).
-pub async fn update_props(
+pub(crate) async fn update_props(
     client: &Client,
     path: &str,
     change: impl Fn(&mut Props),
@@ -29,7 +29,7 @@ pub async fn update_props(
 
 /// [`update_props`] with a change that may refuse (its error is returned, nothing written),
 /// for example when the properties read show that the update no longer applies.
-pub async fn try_update_props<E: From<ZkError>>(
+pub(crate) async fn try_update_props<E: From<ZkError>>(
     client: &Client,
     path: &str,
     change: impl Fn(&mut Props) -> Result<(), E>,
@@ -41,7 +41,7 @@ pub async fn try_update_props<E: From<ZkError>>(
 
 /// [`update_props`], also giving the node's properties and data version after it (what was
 /// written, or what was read when nothing needed writing), for the next write.
-pub async fn update_props_state(
+pub(crate) async fn update_props_state(
     client: &Client,
     path: &str,
     change: impl Fn(&mut Props),
@@ -108,7 +108,7 @@ async fn read_modify_write<E: From<ZkError>>(
 /// round trip when nobody wrote in between, else (a `BadVersion`, or a connection loss) the
 /// read-modify-write of [`update_props`]. Returns what the node holds after the write and its
 /// data version, for the next write.
-pub async fn update_props_known(
+pub(crate) async fn update_props_known(
     client: &Client,
     path: &str,
     props: &Props,

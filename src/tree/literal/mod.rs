@@ -18,9 +18,9 @@ mod repr;
 #[cfg(test)]
 mod tests;
 
-pub use parser::parse_literal;
+pub(crate) use parser::parse_literal;
 pub(crate) use repr::repr_bytes;
-pub use repr::{py_str, repr, repr_str};
+pub(crate) use repr::{py_str, repr, repr_str};
 
 /// The bytes of `expr` when it is a bytes literal (`b'…'`, `B"…"`, `br'…'`, adjacent ones
 /// concatenated) written in ASCII, each character of its value (escapes such as `\xff`
@@ -44,7 +44,7 @@ pub(crate) fn bytes_literal(expr: &str) -> Option<Vec<u8>> {
 /// "integer out of range", "float out of range", "too deeply nested", "unsupported: function call".
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{0}")]
-pub struct LiteralError(pub String);
+pub(crate) struct LiteralError(pub(crate) String);
 
 // Python's error messages, shared by the lexer and the parser.
 const INVALID_SYNTAX: &str = "invalid syntax";

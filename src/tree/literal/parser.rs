@@ -30,7 +30,7 @@ const BINARY_OPERATORS: &[&str] = &[
 const BINARY_KEYWORDS: &[&str] = &["and", "or", "in", "is", "not", "if", "else"];
 
 /// Parse a Python literal expression into a JSON value, without evaluating anything.
-pub fn parse_literal(expr: &str) -> Result<Value, LiteralError> {
+pub(crate) fn parse_literal(expr: &str) -> Result<Value, LiteralError> {
     let mut p = Parser {
         lexer: Lexer::new(expr),
         peeked: None,

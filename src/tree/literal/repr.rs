@@ -6,14 +6,14 @@
 use serde_json::{Number, Value};
 
 /// Python repr without the u prefix: 'x', 1, 1.5, True, None, [1, 'a'], {'k': 2}
-pub fn repr(v: &Value) -> String {
+pub(crate) fn repr(v: &Value) -> String {
     let mut out = String::new();
     write_repr(v, &mut out);
     out
 }
 
 /// Python str(): strings raw, everything else as repr.
-pub fn py_str(v: &Value) -> String {
+pub(crate) fn py_str(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         other => repr(other),
@@ -21,7 +21,7 @@ pub fn py_str(v: &Value) -> String {
 }
 
 /// Python repr of a string (quote choice and escapes as Python 3 repr).
-pub fn repr_str(s: &str) -> String {
+pub(crate) fn repr_str(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     write_repr_str(s, &mut out);
     out
