@@ -4,7 +4,7 @@
 //! `on-failure = 'halt-node'`: halt N ([`record_node_halt`]). What is stored where, and why
 //! the count is exact when many hosts fail at once, is in [`crate::zk::node_state`].
 //!
-//! The rule ([`verdict`], pure): with an effective budget F ([`effective_budget`]), the
+//! The rule ([`verdict`], pure): with an effective budget F (`max-failures` of the plan's rollout), the
 //! hosts whose place among the failed hosts of N at one cluster version is at most F are
 //! within it (quarantined for N at that version); the (F+1)-th and every later one is
 //! beyond it. A host keeps the place of its first record: failing N twice spends nothing more.
@@ -12,7 +12,7 @@
 use serde_json::{json, Value};
 
 use super::plan::Rollout;
-use crate::tree::rollout::{Budget, OnFailure};
+use crate::tree::rollout::OnFailure;
 use crate::tree::Props;
 use crate::zk::multiread::{self, read_at_once, Want};
 use crate::zk::node_state::{
@@ -127,7 +127,7 @@ impl Verdict {
     }
 
     /// In words, for the halt's or the host's error: `failed host 3 of /a at budget 2`.
-    pub fn describe(self, path: &str) -> String {
+    pub(crate) fn describe(self, path: &str) -> String {
         let (Verdict::Within { place, budget } | Verdict::Beyond { place, budget }) = self;
         let within = if self.is_within() { "within" } else { "beyond" };
         format!("failed host {place} of {path}, {within} its budget of {budget} (max-failures)")
@@ -135,18 +135,12 @@ impl Verdict {
 }
 
 /// The rule: place `place` against budget F.
-pub fn verdict(place: usize, budget: u32) -> Verdict {
+pub(crate) fn verdict(place: usize, budget: u32) -> Verdict {
     if place <= budget as usize {
         Verdict::Within { place, budget }
     } else {
         Verdict::Beyond { place, budget }
     }
-}
-
-/// The effective budget F of a node deployed to `hosts` hosts (`P%` rounded down); `None`
-/// in a mixed fleet, where budgets are off and every failure halts the cluster.
-pub fn effective_budget(budget: Budget, hosts: usize, mixed: bool) -> Option<u32> {
-    (!mixed).then(|| budget.effective(hosts))
 }
 
 /// Records `failure` of the node at `path` (at `failure.version`) with effective budget
@@ -244,7 +238,7 @@ pub async fn node_gate(
 /// the node halts, failure records and node pauses of the whole cluster (two lists without
 /// multi-read), whatever the number of nodes; a record found is then read (one read for each
 /// node that is not open).
-pub async fn node_gates(
+pub(crate) async fn node_gates(
     client: &Client,
     paths: &[&str],
     version: &Value,
@@ -344,14 +338,6 @@ mod tests {
             verdict(3, 2).describe("/a/b"),
             "failed host 3 of /a/b, beyond its budget of 2 (max-failures)"
         );
-    }
-
-    #[test]
-    fn budgets_are_off_in_a_mixed_fleet() {
-        assert_eq!(effective_budget(Budget::Percent(5), 100, false), Some(5));
-        assert_eq!(effective_budget(Budget::Percent(5), 99, false), Some(4));
-        assert_eq!(effective_budget(Budget::Count(3), 2, false), Some(3));
-        assert_eq!(effective_budget(Budget::Count(3), 10, true), None);
     }
 
     #[test]

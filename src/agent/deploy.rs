@@ -35,7 +35,7 @@ const STOP_POLL: Duration = Duration::from_millis(250);
 
 /// Runs a run of deployments under their node places, in plan order except that a busy node
 /// is passed over and taken later.
-pub async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), Interrupt> {
+pub(crate) async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), Interrupt> {
     let nodes: Vec<Node<'_>> = run.iter().filter_map(node_of).collect();
     let mut pending = open_nodes(pass, nodes).await?;
     let mut turn = 0;

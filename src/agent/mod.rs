@@ -13,12 +13,9 @@
 //! `rollout_rule`, `model`, `error` and `status` are shared vocabulary at the
 //! bottom.
 
-// `budget` and `deploy` are not yet converted to `pub(crate)`: these allows go when they are.
-#[allow(private_interfaces)]
 pub mod budget;
 pub(crate) mod cluster;
 pub mod daemon;
-#[allow(unreachable_pub)]
 pub(crate) mod deploy;
 pub mod discover;
 pub(crate) mod error;

@@ -18,7 +18,7 @@ pub mod index;
 pub mod links;
 pub(crate) mod multiread;
 pub mod node;
-pub(crate) mod node_state;
+pub mod node_state;
 pub mod paths;
 pub mod recipe;
 pub(crate) mod role_lock;

@@ -33,7 +33,7 @@ use super::{call_retrying, decode, encode, join, list_or_empty, Client, ZkError}
 use crate::tree::Props;
 
 /// The name prefix of a node halt.
-pub(crate) const HALT_PREFIX: &str = "halt~";
+pub const HALT_PREFIX: &str = "halt~";
 /// The name prefix of a failure record.
 pub(crate) const FAIL_PREFIX: &str = "fail~";
 
@@ -46,7 +46,7 @@ pub(crate) fn state_key(path: &str) -> String {
 }
 
 /// The path of a [`state_key`], if `key` is one.
-pub(crate) fn path_of_state_key(key: &str) -> Option<String> {
+pub fn path_of_state_key(key: &str) -> Option<String> {
     if key.contains('~') {
         return None;
     }
@@ -65,7 +65,7 @@ pub(crate) fn pause_path(path: &str) -> String {
 
 /// A cluster version as part of a node name: the string itself (other JSON values as JSON
 /// text), every byte outside `A-Z a-z 0-9 . _ -` written `%XX`; empty written `%`.
-pub(crate) fn version_key(version: &Value) -> String {
+pub fn version_key(version: &Value) -> String {
     let text = match version {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -96,21 +96,21 @@ pub(crate) fn record_prefix(path: &str, version: &Value, host: &str) -> String {
 
 /// A failure record's name, parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RecordName<'a> {
+pub struct RecordName<'a> {
     /// The whole name.
-    pub(crate) name: &'a str,
+    pub name: &'a str,
     /// The node's [`state_key`].
-    pub(crate) key: &'a str,
+    pub key: &'a str,
     /// The [`version_key`].
-    pub(crate) vkey: &'a str,
+    pub vkey: &'a str,
     /// The failed host's id.
-    pub(crate) host: &'a str,
+    pub host: &'a str,
     /// The sequence number.
-    pub(crate) seq: i64,
+    pub seq: i64,
 }
 
 /// The parts of a failure record's name, if it is one.
-pub(crate) fn parse_record(name: &str) -> Option<RecordName<'_>> {
+pub fn parse_record(name: &str) -> Option<RecordName<'_>> {
     let rest = name.strip_prefix(FAIL_PREFIX)?;
     let (key, rest) = rest.split_once('~')?;
     let (vkey, rest) = rest.split_once('~')?;

@@ -18,7 +18,7 @@ use crate::zk::node::{delete_own, make_missing_node};
 use crate::zk::{call, call_retrying, join, list_or_empty, Client, ZkError, LOSS_RETRIES};
 
 /// The marker between a contender's prefix and its sequence number.
-pub const LOCK_MARKER: &str = "__lock__";
+pub(crate) const LOCK_MARKER: &str = "__lock__";
 
 /// Most looks at a queue in one try (each removes a leftover of ours, or finds a contender
 /// gone meanwhile).
@@ -28,13 +28,13 @@ const LOOKS: usize = 20;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Contender {
     /// Child node name.
-    pub name: String,
+    pub(crate) name: String,
     /// Its sequence number.
-    pub sequence: i64,
+    pub(crate) sequence: i64,
     /// Its data (the identifier), as text.
     pub identifier: String,
     /// The session that created it.
-    pub owner: i64,
+    pub(crate) owner: i64,
 }
 
 /// A lock this process holds; given back by [`LockGuard::release`] (or by the session ending).
@@ -46,7 +46,7 @@ pub struct LockGuard {
 
 impl LockGuard {
     /// The lock node.
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         &self.path
     }
 
@@ -65,7 +65,7 @@ impl LockGuard {
     /// guard back when that was not known to be done: the version no longer matched (then
     /// nothing changed), or the answer was lost (then it may or may not have been applied):
     /// the caller reads the node and releases the plain way.
-    pub async fn release_writing(
+    pub(crate) async fn release_writing(
         self,
         client: &Client,
         data: &[u8],
@@ -120,11 +120,6 @@ impl<'a> Lock<'a> {
             path: path.to_string(),
             identifier: identifier.to_string(),
         }
-    }
-
-    /// The lock node.
-    pub fn path(&self) -> &str {
-        &self.path
     }
 
     /// Tries once to take the lock, never waiting: the guard, or the holder (`None` when the
@@ -271,7 +266,7 @@ fn ordered(names: &[String]) -> Vec<(i64, &str)> {
 }
 
 /// The sequence number of a contender node name (kazoo: `__lock__(-?\d{10})$`), if it is one.
-pub fn sequence_of(name: &str) -> Option<i64> {
+pub(crate) fn sequence_of(name: &str) -> Option<i64> {
     let at = name.rfind(LOCK_MARKER)?;
     let digits = &name[at + LOCK_MARKER.len()..];
     let tail = digits.strip_prefix('-').unwrap_or(digits);
@@ -302,7 +297,10 @@ async fn read_contender(
 }
 
 /// The holder of the lock at `path`: its first contender, if any.
-pub async fn first_contender(client: &Client, path: &str) -> Result<Option<Contender>, ZkError> {
+pub(crate) async fn first_contender(
+    client: &Client,
+    path: &str,
+) -> Result<Option<Contender>, ZkError> {
     let names = list_or_empty(client, path).await?;
     for (sequence, name) in ordered(&names) {
         if let Some(found) = read_contender(client, path, sequence, name).await? {

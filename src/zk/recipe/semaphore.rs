@@ -29,17 +29,17 @@ use crate::zk::{
 };
 
 /// The suffix kazoo gives the lock that guards a semaphore (`PATH-__lock__`).
-pub const GUARD_SUFFIX: &str = "-__lock__";
+pub(crate) const GUARD_SUFFIX: &str = "-__lock__";
 
 /// The suffix of the node holding the record nodes of the semaphore's leases.
-pub const RECORDS_SUFFIX: &str = "-__in-flight__";
+pub(crate) const RECORDS_SUFFIX: &str = "-__in-flight__";
 
 /// Longest wait for the guard in [`Semaphore::try_acquire`] (each holder keeps it a few round
 /// trips).
 const GUARD_LIMIT: Duration = Duration::from_secs(60);
 
 /// The guard lock of the semaphore at `path`.
-pub fn guard_path(path: &str) -> String {
+pub(crate) fn guard_path(path: &str) -> String {
     format!("{path}{GUARD_SUFFIX}")
 }
 
@@ -58,7 +58,7 @@ pub struct LeaseGuard {
 
 impl LeaseGuard {
     /// Full path of our lease node.
-    pub fn node(&self) -> &str {
+    pub(crate) fn node(&self) -> &str {
         &self.node
     }
 
@@ -97,7 +97,7 @@ impl LeaseGuard {
 
     /// Deletes our lease node only: its record, if any, stays for the next holder to find (a
     /// holder that could not record its failure).
-    pub async fn release_keeping_record(self, client: &Client) -> Result<(), ZkError> {
+    pub(crate) async fn release_keeping_record(self, client: &Client) -> Result<(), ZkError> {
         delete_own(client, &self.node).await
     }
 }
@@ -106,7 +106,7 @@ impl LeaseGuard {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseHolder {
     /// Full path of the lease node.
-    pub node: String,
+    pub(crate) node: String,
     /// Its data: the holder's identifier.
     pub identifier: String,
 }
@@ -129,11 +129,6 @@ impl<'a> Semaphore<'a> {
             identifier: identifier.to_string(),
             max_leases,
         }
-    }
-
-    /// The semaphore node.
-    pub fn path(&self) -> &str {
-        &self.path
     }
 
     /// Tries once to take a lease, waiting only for the guard (at most a minute), never for a
