@@ -154,6 +154,35 @@ fn local_path(url: &str) -> Option<&Path> {
     }
 }
 
+/// Removes the lock files (`HEAD.lock`, `index.lock`, a ref's `.lock`) a sync that was
+/// killed left in its checkout's git directory `git_dir`: libgit2 refuses to write where one
+/// is, so every later sync would fail. Only this syncer writes there (the caller holds the
+/// sync's lock file), so a lock file found is stale.
+fn clear_stale_locks(git_dir: &Path) {
+    let mut dirs = vec![git_dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let (path, kind) = (entry.path(), entry.file_type());
+            match kind {
+                Ok(k) if k.is_dir() && entry.file_name() != "objects" => dirs.push(path),
+                Ok(k) if k.is_file() && path.extension().is_some_and(|x| x == "lock") => {
+                    match std::fs::remove_file(&path) {
+                        Ok(()) => tracing::warn!(
+                            "removed {}, left by a sync that was stopped",
+                            path.display()
+                        ),
+                        Err(e) => tracing::warn!("cannot remove {}: {e}", path.display()),
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 fn update_blocking(url: &str, dir: &Path, branch: &str) -> Step<Checkout> {
     crate::gitauth::init();
     if let Some(path) = local_path(url) {
@@ -164,6 +193,8 @@ fn update_blocking(url: &str, dir: &Path, branch: &str) -> Step<Checkout> {
     }
     let refspec = format!("+refs/heads/{branch}:refs/remotes/origin/{branch}");
     let repo = if dir.join(".git").exists() || dir.join("HEAD").exists() {
+        let git_dir = dir.join(".git");
+        clear_stale_locks(if git_dir.exists() { &git_dir } else { dir });
         let repo = step("open", Repository::open(dir))?;
         step("set-url", repo.remote_set_url("origin", url))?;
         repo

@@ -187,6 +187,26 @@ async fn an_edit_writes_only_what_changed() {
 }
 
 #[tokio::test]
+async fn git_lock_files_left_by_a_killed_sync_are_removed_and_the_next_sync_goes_on() {
+    let env = Env::new("sync-stale-git-locks").await;
+    env.repo.commit(&[("acme.zk", ACME)]);
+    env.sync(&[]).await.assert_ok();
+    // A sync killed mid-checkout leaves libgit2's lock files behind.
+    let git = env.checkout().join(".git");
+    for stale in ["HEAD.lock", "index.lock"] {
+        std::fs::write(git.join(stale), "").unwrap();
+    }
+    let rev = env
+        .repo
+        .commit(&[("acme.zk", &ACME.replace("'1.4'", "'2.0'"))]);
+    let run = env.sync(&[]).await;
+    run.assert_ok();
+    assert!(run.stderr.contains("HEAD.lock"), "{run}");
+    assert_eq!(env.hosts().await["version"], json!(rev));
+    assert!(!git.join("index.lock").exists());
+}
+
+#[tokio::test]
 async fn a_removed_file_deletes_its_top_level_nodes_but_never_foreign_ones() {
     let env = Env::new("sync-remove").await;
     let foreign = CreateMode::Persistent.with_acls(Acls::anyone_all());
