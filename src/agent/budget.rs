@@ -188,6 +188,23 @@ pub(crate) enum Counted {
     HaltCluster(Option<String>),
 }
 
+impl Counted {
+    /// Whether the cluster must halt.
+    pub(crate) fn halts_cluster(&self) -> bool {
+        matches!(self, Counted::HaltCluster(_))
+    }
+
+    /// `error` with what the count said: `ERROR (WHY)`, `ERROR (WHY; the node is halted)`, or
+    /// `ERROR` alone when it could not be counted.
+    pub(crate) fn annotate(&self, error: &str) -> String {
+        match self {
+            Counted::Within(why) | Counted::HaltCluster(Some(why)) => format!("{error} ({why})"),
+            Counted::NodeHalted(why) => format!("{error} ({why}; the node is halted)"),
+            Counted::HaltCluster(None) => error.to_string(),
+        }
+    }
+}
+
 /// Counts `failure` of the node at `path` whose rollout is `rollout` (a node with a budget,
 /// [`crate::agent::plan::Rollout::budgeted`]); a canary spends no budget and stops the rollout.
 pub(crate) async fn count_failure(

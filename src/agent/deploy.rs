@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::budget::{
-    count_failure, node_gate, node_gates, BudgetError, Counted, FailureRecord, Gate,
-};
+use super::budget::{count_failure, node_gate, node_gates, BudgetError, FailureRecord, Gate};
 use super::cluster::halt;
 use super::error::{Failure, Interrupt, Left};
 use super::exclusion::{release, try_enter, wait_enter, Entry, Held, Node, Queue, Release};
@@ -334,14 +332,11 @@ async fn run_step(pass: &mut Pass<'_>, node: &Node<'_>, canary: bool) -> Result<
         error: error.clone(),
         time: now(),
     };
-    let text = match count_failure(&agent.client, node.rollout, path, &record, canary).await {
-        Counted::Within(why) => format!("{error} ({why})"),
-        Counted::NodeHalted(why) => format!("{error} ({why}; the node is halted)"),
-        Counted::HaltCluster(None) => return halt_cluster(pass, failure, &error).await,
-        Counted::HaltCluster(Some(why)) => {
-            return halt_cluster(pass, failure, &format!("{error} ({why})")).await
-        }
-    };
+    let counted = count_failure(&agent.client, node.rollout, path, &record, canary).await;
+    let text = counted.annotate(&error);
+    if counted.halts_cluster() {
+        return halt_cluster(pass, failure, &text).await;
+    }
     Ok(Ran::Left(Left::Failed(path.into(), text)))
 }
 

@@ -13,7 +13,7 @@
 
 use serde_json::{json, Value};
 
-use super::budget::{count_failure, Counted, FailureRecord};
+use super::budget::{count_failure, FailureRecord};
 use super::cluster::halt;
 use super::error::{Failure, Interrupt, StepError};
 use super::pass::Pass;
@@ -132,15 +132,12 @@ pub(crate) async fn dead_holder_found(
         return Err(halting(pass, dead.message).await);
     }
     let failure = dead.failure(&pass.version);
-    let message = dead.message;
-    match count_failure(&pass.agent.client, rollout, path, &failure, canary).await {
-        Counted::Within(why) => tracing::warn!("{message} ({why})"),
-        Counted::NodeHalted(why) => tracing::warn!("{message} ({why}; the node is halted)"),
-        Counted::HaltCluster(None) => return Err(halting(pass, message).await),
-        Counted::HaltCluster(Some(why)) => {
-            return Err(halting(pass, format!("{message} ({why})")).await)
-        }
+    let counted = count_failure(&pass.agent.client, rollout, path, &failure, canary).await;
+    let text = counted.annotate(&dead.message);
+    if counted.halts_cluster() {
+        return Err(halting(pass, text).await);
     }
+    tracing::warn!("{text}");
     Ok(())
 }
 
