@@ -346,6 +346,18 @@ fn pass_of(journal: &Journal, o: &Outcome) -> f64 {
         .fold(f64::NEG_INFINITY, f64::max)
 }
 
+/// The latest instant by which the agent that said `o` had planned the pass begun at `pass`
+/// (and so read whether the fleet is mixed, after its discovery): the start of its first
+/// script in that pass, else `o` itself. For its own failure that is the failed run's start
+/// at the latest; a finder of a dead holder decided in its own pass, whatever the dead
+/// holder's run.
+fn planned_by(runs: &[RunLog], o: &Outcome, pass: f64) -> f64 {
+    runs.iter()
+        .filter(|r| r.host == o.by && r.agent == o.pid && r.start >= pass && r.start <= o.time)
+        .map(|r| r.start)
+        .fold(o.time, f64::min)
+}
+
 /// No quarantine or node halt in a pass planned while the fleet was mixed.
 fn check_mixed(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
     for o in journal
@@ -354,11 +366,11 @@ fn check_mixed(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
         .filter(|o| o.kind == "within" || o.kind == "node-halt")
     {
         let pass = pass_of(journal, o);
-        let began = failure_start(runs, o);
+        let planned = planned_by(runs, o, pass);
         if let Some(w) = journal
             .mixed
             .iter()
-            .find(|w| pass >= w.from + MIXED_SEEN && pass <= w.to && began <= w.to)
+            .find(|w| pass >= w.from + MIXED_SEEN && planned <= w.to)
         {
             out.push(format!(
                 "{} applied the budget of {} ({}) at {:.3} in a pass begun at {pass:.3}, while \

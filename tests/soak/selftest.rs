@@ -1128,3 +1128,43 @@ fn a_budget_applied_in_a_pass_begun_while_the_fleet_was_mixed_is_flagged() {
         Vec::<String>::new()
     );
 }
+
+#[test]
+fn a_dead_holder_counted_by_a_finder_that_planned_after_the_window_is_not_flagged() {
+    // h1 died in /acme/a before its script logged a start; h2 found it. h2's pass began
+    // inside the window (1 to 10), but it planned (it reads whether the fleet is mixed after
+    // discovery) by its first script at 10.5, after the original's node was deleted.
+    let mut runs = vec![run("b", "h2", "/acme/b", 10.5, Some(11.0), Some(0))];
+    let mut found_dead = outcome("h1", "/acme/a", 12.0, "within");
+    found_dead.by = "h2".into();
+    let mut journal = Journal {
+        outcomes: vec![found_dead],
+        passes: vec![("h2".into(), 100, 9.9)],
+        mixed: vec![MixedWindow {
+            begun: 0.9,
+            from: 1.0,
+            to: 10.0,
+            gone: 10.1,
+        }],
+        ..Default::default()
+    };
+    let commits = budget_commits(ONE);
+    let judged = |runs: &Vec<RunLog>, journal: &Journal| {
+        violations_at(runs.clone(), held(runs, "lock"), journal, &commits)
+            .into_iter()
+            .filter(|v| v.contains("while the fleet was mixed"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(judged(&runs, &journal), Vec::<String>::new());
+    // A first script at 9.95 says it planned while the node surely existed: flagged.
+    runs[0].start = 9.95;
+    let found = judged(&runs, &journal);
+    assert!(
+        found.len() == 1 && found[0].starts_with("h1 applied"),
+        "{found:?}"
+    );
+    // So does a finding within the window without any script before it.
+    runs.clear();
+    journal.outcomes[0].time = 9.98;
+    assert_eq!(judged(&runs, &journal).len(), 1);
+}
