@@ -39,6 +39,7 @@ fn main() {
             connection: conn,
             auth: None,
             tls: Default::default(),
+            max_answer: zkdeployment::zk::connect::DEFAULT_JUTE_MAXBUFFER,
             open_hosts: false,
             git_bound: zkdeployment::sync::git::DEFAULT_BOUND,
         };

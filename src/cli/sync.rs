@@ -78,22 +78,7 @@ pub(crate) fn run(args: SyncArgs) -> Outcome {
     let Some(_lock) =
         lock_file(&args.lock_file).map_err(|e| Failure::Failed(format!("lock file {e}")))?
     else {
-        let holder = lock_holder(&args.lock_file);
-        if holder.age > Duration::from_secs(args.stale_lock) {
-            return Err(Failure::Failed(format!(
-                "another sync ({}) has held the lock file {} for {} s, over --stale-lock {} s: \
-                 it seems stuck (see that process, and the tombstone)",
-                holder.pid,
-                args.lock_file.display(),
-                holder.age.as_secs(),
-                args.stale_lock
-            )));
-        }
-        tracing::info!(
-            "another sync holds {}; nothing to do",
-            args.lock_file.display()
-        );
-        return Ok(0);
+        return lock_busy(&args);
     };
     let tombstone = Tombstone::new(&args.tombstone);
     tombstone.write(&format!("{} {RUNNING_MARK}", std::process::id()));
@@ -106,6 +91,7 @@ pub(crate) fn run(args: SyncArgs) -> Outcome {
         connection: settings.connection,
         auth: settings.auth,
         tls: settings.tls,
+        max_answer: settings.max_answer,
         open_hosts: args.open_hosts,
         git_bound: Duration::from_secs(args.git_timeout),
     };
@@ -145,4 +131,25 @@ pub(crate) fn run(args: SyncArgs) -> Outcome {
             Err(Failure::Failed(e.to_string()))
         }
     }
+}
+
+/// Another sync holds the lock file: nothing to do (exit 0), unless it has held it for over
+/// `--stale-lock` (exit 1, naming it).
+fn lock_busy(args: &SyncArgs) -> Outcome {
+    let holder = lock_holder(&args.lock_file);
+    if holder.age > Duration::from_secs(args.stale_lock) {
+        return Err(Failure::Failed(format!(
+            "another sync ({}) has held the lock file {} for {} s, over --stale-lock {} s: \
+             it seems stuck (see that process, and the tombstone)",
+            holder.pid,
+            args.lock_file.display(),
+            holder.age.as_secs(),
+            args.stale_lock
+        )));
+    }
+    tracing::info!(
+        "another sync holds {}; nothing to do",
+        args.lock_file.display()
+    );
+    Ok(0)
 }

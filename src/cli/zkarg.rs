@@ -148,6 +148,8 @@ pub(crate) struct Settings {
     pub(crate) auth: Option<Identity>,
     /// The TLS files: each flag, else the file's, else the environment's (checked).
     pub(crate) tls: TlsFiles,
+    /// The file's `jute-maxbuffer`, else ZooKeeper's default.
+    pub(crate) max_answer: usize,
 }
 
 impl Settings {
@@ -183,10 +185,15 @@ impl Settings {
                 "--auth x509 needs a client certificate: --tls-ca, --tls-cert and --tls-key".into(),
             ));
         }
+        let max_answer = file
+            .as_ref()
+            .and_then(|f| f.jute_maxbuffer)
+            .unwrap_or(crate::zk::DEFAULT_JUTE_MAXBUFFER);
         Ok(Settings {
             connection,
             auth,
             tls,
+            max_answer,
         })
     }
 
@@ -194,6 +201,7 @@ impl Settings {
     pub(crate) async fn connect(&self) -> Result<Client, Failure> {
         let mut opts = ConnectOptions::new(self.connection.clone());
         opts.tls = self.tls.clone();
+        opts.max_answer = self.max_answer;
         opts.digest = self
             .auth
             .as_ref()

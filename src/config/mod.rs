@@ -105,7 +105,7 @@ pub struct KeyDoc {
 }
 
 /// Every key `[zkdeployment]` accepts, with its default and meaning.
-pub const KEY_TABLE: [KeyDoc; 18] = [
+pub const KEY_TABLE: [KeyDoc; 19] = [
     KeyDoc {
         name: "host-id",
         default: "the value of host-name (the fully qualified host name)",
@@ -162,6 +162,13 @@ pub const KEY_TABLE: [KeyDoc; 18] = [
         name: "session-timeout",
         default: "10",
         meaning: "The ZooKeeper session timeout, in seconds.",
+    },
+    KeyDoc {
+        name: "jute-maxbuffer",
+        default: "1048575",
+        meaning: "The largest answer accepted from a ZooKeeper server, in bytes: ZooKeeper's \
+                  jute.maxbuffer, set as on the servers. A larger answer fails its request \
+                  (a multi-read is split) and is never buffered.",
     },
     KeyDoc {
         name: "root",
@@ -299,6 +306,8 @@ pub struct Config {
     /// `zookeeper-tls-ca`, `zookeeper-tls-cert`, `zookeeper-tls-key`.
     pub tls: crate::zk::TlsFiles,
     pub session_timeout: Duration,
+    /// `jute-maxbuffer`: the largest answer accepted from a server, in bytes.
+    pub jute_maxbuffer: usize,
     /// Absolute; default `/`.
     pub root: PathBuf,
     /// Default: [`fqdn()`].
@@ -332,6 +341,7 @@ impl Config {
         opts.session_timeout = self.session_timeout;
         opts.digest = self.zookeeper_auth.as_ref().map(|s| s.expose().to_string());
         opts.tls = self.tls.clone();
+        opts.max_answer = self.jute_maxbuffer;
         opts
     }
 }
@@ -348,6 +358,8 @@ pub(crate) struct ZkSettings {
     pub(crate) zookeeper_x509: bool,
     /// `zookeeper-tls-*`.
     pub(crate) tls: crate::zk::TlsFiles,
+    /// `jute-maxbuffer`, if set.
+    pub(crate) jute_maxbuffer: Option<usize>,
 }
 
 impl ZkSettings {

@@ -45,8 +45,9 @@ pub fn parse(
         zookeeper_auth,
         zookeeper_x509,
         tls,
-        ..
+        jute_maxbuffer,
     } = connection(&values)?;
+    let jute_maxbuffer = jute_maxbuffer.unwrap_or(crate::zk::DEFAULT_JUTE_MAXBUFFER);
     let session_timeout = match values.optional("session-timeout")? {
         None => DEFAULT_SESSION_TIMEOUT,
         Some(v) => parse_seconds(&v).map_err(|m| values.invalid("session-timeout", m))?,
@@ -76,6 +77,7 @@ pub fn parse(
         zookeeper_x509,
         tls,
         session_timeout,
+        jute_maxbuffer,
         root,
         host_name,
         yum,
@@ -252,5 +254,26 @@ fn connection(values: &Values<'_>) -> Result<ZkSettings, ConfigError> {
         zookeeper_auth,
         zookeeper_x509,
         tls,
+        jute_maxbuffer: jute_maxbuffer(values)?,
     })
+}
+
+/// `jute-maxbuffer`: bytes, from 64 KiB (an answer must hold the largest node name and a
+/// stat) to 2 GiB - 1 (a frame's length is a signed 32-bit number).
+fn jute_maxbuffer(values: &Values<'_>) -> Result<Option<usize>, ConfigError> {
+    const KEY: &str = "jute-maxbuffer";
+    let Some(v) = values.optional(KEY)? else {
+        return Ok(None);
+    };
+    match v.parse::<usize>() {
+        Ok(n) if (64 * 1024..=i32::MAX as usize).contains(&n) => Ok(Some(n)),
+        _ => Err(values.invalid(
+            KEY,
+            format!(
+                "expected a number of bytes from 65536 to {}, got {}",
+                i32::MAX,
+                quote(&v)
+            ),
+        )),
+    }
 }

@@ -63,6 +63,8 @@ pub struct Options {
     pub auth: Option<crate::config::Identity>,
     /// TLS to ZooKeeper.
     pub tls: crate::zk::TlsFiles,
+    /// The largest answer accepted from a server (`jute-maxbuffer`).
+    pub max_answer: usize,
     /// `--open-hosts`: leave `/hosts` writable by everyone (a mixed fleet).
     pub open_hosts: bool,
     /// The bound on fetching from git, every attempt included.
@@ -178,6 +180,7 @@ pub async fn run(opts: &Options) -> Result<Outcome, SyncError> {
         .and_then(crate::config::Identity::digest)
         .map(|s| s.expose().to_string());
     connect_opts.tls = opts.tls.clone();
+    connect_opts.max_answer = opts.max_answer;
     let client = connect(&connect_opts).await?;
     let protection = match &opts.auth {
         Some(crate::config::Identity::Digest(s)) => Some(Protection::new(s.expose())),

@@ -23,7 +23,14 @@ pub struct ConnectOptions {
     pub(crate) connect_timeout: Duration,
     /// TLS: with a CA, every connection is TLS.
     pub(crate) tls: TlsFiles,
+    /// The largest answer accepted, in bytes (`jute-maxbuffer`).
+    pub(crate) max_answer: usize,
 }
+
+/// ZooKeeper's default `jute.maxbuffer` (0xfffff bytes, just under 1 MiB): the largest
+/// answer a client accepts unless `jute-maxbuffer` says otherwise. The largest node data this
+/// crate writes ([`super::MAX_NODE_DATA`]) reads back well within it.
+pub const DEFAULT_JUTE_MAXBUFFER: usize = 0xfffff;
 
 impl ConnectOptions {
     /// Options with the given connection string and the defaults (10 s session).
@@ -34,6 +41,7 @@ impl ConnectOptions {
             digest: None,
             connect_timeout: Duration::from_secs(10),
             tls: TlsFiles::default(),
+            max_answer: DEFAULT_JUTE_MAXBUFFER,
         }
     }
 }
@@ -73,7 +81,8 @@ pub async fn connect(opts: &ConnectOptions) -> Result<Client, ZkError> {
     let tls = opts.tls.load()?;
     let mut connector = Client::connector()
         .with_session_timeout(opts.session_timeout)
-        .with_connection_timeout(opts.connect_timeout.min(opts.session_timeout));
+        .with_connection_timeout(opts.connect_timeout.min(opts.session_timeout))
+        .with_max_frame_len(opts.max_answer);
     if let Some(digest) = &opts.digest {
         connector = connector.with_auth("digest", digest.as_bytes());
     }

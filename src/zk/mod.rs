@@ -28,7 +28,7 @@ pub(crate) mod tls;
 pub(crate) mod update;
 
 pub use crate::tree::encoding::{decode, encode, MAX_NODE_DATA};
-pub(crate) use connect::{connect, ConnectOptions};
+pub(crate) use connect::{connect, ConnectOptions, DEFAULT_JUTE_MAXBUFFER};
 pub(crate) use tls::TlsFiles;
 
 use std::time::Duration;
@@ -72,6 +72,19 @@ pub enum ZkError {
         path: String,
         /// The size of its path and data.
         bytes: usize,
+    },
+    /// An answer over the client's limit ([`connect::DEFAULT_JUTE_MAXBUFFER`], the
+    /// `jute-maxbuffer` key): discarded unread; the session goes on.
+    #[error("ZooKeeper {op} {path}: the answer is {len} bytes, over this client's limit of {limit} bytes (set jute-maxbuffer in the configuration file as on the servers)")]
+    AnswerTooLarge {
+        /// What was being done.
+        op: &'static str,
+        /// The node path (the first of a multi-read).
+        path: String,
+        /// The answer's size.
+        len: usize,
+        /// The limit.
+        limit: usize,
     },
     /// The TLS files cannot be used (or the client certificate has expired).
     #[error(transparent)]
@@ -169,6 +182,14 @@ pub(crate) async fn call<T>(
 ) -> Result<T, ZkError> {
     match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
         Ok(Ok(v)) => Ok(v),
+        Ok(Err(zookeeper_client::Error::FrameTooLarge { len, limit })) => {
+            Err(ZkError::AnswerTooLarge {
+                op,
+                path: path.to_string(),
+                len,
+                limit,
+            })
+        }
         Ok(Err(source)) => Err(ZkError::Op {
             op,
             path: path.to_string(),

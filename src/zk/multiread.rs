@@ -2,7 +2,8 @@
 //! multi-read request, with up to [`WINDOW`] requests in flight. Used by the subtree reader
 //! ([`super::snapshot`]) and the agent's discovery walk. A node that does not exist is handed
 //! to the caller as a `NoNode` result (it may have been deleted while the walk ran); any other
-//! error ends the read. [`read_at_once`] reads a few nodes in one multi-read (an atomic
+//! error ends the read. A batch whose answer is over the client's limit (`jute-maxbuffer`) is
+//! read again in batches of half its size, and so are the reads after it. [`read_at_once`] reads a few nodes in one multi-read (an atomic
 //! snapshot, one request), for as long as the server knows the request ([`missing`]).
 
 use std::future::Future;
@@ -82,15 +83,26 @@ pub(crate) async fn read_all(
     mut on: impl FnMut(Want, MultiReadResult, &mut Vec<Want>),
 ) -> Result<(), ZkError> {
     let mut in_flight = FuturesUnordered::new();
+    let mut batch_len = BATCH;
     while !queue.is_empty() || !in_flight.is_empty() {
         while in_flight.len() < WINDOW && !queue.is_empty() {
-            let at = queue.len().saturating_sub(BATCH);
+            let at = queue.len().saturating_sub(batch_len);
             in_flight.push(send(client, queue.split_off(at)));
         }
-        let Some((batch, results)) = in_flight.next().await else {
+        let Some((mut batch, results)) = in_flight.next().await else {
             break;
         };
-        for (want, result) in batch.into_iter().zip(results?) {
+        let results = match results {
+            // An answer over the client's limit was discarded: its halves are read apart (a
+            // node alone over the limit is the error, naming it).
+            Err(ZkError::AnswerTooLarge { .. }) if batch.len() > 1 => {
+                batch_len = batch_len.min(batch.len() / 2);
+                queue.append(&mut batch);
+                continue;
+            }
+            other => other?,
+        };
+        for (want, result) in batch.into_iter().zip(results) {
             if let MultiReadResult::Error { err } = &result {
                 if *err != zookeeper_client::Error::NoNode {
                     return Err(ZkError::Op {

@@ -41,7 +41,7 @@ fn the_vendored_client_is_the_published_crate_plus_the_patches() {
     let (ok, text) = check(&root().join("vendor/zookeeper-client"));
     assert!(ok, "{text}");
     assert!(
-        text.contains("zookeeper-client 0.11.2 plus 4 patches"),
+        text.contains("zookeeper-client 0.11.2 plus 5 patches"),
         "{text}"
     );
 }

@@ -87,6 +87,11 @@ pub enum Error {
     #[error("runtime condition mismatch")]
     RuntimeInconsistent,
 
+    /// The server's answer to the request is a frame of `len` bytes, over the `limit` the
+    /// client accepts (see [crate::Connector::with_max_frame_len]); it was discarded unread.
+    #[error("the server's answer is a frame of {len} bytes, over the client's limit of {limit} bytes")]
+    FrameTooLarge { len: usize, limit: usize },
+
     #[error(transparent)]
     Custom(CustomError),
 }

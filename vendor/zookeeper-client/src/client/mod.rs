@@ -1548,6 +1548,7 @@ pub struct Connector {
     server_version: Version,
     session_timeout: Duration,
     connection_timeout: Duration,
+    max_frame_len: Option<usize>,
 }
 
 impl Connector {
@@ -1565,7 +1566,19 @@ impl Connector {
             server_version: Version(u32::MAX, u32::MAX, u32::MAX),
             session_timeout: Duration::ZERO,
             connection_timeout: Duration::ZERO,
+            max_frame_len: None,
         }
+    }
+
+    /// Specifies the largest frame accepted from a server, in bytes (as ZooKeeper's Java
+    /// client takes `jute.maxbuffer`). An answer over it fails its own request with
+    /// [Error::FrameTooLarge], and is discarded as it arrives without being buffered; the
+    /// session goes on.
+    ///
+    /// Defaults to 128 MiB + 64 KiB.
+    pub fn with_max_frame_len(mut self, len: usize) -> Self {
+        self.max_frame_len = Some(len);
+        self
     }
 
     /// Specifies target session timeout to negotiate with ZooKeeper server.
@@ -1749,7 +1762,8 @@ impl Connector {
             .with_readonly(self.readonly)
             .with_detached(self.detached)
             .with_session_timeout(self.session_timeout)
-            .with_connection_timeout(self.connection_timeout);
+            .with_connection_timeout(self.connection_timeout)
+            .with_max_frame_len(self.max_frame_len);
         #[cfg(feature = "tls")]
         let builder = builder.with_tls(self.tls);
         #[cfg(any(feature = "sasl-digest-md5", feature = "sasl-gssapi"))]

@@ -58,6 +58,7 @@ pub struct Builder {
     session: Option<SessionInfo>,
     session_timeout: Duration,
     connection_timeout: Duration,
+    max_frame_len: Option<usize>,
 }
 
 impl Builder {
@@ -95,6 +96,10 @@ impl Builder {
         Self { connection_timeout, ..self }
     }
 
+    pub fn with_max_frame_len(self, max_frame_len: Option<usize>) -> Self {
+        Self { max_frame_len, ..self }
+    }
+
     pub fn build(self, requester: Weak<mpsc::UnboundedSender<Request>>) -> Result<Session, Error> {
         let session = match self.session {
             Some(session) => {
@@ -129,6 +134,8 @@ impl Builder {
             detached: self.detached,
 
             configured_connection_timeout: self.connection_timeout,
+            max_frame_len: self.max_frame_len.unwrap_or(MAX_FRAME_LEN),
+            skipping: 0,
 
             last_zxid: session.last_zxid,
             last_recv: now,
@@ -164,6 +171,9 @@ pub struct Session {
     connector: Connector,
 
     configured_connection_timeout: Duration,
+    max_frame_len: usize,
+    /// Bytes of a refused answer still to discard.
+    skipping: usize,
 
     last_zxid: i64,
     last_recv: Instant,
@@ -468,24 +478,75 @@ impl Session {
     }
 
     fn handle_recv_buf(&mut self, recved: &mut Vec<u8>, depot: &mut Depot) -> Result<(), Error> {
-        check_frame_len(recved)?;
         let mut reading = recved.as_slice();
         if self.session_state == SessionState::Disconnected {
+            if frame_len(reading)?.is_some_and(|len| len > self.max_frame_len) {
+                return Err(self.frame_refused(reading));
+            }
             if let Some(body) = record::try_deserialize::<&[u8]>(&mut reading)? {
                 self.handle_connect_response(body)?;
             } else {
                 return Ok(());
             }
         }
-        while let Some(mut body) = record::try_deserialize::<&[u8]>(&mut reading)? {
-            let header: ReplyHeader = record::unmarshal(&mut body)?;
-            self.handle_reply(header, body, depot)?;
+        loop {
+            if self.skipping > 0 {
+                let skipped = self.skipping.min(reading.len());
+                reading = &reading[skipped..];
+                self.skipping -= skipped;
+                if self.skipping > 0 {
+                    break;
+                }
+            }
+            match frame_len(reading)? {
+                Some(len) if len > self.max_frame_len => {
+                    if !self.skip_answer(&mut reading, len, depot)? {
+                        break;
+                    }
+                },
+                _ => match record::try_deserialize::<&[u8]>(&mut reading)? {
+                    Some(mut body) => {
+                        let header: ReplyHeader = record::unmarshal(&mut body)?;
+                        self.handle_reply(header, body, depot)?;
+                    },
+                    None => break,
+                },
+            }
         }
         let consumed_bytes = recved.len() - reading.len();
         recved.drain(..consumed_bytes);
-        check_frame_len(recved)?;
         self.last_recv = Instant::now();
         Ok(())
+    }
+
+    /// An answer over [Self::max_frame_len] at the head of `reading`: its request fails with
+    /// [Error::FrameTooLarge] and the rest of its frame is discarded as it arrives, never
+    /// buffered. `false` until the frame's reply header has arrived. A frame over the limit that
+    /// answers no request (a notification, a ping) ends the connection.
+    fn skip_answer(&mut self, reading: &mut &[u8], len: usize, depot: &mut Depot) -> Result<bool, Error> {
+        const HEADER_LEN: usize = 16;
+        let Some(mut head) = reading.get(4..4 + HEADER_LEN) else {
+            return Ok(false);
+        };
+        let header: ReplyHeader = record::unmarshal(&mut head)?;
+        if header.xid < 0 {
+            return Err(self.frame_refused(reading));
+        }
+        self.last_zxid = self.last_zxid.max(header.zxid);
+        let operation = depot.pop_request(header.xid)?;
+        debug!("refusing an answer of {len} bytes, over the limit of {} bytes", self.max_frame_len);
+        self.handle_session_failure(operation, Error::FrameTooLarge { len, limit: self.max_frame_len }, depot);
+        *reading = &reading[4 + HEADER_LEN..];
+        self.skipping = len - HEADER_LEN;
+        Ok(true)
+    }
+
+    fn frame_refused(&self, reading: &[u8]) -> Error {
+        let len = frame_len(reading).ok().flatten().unwrap_or_default();
+        Error::UnexpectedError(format!(
+            "the server announced a frame of {len} bytes (the limit is {})",
+            self.max_frame_len
+        ))
     }
 
     async fn serve_connecting(
@@ -654,6 +715,7 @@ impl Session {
         };
         depot.reset();
         buf.clear();
+        self.skipping = 0;
         self.send_connect(depot);
         #[cfg(any(feature = "sasl-digest-md5", feature = "sasl-gssapi"))]
         self.send_sasl(depot, endpoint.host)?;
@@ -710,21 +772,22 @@ impl Session {
     }
 }
 
-/// Largest frame accepted from a server: a frame announcing more is refused before it is
-/// buffered (a server announcing, and sending, gigabytes would otherwise have the client hold
-/// them all). 128 MiB + 64 KiB: above any answer of a multi-read of 128 nodes of ZooKeeper's
-/// default `jute.maxbuffer` (1 MiB) each.
+/// The default of the largest answer accepted from a server ([Builder::with_max_frame_len]):
+/// a frame announcing more is refused before it is buffered (a server announcing, and
+/// sending, gigabytes would otherwise have the client hold them all). 128 MiB + 64 KiB: above
+/// any answer of a multi-read of 128 nodes of ZooKeeper's default `jute.maxbuffer` (1 MiB)
+/// each.
 pub const MAX_FRAME_LEN: usize = 128 * 1024 * 1024 + 64 * 1024;
 
-/// Refuses a frame at the head of `buf` whose announced length is out of range.
-fn check_frame_len(buf: &[u8]) -> Result<(), Error> {
-    if let Some(len) = buf.get(..4) {
-        let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
-        if len < 0 || len as usize > MAX_FRAME_LEN {
-            return Err(Error::UnexpectedError(format!(
-                "the server announced a frame of {len} bytes (the limit is {MAX_FRAME_LEN})"
-            )));
-        }
+/// The length a frame at the head of `buf` announces, once its 4 bytes have arrived; a
+/// negative length is an error.
+fn frame_len(buf: &[u8]) -> Result<Option<usize>, Error> {
+    let Some(len) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+    if len < 0 {
+        return Err(Error::UnexpectedError(format!("the server announced a frame of {len} bytes")));
     }
-    Ok(())
+    Ok(Some(len as usize))
 }
