@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use zkdeployment::command::{Cmd, Output, Simulator};
 
+/// The environment variable giving every virtual host's `session-timeout`, seconds.
+pub const SESSION_SECS_ENV: &str = "SIM_SESSION_SECS";
+
 /// What every virtual host's commands are like; changed between phases.
 pub struct Knobs {
     /// Mean deploy-script duration, milliseconds.
@@ -328,10 +331,11 @@ async fn start_agent(
     let config = config_path(&shared.dir, i);
     let text = format!(
         "[zkdeployment]\nhost-id = {id}\nhost-name = {id}.example.com\nrun-directory = {}\n\
-         root = {}\nyum = sim-yum\nzookeeper = {}\nsession-timeout = 10\n",
+         root = {}\nyum = sim-yum\nzookeeper = {}\nsession-timeout = {}\n",
         run.display(),
         root.display(),
         shared.conn,
+        std::env::var(SESSION_SECS_ENV).unwrap_or_else(|_| "10".into()),
         id = host_id(i),
     );
     std::fs::write(&config, text).unwrap();

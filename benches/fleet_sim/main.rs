@@ -5,11 +5,14 @@
 //!
 //! `cargo bench --bench fleet_sim -- --hosts N [--script-ms 1000] [--yum-ms 200]
 //! [--fail-rate 0] [--idle-secs 60] [--limit-secs 3600] [--heap 2g]
-//! [--zk-tick-ms 500] [--zk-sync-limit 2] [--scenarios idle,rollout,many,leader,commands]`
+//! [--zk-tick-ms 500] [--zk-sync-limit 2] [--session-secs 10]
+//! [--scenarios idle,rollout,many,leader,commands]`
 //!
 //! The ensemble's `tickTime` and `syncLimit` default to the fault tests' quick fail-over
 //! (500 ms, 2: a follower more than 1 s behind the leader is dropped); `--zk-tick-ms 2000
-//! --zk-sync-limit 5` is ZooKeeper's sample configuration (10 s).
+//! --zk-sync-limit 5` is ZooKeeper's sample configuration (10 s). `--session-secs` is every
+//! virtual host's `session-timeout` (10 s, the agent's default; the servers allow at most 20
+//! ticks).
 //!
 //! Scenarios (each prints one JSON line and a table):
 //! 1. `idle`: the fleet converged and idle: ensemble CPU, memory and requests per second.
@@ -56,6 +59,7 @@ struct Args {
     heap: String,
     zk_tick_ms: u32,
     zk_sync_limit: u32,
+    session_secs: u64,
     scenarios: Vec<String>,
 }
 
@@ -70,6 +74,7 @@ fn args() -> Args {
         heap: "2g".into(),
         zk_tick_ms: 500,
         zk_sync_limit: 2,
+        session_secs: 10,
         scenarios: ["idle", "rollout", "many", "leader", "commands"]
             .map(String::from)
             .to_vec(),
@@ -88,6 +93,7 @@ fn args() -> Args {
             "--heap" => a.heap = value(),
             "--zk-tick-ms" => a.zk_tick_ms = value().parse().expect("--zk-tick-ms MS"),
             "--zk-sync-limit" => a.zk_sync_limit = value().parse().expect("--zk-sync-limit N"),
+            "--session-secs" => a.session_secs = value().parse().expect("--session-secs S"),
             "--scenarios" => a.scenarios = value().split(',').map(String::from).collect(),
             // cargo bench passes --bench.
             _ => {}
@@ -218,6 +224,8 @@ fn main() {
     std::env::set_var("ZK_HEAP", &args.heap);
     std::env::set_var("ZK_TICK_MS", args.zk_tick_ms.to_string());
     std::env::set_var("ZK_SYNC_LIMIT", args.zk_sync_limit.to_string());
+    // Every virtual host's `session-timeout` (the servers cap it at 20 ticks).
+    std::env::set_var(host::SESSION_SECS_ENV, args.session_secs.to_string());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -254,12 +262,13 @@ async fn run(args: Args) {
         "{pending} hosts never converged on the first revision"
     );
     eprintln!(
-        "fleet_sim: {} hosts converged in {:.1} s (heap {}, tickTime {} ms, syncLimit {}, machine: {} cores)",
+        "fleet_sim: {} hosts converged in {:.1} s (heap {}, tickTime {} ms, syncLimit {}, session {} s, machine: {} cores)",
         args.hosts,
         clock.elapsed().as_secs_f64(),
         args.heap,
         args.zk_tick_ms,
         args.zk_sync_limit,
+        args.session_secs,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     sim.knobs.script_ms.store(args.script_ms, Ordering::Relaxed);

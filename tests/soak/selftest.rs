@@ -1101,12 +1101,12 @@ fn a_new_cluster_version_starts_the_count_again_for_a_pass_still_at_the_old_one(
     );
 }
 
-#[test]
-fn a_budget_applied_in_a_pass_begun_while_the_fleet_was_mixed_is_flagged() {
-    let runs = vec![run("a", "h1", "/acme/a", 6.0, Some(6.5), Some(3))];
-    let mut journal = Journal {
-        outcomes: vec![outcome("h1", "/acme/a", 6.7, "within")],
-        passes: vec![("h1".into(), 100, 5.0)],
+/// A journal with `said` (by `host`'s agent 100 in a pass begun at `pass`) and an original's
+/// host node registered from 1 to 10.
+fn mixed_from_1_to_10(said: Outcome, host: &str, pass: f64) -> Journal {
+    Journal {
+        outcomes: vec![said],
+        passes: vec![(host.into(), 100, pass)],
         mixed: vec![MixedWindow {
             begun: 0.9,
             from: 1.0,
@@ -1114,7 +1114,13 @@ fn a_budget_applied_in_a_pass_begun_while_the_fleet_was_mixed_is_flagged() {
             gone: 10.1,
         }],
         ..Default::default()
-    };
+    }
+}
+
+#[test]
+fn a_budget_applied_in_a_pass_begun_while_the_fleet_was_mixed_is_flagged() {
+    let runs = vec![run("a", "h1", "/acme/a", 6.0, Some(6.5), Some(3))];
+    let mut journal = mixed_from_1_to_10(outcome("h1", "/acme/a", 6.7, "within"), "h1", 5.0);
     let commits = budget_commits(ONE);
     let found = violations_at(runs.clone(), held(&runs, "lock"), &journal, &commits);
     assert!(
@@ -1137,17 +1143,7 @@ fn a_dead_holder_counted_by_a_finder_that_planned_after_the_window_is_not_flagge
     let mut runs = vec![run("b", "h2", "/acme/b", 10.5, Some(11.0), Some(0))];
     let mut found_dead = outcome("h1", "/acme/a", 12.0, "within");
     found_dead.by = "h2".into();
-    let mut journal = Journal {
-        outcomes: vec![found_dead],
-        passes: vec![("h2".into(), 100, 9.9)],
-        mixed: vec![MixedWindow {
-            begun: 0.9,
-            from: 1.0,
-            to: 10.0,
-            gone: 10.1,
-        }],
-        ..Default::default()
-    };
+    let mut journal = mixed_from_1_to_10(found_dead, "h2", 9.9);
     let commits = budget_commits(ONE);
     let judged = |runs: &Vec<RunLog>, journal: &Journal| {
         violations_at(runs.clone(), held(runs, "lock"), journal, &commits)

@@ -1,9 +1,12 @@
 //! A 3-server ZooKeeper ensemble on loopback, owned by one test: three JVMs running
 //! `QuorumPeerMain` (started by the same `scripts/zk-server.sh --exec` and PDEATHSIG spawning as
 //! [`super::ZkServer`]), each
-//! with its own `zoo.cfg` (`server.N=127.0.0.1:PEER:ELECTION`, `tickTime=500`, `initLimit=5`,
-//! `syncLimit=2`: quick fail-overs for the fault tests; `ZK_TICK_MS`, `ZK_INIT_LIMIT` and
-//! `ZK_SYNC_LIMIT` set others), `myid` and data directory under one temporary directory.
+//! with its own `zoo.cfg` (`server.N=127.0.0.1:PEER:ELECTION`, `tickTime=500` and
+//! `syncLimit=2`: quick fail-overs for the fault tests; `initLimit=20`: a restarted server
+//! catching up with the leader on a loaded machine (a cold JVM, a snapshot to load and send)
+//! may take several seconds, and one that misses the limit is dropped and starts over, for
+//! ever; `ZK_TICK_MS`, `ZK_INIT_LIMIT` and `ZK_SYNC_LIMIT` set others), `myid` and data
+//! directory under one temporary directory.
 //! Killed on drop.
 //!
 //! [`Ensemble::start`] returns once every server serves and one of them says
@@ -179,13 +182,18 @@ impl Ensemble {
         four_letter(self.ports[i].client, word)
     }
 
-    /// The tails of the three logs (for failure messages).
+    /// The tails of the three logs (for failure messages), without the lines of the `srvr`
+    /// polls that wait for them.
     pub fn logs(&self) -> String {
         (0..SIZE)
             .map(|i| {
                 let log =
                     std::fs::read_to_string(self.server_dir(i).join("zk.log")).unwrap_or_default();
-                format!("--- server {} ---\n{}", i + 1, tail(&log, 30))
+                let log: Vec<&str> = log
+                    .lines()
+                    .filter(|l| !l.contains("Processing srvr command"))
+                    .collect();
+                format!("--- server {} ---\n{}", i + 1, tail(&log.join("\n"), 40))
             })
             .collect::<Vec<_>>()
             .join("\n")
@@ -278,7 +286,7 @@ impl Drop for Ensemble {
     }
 }
 
-/// `tickTime`, `initLimit` and `syncLimit`: 500 ms, 5 and 2 unless `ZK_TICK_MS`,
+/// `tickTime`, `initLimit` and `syncLimit`: 500 ms, 20 and 2 unless `ZK_TICK_MS`,
 /// `ZK_INIT_LIMIT` or `ZK_SYNC_LIMIT` say otherwise.
 fn limits() -> (u32, u32, u32) {
     let var = |name: &str, default: u32| {
@@ -289,7 +297,7 @@ fn limits() -> (u32, u32, u32) {
     };
     (
         var("ZK_TICK_MS", TICK_MS),
-        var("ZK_INIT_LIMIT", 5),
+        var("ZK_INIT_LIMIT", 20),
         var("ZK_SYNC_LIMIT", 2),
     )
 }
