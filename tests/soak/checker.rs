@@ -220,7 +220,7 @@ pub fn check(
     check_health_halts(runs, &steps, &seen, counts, &mut out);
     check_holder_kills(journal, verdicts, halt_lines, commits, counts, &mut out);
     check_mixed(runs, &steps, &seen, counts, &mut out);
-    check_versions(runs, &steps, journal, &mut out);
+    check_versions(runs, &steps, journal, commits, &mut out);
     super::budget_check::check(runs, journal, commits, &mut counts.budget, &mut out);
     out
 }
@@ -857,7 +857,26 @@ fn check_halts(runs: &[RunLog], journal: &Journal, commits: &Commits, out: &mut 
     }
 }
 
-fn check_versions(runs: &[RunLog], steps: &[Step], journal: &Journal, out: &mut Vec<String>) {
+/// False if some tree an agent deploying `version` may have read by `at` does not deploy
+/// `path` to `host`: a sync killed after writing a later commit's tree (or forced while the
+/// cluster was halted) leaves that tree under the old version, and a pass that reads it has
+/// nothing to do there.
+fn surely_wanted(commits: &Commits, version: &str, at: f64, host: &str, path: &str) -> bool {
+    let Some(name) = path.strip_prefix("/acme/") else {
+        return true;
+    };
+    candidates(commits, version, at)
+        .iter()
+        .all(|t| t.acme.get(name).is_some_and(|n| n.hosts.contains_key(host)))
+}
+
+fn check_versions(
+    runs: &[RunLog],
+    steps: &[Step],
+    journal: &Journal,
+    commits: &Commits,
+    out: &mut Vec<String>,
+) {
     // A deploy run of a package with a health check that no check followed failed its step
     // as surely as a failed script (unless its agent died there).
     let unchecked: BTreeSet<usize> = steps
@@ -879,7 +898,7 @@ fn check_versions(runs: &[RunLog], steps: &[Step], journal: &Journal, out: &mut 
         let agent = |r: &&RunLog| {
             r.host == *host && r.version == *version && r.start < *seen && r.agent == *pid
         };
-        let failed = runs
+        let failures: Vec<&RunLog> = runs
             .iter()
             .enumerate()
             .filter(|(_, r)| agent(r))
@@ -887,7 +906,18 @@ fn check_versions(runs: &[RunLog], steps: &[Step], journal: &Journal, out: &mut 
                 (r.rc != Some(0) && r.kind != "health-retry")
                     || (unchecked.contains(i) && r.end.is_some_and(|e| e < *seen))
             })
-            .map(|(_, r)| r.end.unwrap_or(r.start))
+            .map(|(_, r)| r)
+            .collect();
+        // Every failed step dropped by a tree the agent may have read since: nothing to redo.
+        if failures
+            .iter()
+            .all(|r| !surely_wanted(commits, version, *seen, host, &r.path))
+        {
+            continue;
+        }
+        let failed = failures
+            .iter()
+            .map(|r| r.end.unwrap_or(r.start))
             .fold(f64::NEG_INFINITY, f64::max);
         if failed.is_finite()
             && !runs.iter().filter(agent).any(|r| r.start > failed)

@@ -269,6 +269,31 @@ fn a_version_recorded_after_a_failed_run_without_a_new_pass_is_flagged() {
     );
 }
 
+#[test]
+fn a_version_recorded_after_a_failure_whose_step_a_later_tree_drops_is_not_flagged() {
+    // h1's /acme/b failed at v1; a sync killed after writing the next commit's tree (which
+    // deploys nothing to h1) left it under v1, and h1's next pass at v1 had nothing to do.
+    let runs = vec![run("b", "h1", "/acme/b", 1.3, Some(1.4), Some(3))];
+    let mut journal = Journal::default();
+    journal.halts.push(halt("h1", "Command failed: ...", 1.5));
+    journal.samples.push(("h1".into(), "v1".into(), 100, 3.0));
+    let mut later = tree(MaxParallel::Count(1), None, "1.4");
+    for node in later.acme.values_mut() {
+        node.hosts.remove("h1");
+    }
+    let mut history = commits(MaxParallel::Count(1), None);
+    history.push(("v2".into(), 2.0, later));
+    let found = violations_at(runs.clone(), ok(&runs), &journal, &history);
+    assert_eq!(found, Vec::<String>::new());
+    // The same tree committed after the version was recorded excuses nothing.
+    history[1].1 = 3.5;
+    let found = violations_at(runs.clone(), ok(&runs), &journal, &history);
+    assert!(
+        found.len() == 1 && found[0].contains("recorded version v1"),
+        "{found:?}"
+    );
+}
+
 // Rolling deploys: leases, canaries, health checks.
 
 #[test]
