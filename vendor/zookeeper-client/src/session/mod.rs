@@ -529,7 +529,7 @@ impl Session {
             return Ok(false);
         };
         let header: ReplyHeader = record::unmarshal(&mut head)?;
-        if header.xid < 0 {
+        if header.xid < 0 || len < HEADER_LEN {
             return Err(self.frame_refused(reading));
         }
         self.last_zxid = self.last_zxid.max(header.zxid);
