@@ -28,7 +28,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::actors::version_text;
-use super::checker::{candidates, failed, session_fault, Commits, RunLog, MIXED_SEEN};
+use super::checker::{candidates, failed, pass_begun, session_fault, Commits, RunLog, MIXED_SEEN};
 use super::world::{Journal, NodeRecord, Outcome};
 
 /// How long after a node's halt or pause was made a host may still start its step: it read
@@ -335,17 +335,6 @@ fn check_causes(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
     }
 }
 
-/// The start of the pass of the agent that said `o` (the finder, for a dead holder): its last
-/// `Deploying version` before it.
-fn pass_of(journal: &Journal, o: &Outcome) -> f64 {
-    journal
-        .passes
-        .iter()
-        .filter(|(h, pid, t)| *h == o.by && *pid == o.pid && *t <= o.time)
-        .map(|(_, _, t)| *t)
-        .fold(f64::NEG_INFINITY, f64::max)
-}
-
 /// The latest instant by which the agent that said `o` had planned the pass begun at `pass`
 /// (and so read whether the fleet is mixed, after its discovery): the start of its first
 /// script in that pass, else `o` itself. For its own failure that is the failed run's start
@@ -365,7 +354,8 @@ fn check_mixed(runs: &[RunLog], journal: &Journal, out: &mut Vec<String>) {
         .iter()
         .filter(|o| o.kind == "within" || o.kind == "node-halt")
     {
-        let pass = pass_of(journal, o);
+        // The pass of the agent that said it (the finder, for a dead holder).
+        let pass = pass_begun(journal, &o.by, o.pid, o.time);
         let planned = planned_by(runs, o, pass);
         if let Some(w) = journal
             .mixed

@@ -672,15 +672,20 @@ fn check_health_halts(
 /// answers at most about 1 s stale; doubled for the scheduling of a loaded machine.
 pub const MIXED_SEEN: f64 = 2.0;
 
-/// The start of the pass `run` belongs to: its agent process's last pass start before it
-/// (-inf if its agent's log has none).
-fn pass_start(journal: &Journal, run: &RunLog) -> f64 {
+/// The start of the pass agent process `pid` of `host` was in at `at`: its last
+/// `Deploying version` by then (-inf if its log has none).
+pub fn pass_begun(journal: &Journal, host: &str, pid: u64, at: f64) -> f64 {
     journal
         .passes
         .iter()
-        .filter(|(h, pid, t)| *h == run.host && *pid == run.agent && *t <= run.start)
+        .filter(|(h, p, t)| h == host && *p == pid && *t <= at)
         .map(|(_, _, t)| *t)
         .fold(f64::NEG_INFINITY, f64::max)
+}
+
+/// The start of the pass `run` belongs to.
+fn pass_start(journal: &Journal, run: &RunLog) -> f64 {
+    pass_begun(journal, &run.host, run.agent, run.start)
 }
 
 /// True if the agent may have found the fleet mixed for `run`: it decided at some time
