@@ -22,6 +22,7 @@ use crate::zk::paths::{
     ROLE_LOCKS, VERSION_SET,
 };
 use crate::zk::recipe::lock::sequence_of;
+use crate::zk::recipe::semaphore::TURNSTILES_SUFFIX;
 use crate::zk::role_lock::{request_sequence, requester};
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
 use crate::zk::{call, join, Client, ZkError};
@@ -77,7 +78,8 @@ pub(crate) struct SemaphoreRow {
     pub(crate) max_leases: Value,
     /// Who holds its leases, oldest first.
     pub(crate) holders: Vec<LeaseRow>,
-    /// Who waits for a lease (the contenders of its guard lock `PATH-__lock__`), in order.
+    /// Who waits for a lease: the contenders of its guard lock `PATH-__lock__`, in order, then
+    /// those waiting in its turnstiles to queue there.
     pub(crate) waiters: Vec<String>,
     /// Leases and guard contenders that are not ephemeral (full paths): no session ends
     /// them, so each takes a lease, or blocks the guard, for ever.
@@ -327,6 +329,7 @@ fn semaphore_row(
     path: &str,
     sem: Option<&ZNode>,
     guard: Option<&ZNode>,
+    turnstiles: Option<&ZNode>,
     now_ms: i64,
 ) -> Option<SemaphoreRow> {
     let mut leases: Vec<(&String, &ZNode)> =
@@ -334,7 +337,13 @@ fn semaphore_row(
     leases.sort_by_key(|(name, node)| (node.ctime, *name));
     let guard_path = crate::zk::recipe::semaphore::guard_path(path);
     let queue = guard.and_then(|g| contenders(&guard_path, g, now_ms));
-    if leases.is_empty() && queue.is_none() {
+    let turnstile_path = format!("{path}{TURNSTILES_SUFFIX}");
+    let turns: Vec<_> = turnstiles
+        .into_iter()
+        .flat_map(|t| &t.children)
+        .filter_map(|(name, t)| contenders(&join(&turnstile_path, name), t, now_ms))
+        .collect();
+    if leases.is_empty() && queue.is_none() && turns.is_empty() {
         return None;
     }
     let mut permanent: Vec<String> = leases
@@ -347,6 +356,11 @@ fn semaphore_row(
         waiters.extend(q.holder);
         waiters.extend(q.waiters);
         permanent.extend(q.permanent);
+    }
+    // A turnstile's holder queues for the guard (above); its waiters come after.
+    for turn in turns {
+        waiters.extend(turn.waiters);
+        permanent.extend(turn.permanent);
     }
     let max_leases = sem
         .and_then(|s| s.props.get("string_value"))
@@ -368,7 +382,8 @@ fn semaphore_row(
 }
 
 /// The semaphores under `/agent-semaphores` that have leases or waiters (the record nodes
-/// `PATH-__in-flight__` are the agent's, not shown).
+/// `PATH-__in-flight__` are the agent's, not shown; the waiters in the turnstiles
+/// `PATH-__turnstiles__/<NN>` are shown after the guard's).
 async fn read_semaphores(client: &Client) -> Result<Vec<SemaphoreRow>, ZkError> {
     use crate::zk::recipe::semaphore::{GUARD_SUFFIX, RECORDS_SUFFIX};
     let now_ms = (crate::files::now() * 1000.0) as i64;
@@ -380,13 +395,21 @@ async fn read_semaphores(client: &Client) -> Result<Vec<SemaphoreRow>, ZkError> 
         .keys()
         .filter(|n| !n.ends_with(RECORDS_SUFFIX))
         .map(|n| n.strip_suffix(GUARD_SUFFIX).unwrap_or(n))
+        .map(|n| n.strip_suffix(TURNSTILES_SUFFIX).unwrap_or(n))
         .collect();
     Ok(names
         .into_iter()
         .filter_map(|name| {
             let sem = tree.children.get(name);
             let guard = tree.children.get(&format!("{name}{GUARD_SUFFIX}"));
-            semaphore_row(&join(AGENT_SEMAPHORES, name), sem, guard, now_ms)
+            let turnstiles = tree.children.get(&format!("{name}{TURNSTILES_SUFFIX}"));
+            semaphore_row(
+                &join(AGENT_SEMAPHORES, name),
+                sem,
+                guard,
+                turnstiles,
+                now_ms,
+            )
         })
         .collect())
 }
@@ -405,8 +428,11 @@ fn permanent_warnings(locks: &[LockRow], semaphores: &[SemaphoreRow]) -> Vec<Str
     for sem in semaphores {
         let guard = crate::zk::recipe::semaphore::guard_path(&sem.path);
         for child in &sem.permanent {
+            let turnstiles = format!("{}{TURNSTILES_SUFFIX}/", sem.path);
             out.push(if child.starts_with(&format!("{guard}/")) {
                 format!("{child} is a contender of the guard lock of {} that is not ephemeral: no session ends it, so it holds or blocks every host waiting for a lease for ever (delete it)", sem.path)
+            } else if child.starts_with(&turnstiles) {
+                format!("{child} is a contender of a turnstile of {} that is not ephemeral: no session ends it, so it holds or blocks the hosts waiting there for ever (delete it)", sem.path)
             } else {
                 format!("{child} is a lease of {} that is not ephemeral: no session ends it, so it takes one of the leases for ever (delete it)", sem.path)
             });

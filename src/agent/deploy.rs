@@ -109,7 +109,7 @@ async fn try_each(
             Entry::Held(held) => return Ok((Some((index, held)), busy)),
             Entry::Busy { who, queue } => {
                 let place = match &queue {
-                    Queue::Lock => node.lock.to_string(),
+                    Queue::Lock | Queue::Canary => node.lock.to_string(),
                     Queue::Semaphore => semaphore_path(node.path),
                     Queue::Watch(_) => node.path.to_string(),
                 };

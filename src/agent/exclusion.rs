@@ -10,7 +10,8 @@
 //!   lock's data, `{"canary": {"path", "version": "<rpm> <version>", "hosts": [ids]}}`
 //!   ([`super::rollout_rule`]); a canary adds itself with its release, after its step (health
 //!   check included) went well. A host that takes the lock and finds the canaries done lets
-//!   it go and takes a lease.
+//!   it go and takes a lease. Only as many hosts queue in the node lock as canaries are still
+//!   needed; the others wait outside it ([`super::canary`]).
 //! - In-flight records and dead holders: [`super::in_flight`].
 //! - The two kinds of place after a change of K (hosts of the old plan under one kind, of the
 //!   new under the other): a lock holder announces itself with its in-flight record (one
@@ -20,7 +21,9 @@
 //!   holder that writes no record (one passing through after the canaries) is in nobody's way.
 
 use serde_json::Value;
+use tokio::time::Instant;
 
+use super::canary::{look, wait_outside, Phase};
 use super::error::Interrupt;
 use super::in_flight::{
     self, clear_lock_record, dead_holder_found, dead_lease_holder, dead_lock_holder, halting,
@@ -109,6 +112,9 @@ pub(crate) enum Queue {
     Semaphore,
     /// Watching these nodes: holders of the node's other kind of place.
     Watch(Vec<String>),
+    /// Outside the node lock, watching its data until the canaries are done or another one
+    /// is needed.
+    Canary,
 }
 
 /// What entering a node gave.
@@ -129,16 +135,36 @@ fn identifier(pass: &Pass<'_>) -> String {
 pub(crate) async fn try_enter(pass: &Pass<'_>, node: &Node<'_>) -> Result<Entry, Interrupt> {
     let client = &pass.agent.client;
     let id = identifier(pass);
-    if !node.leased() || in_canary_phase(client, node).await? {
-        return match Lock::new(client, node.lock, &id).try_acquire().await? {
-            Attempt::Acquired(guard) => settle_lock(pass, node, guard).await,
-            Attempt::Busy(holder) => Ok(Entry::Busy {
-                who: holder.map_or_else(|| "another host".into(), |h| h.identifier),
-                queue: Queue::Lock,
-            }),
-        };
+    if node.leased() {
+        match look(
+            client,
+            node.lock,
+            &canary_key(node.step),
+            node.rollout.canary,
+        )
+        .await?
+        {
+            Phase::Over => return try_enter_leased(pass, node).await,
+            Phase::Wait { done, queued } => return Ok(waiting_for_canaries(node, done, queued)),
+            Phase::Join => {}
+        }
     }
-    try_enter_leased(pass, node).await
+    match Lock::new(client, node.lock, &id).try_acquire().await? {
+        Attempt::Acquired(guard) => settle_lock(pass, node, guard).await,
+        Attempt::Busy(holder) => Ok(Entry::Busy {
+            who: holder.map_or_else(|| "another host".into(), |h| h.identifier),
+            queue: Queue::Lock,
+        }),
+    }
+}
+
+/// Busy: `node`'s canaries are not done, and enough hosts queue for them.
+fn waiting_for_canaries(node: &Node<'_>, done: usize, queued: usize) -> Entry {
+    let need = node.rollout.canary;
+    Entry::Busy {
+        who: format!("its canaries ({done} of {need} done, {queued} in the node lock's queue)"),
+        queue: Queue::Canary,
+    }
 }
 
 /// Waits for `node` as `queue` says, at most until `deadline`, unless `cancel` resolves
@@ -147,7 +173,7 @@ pub(crate) async fn wait_enter(
     pass: &Pass<'_>,
     node: &Node<'_>,
     queue: &Queue,
-    deadline: tokio::time::Instant,
+    deadline: Instant,
     cancel: &mut (impl std::future::Future<Output = ()> + Unpin),
 ) -> Result<Option<Entry>, Interrupt> {
     let client = &pass.agent.client;
@@ -172,16 +198,13 @@ pub(crate) async fn wait_enter(
             wait_for_any(client, nodes, deadline, cancel).await?;
             Ok(None)
         }
+        Queue::Canary => {
+            let (key, need) = (canary_key(node.step), node.rollout.canary);
+            let host = &pass.agent.host.id;
+            wait_outside(client, node.lock, &key, need, host, deadline, cancel).await?;
+            Ok(None)
+        }
     }
-}
-
-/// True while the canaries of `node`'s version are not all done.
-async fn in_canary_phase(client: &Client, node: &Node<'_>) -> Result<bool, ZkError> {
-    if node.rollout.canary == 0 || !node.leased() {
-        return Ok(false);
-    }
-    let props = read_lock_node(client, node.lock).await?.map(|(p, _)| p);
-    Ok(!canaries_done(&props.unwrap_or_default(), node))
 }
 
 /// The node lock's data and stat (`None` while the lock node does not exist).

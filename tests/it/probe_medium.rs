@@ -341,6 +341,25 @@ async fn status_names_lease_holders_and_lock_children_that_are_not_ephemeral() {
     let prefix = format!("{sem}-__lock__/{}__lock__", uuid());
     let (_, n) = h.client.create(&prefix, b"ghost (g3)", &seq).await.unwrap();
     let guard = format!("{prefix}{n}");
+    // Two in a turnstile: its holder, and a waiter shown after the guard's queue.
+    let _ = h
+        .client
+        .create(&format!("{sem}-__turnstiles__"), b"", &open)
+        .await;
+    let _ = h
+        .client
+        .create(&format!("{sem}-__turnstiles__/07"), b"", &open)
+        .await;
+    let mut turns = Vec::new();
+    for who in ["ghost (g4)", "ghost (g5)"] {
+        let prefix = format!("{sem}-__turnstiles__/07/{}__lock__", uuid());
+        let (_, n) = h
+            .client
+            .create(&prefix, who.as_bytes(), &seq)
+            .await
+            .unwrap();
+        turns.push(format!("{prefix}{n}"));
+    }
     // A role lock's request is persistent by design.
     let _ = h.client.create("/role-locks", b"", &open).await;
     h.client
@@ -365,9 +384,21 @@ async fn status_names_lease_holders_and_lock_children_that_are_not_ephemeral() {
     let mut permanent: Vec<String> =
         serde_json::from_value(s["semaphores"][0]["permanent"].clone()).unwrap();
     permanent.sort();
-    let mut want = vec![lease.clone(), guard.clone()];
+    let mut want = vec![
+        lease.clone(),
+        guard.clone(),
+        turns[0].clone(),
+        turns[1].clone(),
+    ];
     want.sort();
     assert_eq!(permanent, want, "{s:#}");
+    let waiters = s["semaphores"][0]["waiters"].as_array().unwrap();
+    assert_eq!(
+        waiters.last(),
+        Some(&serde_json::json!("ghost (g5)")),
+        "{s:#}"
+    );
+    assert!(!waiters.contains(&serde_json::json!("ghost (g4)")), "{s:#}");
     let warnings: Vec<&str> = s["warnings"]
         .as_array()
         .unwrap()
@@ -375,8 +406,8 @@ async fn status_names_lease_holders_and_lock_children_that_are_not_ephemeral() {
         .filter_map(|w| w.as_str())
         .filter(|w| !w.contains("writable by anyone"))
         .collect();
-    assert_eq!(warnings.len(), 3, "{warnings:#?}");
-    for path in [&contender, &lease, &guard] {
+    assert_eq!(warnings.len(), 5, "{warnings:#?}");
+    for path in [&contender, &lease, &guard, &turns[0], &turns[1]] {
         let w = warnings.iter().find(|w| w.starts_with(path.as_str()));
         let w = w.unwrap_or_else(|| panic!("no warning names {path}: {warnings:#?}"));
         assert!(w.contains("not ephemeral") && w.contains("for ever"), "{w}");

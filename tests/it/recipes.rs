@@ -2,8 +2,9 @@
 //! time and the holder named to a try; waiters served first come, first served; no lost
 //! wake-up when a waiter in the middle of the queue leaves; a dead holder's place freed by its
 //! session's end; at most K leases held at once; the lease's record made and removed with it;
-//! a stored `max_leases` rewritten; and kazoo's own Lock and Semaphore excluding ours and ours
-//! theirs.
+//! a stored `max_leases` rewritten; waiters queueing for the guard one per turnstile, and a try
+//! that does not queue behind more takers than leases are free; and kazoo's own Lock and
+//! Semaphore excluding ours and ours theirs.
 
 use crate::support;
 
@@ -13,7 +14,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use zkdeployment::zk::recipe::lock::{contenders, Lock, LockGuard};
-use zkdeployment::zk::recipe::semaphore::{holders, leases, records_path, LeaseGuard, Semaphore};
+use zkdeployment::zk::recipe::semaphore::{
+    holders, leases, records_path, turnstile_path, LeaseGuard, Semaphore,
+};
 use zkdeployment::zk::recipe::{wait_for_any, Attempt};
 use zkdeployment::zk::Client;
 
@@ -261,7 +264,7 @@ async fn a_full_semaphore_names_its_holders_and_a_record_goes_with_its_lease() {
         .unwrap()
     {
         Attempt::Busy(found) => {
-            assert_eq!(found, [first.name()]);
+            assert_eq!(found, 1);
             let named = holders(&client, "/s").await.unwrap();
             let who: Vec<_> = named.iter().map(|h| h.identifier.as_str()).collect();
             assert_eq!(who, ["host-a"]);
@@ -271,6 +274,96 @@ async fn a_full_semaphore_names_its_holders_and_a_record_goes_with_its_lease() {
     first.release(&client).await.unwrap();
     assert!(client.check_stat(&record).await.unwrap().is_none());
     assert!(holders(&client, "/s").await.unwrap().is_empty());
+}
+
+/// The number of children of `path` (0 when it does not exist).
+async fn count(client: &Client, path: &str) -> usize {
+    client
+        .check_stat(path)
+        .await
+        .unwrap()
+        .map_or(0, |s| s.num_children as usize)
+}
+
+#[tokio::test]
+async fn waiters_queue_for_the_guard_one_per_turnstile() {
+    let conn = support::chroot("recipe-turnstile").await;
+    let client = support::connect(&conn).await;
+    let held = lease(&client, 1, "holder", None).await;
+    let names = (0..).map(|i| format!("waiter {i}"));
+    let first = "waiter a".to_string();
+    let turnstile = turnstile_path("/s", &first);
+    let same = names
+        .clone()
+        .find(|w| turnstile_path("/s", w) == turnstile)
+        .unwrap();
+    let other = names
+        .clone()
+        .find(|w| turnstile_path("/s", w) != turnstile)
+        .unwrap();
+    let wait = |who: String| {
+        let conn = conn.clone();
+        tokio::spawn(async move {
+            let client = support::connect(&conn).await;
+            let sem = Semaphore::new(&client, "/s", &who, 1);
+            let got = sem
+                .acquire(None, deadline(), &mut std::future::pending())
+                .await;
+            got.unwrap()
+                .expect("a lease in time")
+                .release(&client)
+                .await
+                .unwrap();
+            drop(client);
+        })
+    };
+    let mut tasks = vec![wait(first.clone())];
+    support::agent::wait_for_async("the first waiter holds the guard", LIMIT, || async {
+        (count(&client, "/s-__lock__").await == 1).then_some(())
+    })
+    .await;
+    tasks.push(wait(same));
+    tasks.push(wait(other));
+    // The waiter sharing the first one's turnstile waits in it; the other queues for the guard.
+    support::agent::wait_for_async("both queued", LIMIT, || async {
+        let queued = (
+            count(&client, &turnstile).await,
+            count(&client, "/s-__lock__").await,
+        );
+        (queued == (2, 2)).then_some(())
+    })
+    .await;
+    held.release(&client).await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(LIMIT, task).await.unwrap().unwrap();
+    }
+    assert_eq!(count(&client, "/s").await, 0);
+    assert_eq!(count(&client, "/s-__lock__").await, 0);
+    assert_eq!(count(&client, &turnstile).await, 0);
+}
+
+#[tokio::test]
+async fn a_try_does_not_queue_behind_more_takers_than_leases_are_free() {
+    let conn = support::chroot("recipe-try-queue").await;
+    let client = support::connect(&conn).await;
+    let held = lease(&client, 2, "holder", None).await;
+    // One taker queues for the guard (a contender made by hand), one lease is free.
+    let mode = zookeeper_client::CreateMode::EphemeralSequential
+        .with_acls(zookeeper_client::Acls::anyone_all());
+    let queued = client
+        .create("/s-__lock__/taker__lock__", b"taker", &mode)
+        .await
+        .unwrap();
+    let path = format!("/s-__lock__/taker__lock__{}", queued.1);
+    let taker = Semaphore::new(&client, "/s", "host-b", 2);
+    let tried = tokio::time::timeout(LIMIT, taker.try_acquire(None)).await;
+    let tried = tried.unwrap().unwrap();
+    assert!(matches!(tried, Attempt::Busy(1)), "{tried:?}");
+    assert_eq!(count(&client, "/s-__lock__").await, 1);
+    client.delete(&path, None).await.unwrap();
+    let second = lease(&client, 2, "host-b", None).await;
+    second.release(&client).await.unwrap();
+    held.release(&client).await.unwrap();
 }
 
 #[tokio::test]
@@ -285,7 +378,7 @@ async fn a_stored_max_leases_is_rewritten_to_the_takers() {
     let second = lease(&client, 2, "host-b", None).await;
     let third = Semaphore::new(&client, "/s", "host-c", 2);
     let third = third.try_acquire(None).await.unwrap();
-    assert!(matches!(third, Attempt::Busy(h) if h.len() == 2));
+    assert!(matches!(third, Attempt::Busy(2)), "{third:?}");
     held.release(&client).await.unwrap();
     second.release(&client).await.unwrap();
 }
@@ -401,7 +494,7 @@ async fn a_kazoo_lease_counts_against_ours() {
     let full = Semaphore::new(&client, "/s", "third", 2);
     match full.try_acquire(None).await.unwrap() {
         Attempt::Busy(found) => {
-            assert_eq!(found.len(), 2, "{found:?}");
+            assert_eq!(found, 2);
             let named = holders(&client, "/s").await.unwrap();
             let mut who: Vec<_> = named.iter().map(|h| h.identifier.as_str()).collect();
             who.sort();

@@ -354,6 +354,72 @@ async fn canaries_go_first_one_at_a_time_then_the_rest_in_parallel() {
     );
 }
 
+/// A health check for package foo that passes once the file `go` exists (it gives up after
+/// 120 s, so that a failed test leaves nothing running).
+fn add_gated_health_check(h: &TestHost, go: &Path) {
+    let go = go.display();
+    let script = format!(
+        "#!/bin/sh\ni=0\nwhile [ ! -e {go} ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i + 1)); done\necho ok\n"
+    );
+    add_foo_health_check(h, &script);
+}
+
+#[tokio::test]
+async fn hosts_beyond_the_canaries_still_needed_wait_outside_the_node_lock() {
+    let hosts = fleet("rollout-canary-gate", 5).await;
+    let h = &hosts[0];
+    let go = h.scratch("go");
+    for host in &hosts {
+        add_gated_health_check(host, &go);
+    }
+    h.tree(&tree("max-parallel = 3\ncanary = 2", &ids(&hosts)), v("r1"))
+        .await;
+    let times = h.scratch("times.txt");
+    let tp = times.display().to_string();
+    let env = [("ZK_TEST_TIMES", tp.as_str())];
+    let lock = "/agent-locks/acme,a";
+    let queued = || async { Some(children(h, lock).await.len()) };
+    // h1 takes the node lock and stays in its health check; h2 queues for the second canary.
+    let mut agents = vec![hosts[0].spawn("deploy", &[], &env)];
+    wait_for_async("h1's script", LIMIT, || async {
+        lines(&times)
+            .iter()
+            .any(|l| l.starts_with("end "))
+            .then_some(())
+    })
+    .await;
+    agents.push(hosts[1].spawn("deploy", &[], &env));
+    wait_for_async("h2 in the queue", LIMIT, || async {
+        (queued().await == Some(2)).then_some(())
+    })
+    .await;
+    // The others find the queue long enough and wait outside it.
+    for host in &hosts[2..] {
+        agents.push(host.spawn("deploy", &[], &env));
+    }
+    let waiting = "its canaries (0 of 2 done, 2 in the node lock's queue)";
+    for agent in &agents[2..] {
+        wait_for("a host waiting for the canaries", LIMIT, || {
+            agent.output().contains(waiting).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(queued().await, Some(2));
+    std::fs::write(&go, "").unwrap();
+    for agent in agents.iter_mut() {
+        assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
+    }
+    let runs = intervals(&times);
+    assert_eq!(runs.len(), 5, "{runs:#?}");
+    assert_eq!((&*runs[0].host, &*runs[1].host), ("h1", "h2"), "{runs:#?}");
+    for r in &runs[2..] {
+        assert!(r.start >= runs[1].end, "{runs:#?}");
+    }
+    let record: Value = serde_json::from_slice(&data(h, lock).await.unwrap()).unwrap();
+    assert_eq!(record["canary"]["hosts"], json!(["h1", "h2"]), "{record}");
+    assert_eq!(queued().await, Some(0));
+}
+
 #[tokio::test]
 async fn a_failing_canary_halts_and_no_other_host_starts_that_version() {
     let hosts = fleet("rollout-canary-fail", 4).await;

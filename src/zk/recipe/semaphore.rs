@@ -5,10 +5,20 @@
 //! exceed `max_leases` together. A lease is given back by deleting it (or by its session
 //! ending).
 //!
-//! Two departures, both invisible to kazoo: [`Semaphore::try_acquire`] never waits for a lease
-//! (it names the holders when none is free), and a stored `max_leases` that differs from the
-//! taker's own is rewritten under the guard instead of refused, so a change of `max-parallel`
-//! needs no operator (kazoo refuses such a semaphore until the values agree).
+//! Three departures, all invisible to kazoo:
+//! - [`Semaphore::try_acquire`] never waits for a lease (it counts the leases held when none
+//!   is free), and queues for the guard only when fewer takers queue there than leases are
+//!   free (two stats: one that could not get a lease does not lengthen the queue).
+//! - [`Semaphore::acquire`] first takes one of [`TURNSTILES`] kazoo locks,
+//!   `PATH-__turnstiles__/<NN>` (chosen by a hash of the identifier), and holds it while it
+//!   waits in the guard's queue: so at most that many waiters queue for the guard, and no
+//!   queue grows with the number of waiters beyond its share. kazoo's Lock has every
+//!   contender list its queue on entering and when its predecessor goes: with all of a
+//!   10,000-host fleet's waiters in the guard's one queue that is gigabytes of answers
+//!   (docs/capacity.md). A kazoo taker queues for the guard directly, and is served in turn.
+//! - A stored `max_leases` that differs from the taker's own is rewritten under the guard
+//!   instead of refused, so a change of `max-parallel` needs no operator (kazoo refuses such a
+//!   semaphore until the values agree).
 //!
 //! A taker may ask for a record node to be created with its lease, in the same transaction:
 //! `PATH-__in-flight__/<lease name>` (persistent, kazoo never looks there), deleted with the
@@ -34,6 +44,13 @@ pub(crate) const GUARD_SUFFIX: &str = "-__lock__";
 /// The suffix of the node holding the record nodes of the semaphore's leases.
 pub(crate) const RECORDS_SUFFIX: &str = "-__in-flight__";
 
+/// The suffix of the node holding the turnstiles of the semaphore's waiters.
+pub(crate) const TURNSTILES_SUFFIX: &str = "-__turnstiles__";
+
+/// How many turnstiles a semaphore's waiters are spread over: at most this many of them
+/// queue for the guard at once.
+pub(crate) const TURNSTILES: u64 = 32;
+
 /// Longest wait for the guard in [`Semaphore::try_acquire`] (each holder keeps it a few round
 /// trips).
 const GUARD_LIMIT: Duration = Duration::from_secs(60);
@@ -41,6 +58,15 @@ const GUARD_LIMIT: Duration = Duration::from_secs(60);
 /// The guard lock of the semaphore at `path`.
 pub(crate) fn guard_path(path: &str) -> String {
     format!("{path}{GUARD_SUFFIX}")
+}
+
+/// The turnstile (a kazoo lock) of the semaphore at `path` for the taker `identifier`.
+pub fn turnstile_path(path: &str, identifier: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    identifier.hash(&mut hasher);
+    let at = hasher.finish() % TURNSTILES;
+    format!("{path}{TURNSTILES_SUFFIX}/{at:02}")
 }
 
 /// The node holding the record nodes of the leases of the semaphore at `path`.
@@ -132,14 +158,16 @@ impl<'a> Semaphore<'a> {
     }
 
     /// Tries once to take a lease, waiting only for the guard (at most a minute), never for a
-    /// lease: the lease (with a record node holding `record`, if given), or the names of the
-    /// leases held (their holders: [`holders`], a read each).
+    /// lease: the lease (with a record node holding `record`, if given), or the number of
+    /// leases held. It queues for the guard only while fewer takers queue there than leases
+    /// are free.
     pub async fn try_acquire(
         &self,
         record: Option<&[u8]>,
-    ) -> Result<Attempt<LeaseGuard, Vec<String>>, ZkError> {
-        // Full already: no need to queue for the guard (counted again under it).
-        if leases(self.client, &self.path).await?.len() < self.max_leases as usize {
+    ) -> Result<Attempt<LeaseGuard, usize>, ZkError> {
+        let held = children_of(self.client, &self.path).await?;
+        let free = (self.max_leases as usize).saturating_sub(held);
+        if free > 0 && children_of(self.client, &guard_path(&self.path)).await? < free {
             let guard = Lock::new(self.client, &guard_path(&self.path), &self.identifier);
             let limit = Instant::now() + GUARD_LIMIT;
             if let Some(held) = guard.acquire(limit, &mut std::future::pending()).await? {
@@ -150,13 +178,30 @@ impl<'a> Semaphore<'a> {
                 }
             }
         }
-        Ok(Attempt::Busy(leases(self.client, &self.path).await?))
+        Ok(Attempt::Busy(children_of(self.client, &self.path).await?))
     }
 
-    /// Takes a lease as kazoo's blocking `acquire` does: in the guard's queue, and, holding the
-    /// guard, watching the leases until one is free. Gives up at `deadline`, or when `cancel`
-    /// resolves first (`None`, the queue left).
+    /// Takes a lease as kazoo's blocking `acquire` does, through our turnstile: in the
+    /// guard's queue, and, holding the guard, watching the leases until one is free. Gives up
+    /// at `deadline`, or when `cancel` resolves first (`None`, the queues left).
     pub async fn acquire(
+        &self,
+        record: Option<&[u8]>,
+        deadline: Instant,
+        cancel: &mut (impl Future<Output = ()> + Unpin),
+    ) -> Result<Option<LeaseGuard>, ZkError> {
+        let turnstile = turnstile_path(&self.path, &self.identifier);
+        let turnstile = Lock::new(self.client, &turnstile, &self.identifier);
+        let Some(turn) = turnstile.acquire(deadline, cancel).await? else {
+            return Ok(None);
+        };
+        let taken = self.acquire_in_guard(record, deadline, cancel).await;
+        let passed = turn.release(self.client).await;
+        self.kept(taken, passed).await
+    }
+
+    /// In the guard's queue, then, holding the guard, waiting for a free lease.
+    async fn acquire_in_guard(
         &self,
         record: Option<&[u8]>,
         deadline: Instant,
@@ -168,6 +213,16 @@ impl<'a> Semaphore<'a> {
         };
         let taken = self.wait_free(record, deadline, cancel).await;
         let released = held.release(self.client).await;
+        self.kept(taken, released).await
+    }
+
+    /// The lease `taken`, if the lock given back after it (`released`) went: else the lease
+    /// goes back too and the error is the release's.
+    async fn kept(
+        &self,
+        taken: Result<Option<LeaseGuard>, ZkError>,
+        released: Result<(), ZkError>,
+    ) -> Result<Option<LeaseGuard>, ZkError> {
         match (taken, released) {
             (Ok(lease), Ok(())) => Ok(lease),
             (Ok(Some(lease)), Err(e)) => {
@@ -316,6 +371,12 @@ fn parent_of(path: &str) -> Option<&str> {
         Some(0) | None => None,
         Some(at) => Some(&path[..at]),
     }
+}
+
+/// The number of children of `path` (0 if it does not exist), from its stat.
+async fn children_of(client: &Client, path: &str) -> Result<usize, ZkError> {
+    let stat = call_retrying("stat", path, || client.check_stat(path)).await?;
+    Ok(stat.map_or(0, |s| usize::try_from(s.num_children).unwrap_or(0)))
 }
 
 /// The names of the leases of the semaphore at `path` (none if it does not exist).
