@@ -1,8 +1,8 @@
 //! The semaphore's guard at a wave's turn: `K` lease holders give their leases back at once
-//! while `K` takers wait in the guard's queue (each its own ZooKeeper session, in one
-//! process, so that the machine's CPU is not what is measured); the time from the releases
-//! to the last taker holding its lease, and the requests the server received meanwhile
-//! (`mntr`; the releases' own included).
+//! while `K` takers wait for a lease (in the guard's queue or their turnstiles; each its own
+//! ZooKeeper session, in one process, so that the machine's CPU is not what is measured);
+//! the time from the releases to the last taker holding its lease, and the requests the
+//! server received meanwhile (`mntr`; the releases' own included).
 //!
 //! Run with `cargo bench --bench guard` (`BENCH_GUARD_K=25,100` for other values of K).
 
@@ -45,9 +45,9 @@ async fn turn(conn: &str, k: u32, rounds: usize) -> Vec<(f64, i64)> {
                 Attempt::Busy(_) => panic!("full"),
             }
         }
-        let waiting = takers.iter().map(|c| async move {
+        let waiting = takers.iter().enumerate().map(|(i, c)| async move {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-            let got = Semaphore::new(c, sem, "taker", k)
+            let got = Semaphore::new(c, sem, &format!("taker {i}"), k)
                 .acquire(None, deadline, &mut std::future::pending())
                 .await
                 .unwrap()
@@ -56,13 +56,9 @@ async fn turn(conn: &str, k: u32, rounds: usize) -> Vec<(f64, i64)> {
         });
         let waiting = futures::future::join_all(waiting);
         let release = async {
-            // Every taker queued first (in the guard's queue, one of them holding it).
-            let guard = format!("{sem}-__lock__");
-            loop {
-                let queued = holders[0].list_children(&guard).await.unwrap_or_default();
-                if queued.len() >= k as usize {
-                    break;
-                }
+            // Every taker queued first: in the guard's queue (one of them holding it), or
+            // behind another in its turnstile.
+            while queued(&holders[0], sem).await < k as usize {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -84,6 +80,20 @@ async fn turn(conn: &str, k: u32, rounds: usize) -> Vec<(f64, i64)> {
     }
     times.sort_by(|a, b| a.0.total_cmp(&b.0));
     times
+}
+
+/// The takers queued for a lease of `sem`: the guard's contenders, and those waiting behind
+/// another in a turnstile (a turnstile's holder queues for the guard).
+async fn queued(client: &Client, sem: &str) -> usize {
+    let children =
+        |path: String| async move { client.list_children(&path).await.unwrap_or_default() };
+    let mut count = children(format!("{sem}-__lock__")).await.len();
+    let turnstiles = format!("{sem}-__turnstiles__");
+    for turnstile in children(turnstiles.clone()).await {
+        let waiting = children(format!("{turnstiles}/{turnstile}")).await.len();
+        count += waiting.saturating_sub(1);
+    }
+    count
 }
 
 fn main() {

@@ -8,6 +8,7 @@ use crate::support;
 use std::path::{Path, PathBuf};
 
 use support::agent::{v, TestHost};
+use zkdeployment::zk::recipe::semaphore::turnstile_path;
 
 const TREE: &str = "
 /acme
@@ -341,18 +342,19 @@ async fn status_names_lease_holders_and_lock_children_that_are_not_ephemeral() {
     let prefix = format!("{sem}-__lock__/{}__lock__", uuid());
     let (_, n) = h.client.create(&prefix, b"ghost (g3)", &seq).await.unwrap();
     let guard = format!("{prefix}{n}");
-    // Two in a turnstile: its holder, and a waiter shown after the guard's queue.
-    let _ = h
-        .client
-        .create(&format!("{sem}-__turnstiles__"), b"", &open)
-        .await;
-    let _ = h
-        .client
-        .create(&format!("{sem}-__turnstiles__/07"), b"", &open)
-        .await;
+    // Two in a turnstile no agent of the test uses: its holder, and a waiter shown after the
+    // guard's queue.
+    let used: Vec<String> = all.iter().map(|who| turnstile_path(sem, who)).collect();
+    let turnstile = (0..32)
+        .map(|n| format!("{sem}-__turnstiles__/{n:02}"))
+        .find(|t| !used.contains(t))
+        .unwrap();
+    let turnstiles = format!("{sem}-__turnstiles__");
+    let _ = h.client.create(&turnstiles, b"", &open).await;
+    let _ = h.client.create(&turnstile, b"", &open).await;
     let mut turns = Vec::new();
     for who in ["ghost (g4)", "ghost (g5)"] {
-        let prefix = format!("{sem}-__turnstiles__/07/{}__lock__", uuid());
+        let prefix = format!("{turnstile}/{}__lock__", uuid());
         let (_, n) = h
             .client
             .create(&prefix, who.as_bytes(), &seq)
