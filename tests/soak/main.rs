@@ -512,12 +512,25 @@ async fn final_state(world: &World) {
             }
         }
     }
-    // Semaphores: no lease, no guard contender; an in-flight record only on a node nobody
-    // deploys any more (stale, as for the locks). Whichever way a node is entered, the
-    // next holder reads the records of both places.
+    // Semaphores: no lease, no guard or turnstile contender; an in-flight record only on a
+    // node nobody deploys any more (stale, as for the locks). Whichever way a node is
+    // entered, the next holder reads the records of both places.
     for name in children(world, "/agent-semaphores").await {
         let path = format!("/agent-semaphores/{name}");
         let held = children(world, &path).await;
+        if name.ends_with("-__turnstiles__") {
+            // The turnstiles are lock nodes that stay; their contenders go.
+            for turnstile in held {
+                let turnstile = format!("{path}/{turnstile}");
+                let queued = children(world, &turnstile).await;
+                if !queued.is_empty() {
+                    world.violation(format!(
+                        "{turnstile} still has contenders {queued:?} after convergence"
+                    ));
+                }
+            }
+            continue;
+        }
         if let Some(node) = name.strip_suffix("-__in-flight__") {
             // Lease records, one node each: gone with their leases.
             let node = format!("/{}", node.replace(',', "/"));
