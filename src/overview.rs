@@ -22,7 +22,7 @@ use crate::zk::paths::{
     ROLE_LOCKS, VERSION_SET,
 };
 use crate::zk::recipe::lock::sequence_of;
-use crate::zk::recipe::semaphore::TURNSTILES_SUFFIX;
+use crate::zk::recipe::semaphore::{turnstiles_path, TURNSTILES_SUFFIX};
 use crate::zk::role_lock::{request_sequence, requester};
 use crate::zk::snapshot::{read_subtree, ReadOptions, ZNode};
 use crate::zk::{call, join, Client, ZkError};
@@ -337,11 +337,11 @@ fn semaphore_row(
     leases.sort_by_key(|(name, node)| (node.ctime, *name));
     let guard_path = crate::zk::recipe::semaphore::guard_path(path);
     let queue = guard.and_then(|g| contenders(&guard_path, g, now_ms));
-    let turnstile_path = format!("{path}{TURNSTILES_SUFFIX}");
+    let turnstiles_path = turnstiles_path(path);
     let turns: Vec<_> = turnstiles
         .into_iter()
         .flat_map(|t| &t.children)
-        .filter_map(|(name, t)| contenders(&join(&turnstile_path, name), t, now_ms))
+        .filter_map(|(name, t)| contenders(&join(&turnstiles_path, name), t, now_ms))
         .collect();
     if leases.is_empty() && queue.is_none() && turns.is_empty() {
         return None;
@@ -427,8 +427,8 @@ fn permanent_warnings(locks: &[LockRow], semaphores: &[SemaphoreRow]) -> Vec<Str
     }
     for sem in semaphores {
         let guard = crate::zk::recipe::semaphore::guard_path(&sem.path);
+        let turnstiles = format!("{}/", turnstiles_path(&sem.path));
         for child in &sem.permanent {
-            let turnstiles = format!("{}{TURNSTILES_SUFFIX}/", sem.path);
             out.push(if child.starts_with(&format!("{guard}/")) {
                 format!("{child} is a contender of the guard lock of {} that is not ephemeral: no session ends it, so it holds or blocks every host waiting for a lease for ever (delete it)", sem.path)
             } else if child.starts_with(&turnstiles) {

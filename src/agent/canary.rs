@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use zookeeper_client::OneshotWatcher;
 
 use super::rollout_rule::{canary_count, Canary};
-use crate::zk::recipe::{wait_for, Woken};
+use crate::zk::recipe::{bucket, wait_for, Woken};
 use crate::zk::{call_retrying, decode, Client, ZkError};
 
 /// Where a node with K > 1 stands with its canaries.
@@ -115,10 +115,7 @@ pub(crate) async fn wait_outside(
 /// A host's own moment within a second (from its id): when it looks again after a change of
 /// a node lock it waits outside.
 fn look_delay(host_id: &str) -> Duration {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    host_id.hash(&mut hasher);
-    Duration::from_millis(hasher.finish() % 1000)
+    Duration::from_millis(bucket(host_id, 1000))
 }
 
 #[cfg(test)]

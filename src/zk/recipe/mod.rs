@@ -19,6 +19,15 @@ use tokio::time::Instant;
 
 use super::{call_retrying, Client, ZkError};
 
+/// Which of `buckets` (more than 0) the key `key` falls in: the same bucket for the same key
+/// within a build, spread evenly over the keys of a fleet.
+pub(crate) fn bucket(key: &str, buckets: u64) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut hasher);
+    hasher.finish() % buckets
+}
+
 /// What a `try_acquire` found: the guard, or what is in the way.
 #[derive(Debug)]
 pub enum Attempt<G, B> {

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use zookeeper_client::{Acls, CreateMode};
 
 use super::lock::Lock;
-use super::{wait_for, Attempt, Woken};
+use super::{bucket, wait_for, Attempt, Woken};
 use crate::zk::node::{delete_own, ensure_node};
 use crate::zk::{
     call, call_retrying, join, list_or_empty, open_persistent, Client, ZkError, LOSS_RETRIES,
@@ -60,13 +60,15 @@ pub(crate) fn guard_path(path: &str) -> String {
     format!("{path}{GUARD_SUFFIX}")
 }
 
+/// The node holding the turnstiles of the semaphore at `path`.
+pub(crate) fn turnstiles_path(path: &str) -> String {
+    format!("{path}{TURNSTILES_SUFFIX}")
+}
+
 /// The turnstile (a kazoo lock) of the semaphore at `path` for the taker `identifier`.
 pub fn turnstile_path(path: &str, identifier: &str) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    identifier.hash(&mut hasher);
-    let at = hasher.finish() % TURNSTILES;
-    format!("{path}{TURNSTILES_SUFFIX}/{at:02}")
+    let at = bucket(identifier, TURNSTILES);
+    format!("{}/{at:02}", turnstiles_path(path))
 }
 
 /// The node holding the record nodes of the leases of the semaphore at `path`.
@@ -167,15 +169,17 @@ impl<'a> Semaphore<'a> {
     ) -> Result<Attempt<LeaseGuard, usize>, ZkError> {
         let held = children_of(self.client, &self.path).await?;
         let free = (self.max_leases as usize).saturating_sub(held);
-        if free > 0 && children_of(self.client, &guard_path(&self.path)).await? < free {
-            let guard = Lock::new(self.client, &guard_path(&self.path), &self.identifier);
-            let limit = Instant::now() + GUARD_LIMIT;
-            if let Some(held) = guard.acquire(limit, &mut std::future::pending()).await? {
-                let taken = self.take_if_free(record).await;
-                held.release(self.client).await?;
-                if let Some(lease) = taken? {
-                    return Ok(Attempt::Acquired(lease));
-                }
+        let guard = guard_path(&self.path);
+        if free == 0 || children_of(self.client, &guard).await? >= free {
+            return Ok(Attempt::Busy(held));
+        }
+        let guard = Lock::new(self.client, &guard, &self.identifier);
+        let limit = Instant::now() + GUARD_LIMIT;
+        if let Some(held) = guard.acquire(limit, &mut std::future::pending()).await? {
+            let taken = self.take_if_free(record).await;
+            held.release(self.client).await?;
+            if let Some(lease) = taken? {
+                return Ok(Attempt::Acquired(lease));
             }
         }
         Ok(Attempt::Busy(children_of(self.client, &self.path).await?))
