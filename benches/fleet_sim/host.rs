@@ -293,17 +293,19 @@ fn run_thread(
             for ((agent, sim), (_, wake)) in agents.into_iter().zip(batch) {
                 started.fetch_add(1, Ordering::SeqCst);
                 let wake = wake.clone();
+                // With `SIM_LOG`, every line of a host's agent names it.
+                let span = tracing::info_span!("host", id = %agent.host.id);
+                let run = async move {
+                    let mut agent = agent;
+                    if let Err(e) = zkdeployment::agent::daemon::run_forever(&mut agent, wake).await
+                    {
+                        eprintln!("agent {}: {e}", agent.host.id);
+                    }
+                    zkdeployment::agent::daemon::close(agent).await;
+                };
                 tasks.push(tokio::task::spawn_local(zkdeployment::command::simulated(
                     sim,
-                    async move {
-                        let mut agent = agent;
-                        if let Err(e) =
-                            zkdeployment::agent::daemon::run_forever(&mut agent, wake).await
-                        {
-                            eprintln!("agent {}: {e}", agent.host.id);
-                        }
-                        zkdeployment::agent::daemon::close(agent).await;
-                    },
+                    tracing::Instrument::instrument(run, span),
                 )));
             }
         }

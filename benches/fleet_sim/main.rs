@@ -18,8 +18,8 @@
 //! 1. `idle`: the fleet converged and idle: ensemble CPU, memory and requests per second.
 //! 2. `rollout`: a commit changing `/sim/all` (every host, `max-parallel = '5%'`, `canary = 2`):
 //!    commit → first script, → 50 / 90 / 100 % of hosts done; requests and bytes per host,
-//!    ensemble CPU, peak outstanding requests, watch notifications, the gap from a script's
-//!    end to the next script's start.
+//!    ensemble CPU, the simulator's own CPU (every host's agent), peak outstanding requests,
+//!    watch notifications, the gap from a script's end to the next script's start.
 //! 3. `many`: a commit changing every `/sim/gNN`: 100 applications of 100 hosts each at 10,000
 //!    hosts (one per 100 hosts below that: every host has two deployments at any N).
 //! 4. `leader`: scenario 2 with the ensemble's leader killed at 50 %: time until every
@@ -366,12 +366,14 @@ async fn rollout(sim: &mut Sim, version: u32, kill_leader: bool) {
     let (revision, sync_s) = sim.commit_and_sync(&format!("{version}.0"), "1.0");
     // The sync's own requests, apart from the agents' (which begin with its last write).
     let synced = Figures::read(&servers);
+    let sim_cpu = fleet::cpu_seconds(std::process::id());
     let mut back_s = None;
     if kill_leader {
         back_s = Some(kill_at_half(sim, &revision, "/sim/all").await);
     }
     let pending = sim.all_done(&revision, sim.limit()).await;
     let sampled = sampler.stop().await;
+    let sim_cpu = fleet::cpu_seconds(std::process::id()) - sim_cpu;
     let after = Figures::read(&sim.servers());
     let d = after.since(&synced);
     let by_sync = synced.since(&before);
@@ -388,7 +390,7 @@ async fn rollout(sim: &mut Sim, version: u32, kill_leader: bool) {
         "bytes_in_per_host": d.bytes_received as f64 / n,
         "bytes_out_per_host": d.bytes_sent as f64 / n,
         "sync_requests": by_sync.packets_received, "sync_server_cpu_s": by_sync.cpu,
-        "server_cpu_s": d.cpu, "peak_outstanding": sampled.peak_outstanding,
+        "server_cpu_s": d.cpu, "sim_cpu_s": sim_cpu, "peak_outstanding": sampled.peak_outstanding,
         "watch_notifications": d.watch_fired,
         "gap_ms": runs.gaps_ms(), "double_deploys": runs.doubles,
         "false_halts": sampled.halts,
@@ -408,7 +410,9 @@ async fn many(sim: &Sim, version: u32) {
     let start = Instant::now();
     let (revision, sync_s) = sim.commit_and_sync("2.0", &format!("{version}.0"));
     let synced = Figures::read(&servers);
+    let sim_cpu = fleet::cpu_seconds(std::process::id());
     let pending = sim.all_done(&revision, sim.limit()).await;
+    let sim_cpu = fleet::cpu_seconds(std::process::id()) - sim_cpu;
     let after = Figures::read(&sim.servers());
     let d = after.since(&synced);
     let by_sync = synced.since(&before);
@@ -419,7 +423,7 @@ async fn many(sim: &Sim, version: u32) {
         "scripts": runs.count, "requests_per_host": d.packets_received as f64 / sim.args.hosts as f64,
         "requests_per_host_by_namespace": d.per_host(sim.args.hosts),
         "sync_requests": by_sync.packets_received, "sync_server_cpu_s": by_sync.cpu,
-        "server_cpu_s": d.cpu, "double_deploys": runs.doubles,
+        "server_cpu_s": d.cpu, "sim_cpu_s": sim_cpu, "double_deploys": runs.doubles,
     });
     println!("{line}");
     println!("{}", measure::table(&line));

@@ -7,8 +7,12 @@
 
 use std::time::Duration;
 
+use futures::future::{BoxFuture, Shared};
+use futures::FutureExt;
 use serde_json::{json, Value};
-use zookeeper_client::{Acl, Acls, CreateMode, MultiWriteError, Permission};
+use zookeeper_client::{
+    Acl, Acls, CreateMode, EventType, MultiWriteError, OneshotWatcher, Permission,
+};
 
 use super::model::{agent_id, Host};
 use crate::files::now;
@@ -31,18 +35,86 @@ pub(crate) async fn cluster_version(client: &Client) -> Result<Value, ZkError> {
     effective_version(&data, halts)
 }
 
-/// [`cluster_version`] with `/hosts` watched (the watcher fires on its next change), and
+/// [`cluster_version`] with `/hosts` and its halt records watched ([`ClusterWatch`]), and
 /// the version as `/hosts` says it (halt records aside), in the same round trip.
 pub(crate) async fn watch_cluster_version(
     client: &Client,
-) -> Result<(Value, Value, zookeeper_client::OneshotWatcher), ZkError> {
+) -> Result<(Value, Value, ClusterWatch), ZkError> {
     let (hosts, halts) = futures::join!(
         call("watch", HOSTS, client.get_and_watch_data(HOSTS)),
-        call_retrying("list", HALTS, || client.list_children(HALTS)),
+        watch_halts(client),
     );
-    let (data, _, watcher) = hosts?;
+    let (data, _, hosts) = hosts?;
+    let (names, halts) = halts?;
     let written = decode(&data).get("version").cloned().unwrap_or(Value::Null);
-    Ok((written, effective_version(&data, halts)?, watcher))
+    let effective = effective_version(&data, Ok(names))?;
+    Ok((
+        written,
+        effective.clone(),
+        ClusterWatch::new(effective, hosts, halts),
+    ))
+}
+
+/// The halt records' names with a watch on their list; while [`HALTS`] is missing, none,
+/// with a watch on its creation.
+async fn watch_halts(client: &Client) -> Result<(Vec<String>, OneshotWatcher), ZkError> {
+    for _ in 0..3 {
+        match call_retrying("watch", HALTS, || client.list_and_watch_children(HALTS)).await {
+            Err(e) if e.is_no_node() => {}
+            listed => return listed,
+        }
+        let check = || client.check_and_watch_stat(HALTS);
+        if let (None, watcher) = call_retrying("watch", HALTS, check).await? {
+            return Ok((Vec::new(), watcher));
+        }
+        // Made in between: list it, with its watch.
+    }
+    Err(ZkError::Op {
+        op: "watch",
+        path: HALTS.into(),
+        source: zookeeper_client::Error::UnexpectedError(format!(
+            "{HALTS} keeps being made and deleted"
+        )),
+    })
+}
+
+/// Watches on `/hosts` and its halt records, set with a read of the cluster version: whatever
+/// changes that version (a new version, a halt, a pause, a resume) fires them. Until then
+/// the version read is the cluster's, so a pass's checkpoints need no request.
+#[derive(Clone)]
+pub(crate) struct ClusterWatch {
+    /// The cluster version when the watches were set (halt records counted).
+    effective: Value,
+    /// The first event of the two watches.
+    fired: Shared<BoxFuture<'static, EventType>>,
+}
+
+impl ClusterWatch {
+    fn new(effective: Value, hosts: OneshotWatcher, halts: OneshotWatcher) -> ClusterWatch {
+        let first = async move {
+            tokio::select! {
+                event = hosts.changed() => event.event_type,
+                event = halts.changed() => event.event_type,
+            }
+        };
+        ClusterWatch {
+            effective,
+            fired: first.boxed().shared(),
+        }
+    }
+
+    /// The cluster version, while no watch fired since it was read.
+    pub(crate) fn unchanged(&self) -> Option<&Value> {
+        match self.fired.clone().now_or_never() {
+            None => Some(&self.effective),
+            Some(_) => None,
+        }
+    }
+
+    /// Resolves at the first event (a session event when the session ended).
+    pub(crate) fn changed(&self) -> impl std::future::Future<Output = EventType> {
+        self.fired.clone()
+    }
 }
 
 /// The version in `/hosts`' data, `None` while a halt record is among `halts`.

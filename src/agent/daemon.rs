@@ -98,6 +98,7 @@ pub async fn start(
         host_node: Default::default(),
         read_guess: Default::default(),
         ahead: Default::default(),
+        cluster_watch: None,
         mixed: Default::default(),
     })
 }
@@ -223,7 +224,10 @@ async fn serve(ctx: &mut Agent, wake: &Notify) -> Result<(), ZkError> {
             crate::tree::literal::py_str(&version),
             crate::tree::literal::py_str(&ctx.host_version)
         );
-        match ctx.run_pass_at(effective, false).await? {
+        ctx.cluster_watch = Some(watcher.clone());
+        let outcome = ctx.run_pass_at(effective, false).await;
+        ctx.cluster_watch = None;
+        match outcome? {
             PassOutcome::Abandoned(why) => tracing::warn!("pass abandoned: {why}"),
             PassOutcome::Failed(why) => tracing::error!("pass failed: {why}"),
             _ => {}
@@ -236,7 +240,7 @@ async fn serve(ctx: &mut Agent, wake: &Notify) -> Result<(), ZkError> {
         tokio::select! {
             event = watcher.changed() => {
                 changed = true;
-                if event.event_type == zookeeper_client::EventType::Session {
+                if event == zookeeper_client::EventType::Session {
                     return Err(ZkError::Op {
                         op: "watch",
                         path: HOSTS.into(),

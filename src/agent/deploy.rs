@@ -1,42 +1,29 @@
 //! The scheduler of a run of deployments under node places (locks or leases,
 //! [`super::exclusion`]): try the pending nodes in plan order and run the first one entered;
-//! when every one is busy, wait in the queue of one of them (in turn), as kazoo's blocking
-//! `acquire` does, so that a place given back wakes the next in line only. The wait ends
-//! when the place is ours, when the cluster changes (a new version, a halt, a pause: a watch
-//! on `/hosts` and its halt records), when the agent stops, or at a bound: the host then
-//! looks at the cluster and tries every node again. With a role controller, the role lock
-//! covers the whole pass and node places are not used ([`super::plan::Step::run`]).
-
-use std::sync::atomic::Ordering;
-use std::time::Duration;
-
-use tokio::time::Instant;
+//! when every one is busy, wait in the queues of all of them at once ([`super::queues`]), so
+//! that the first place given back to this host is the one it takes, and a place given back
+//! wakes the next in its line only. After a wait without a place (the cluster changed, or
+//! its bound) the host looks at the cluster and tries every node again. With a role
+//! controller, the role lock covers the whole pass and node places are not used
+//! ([`super::plan::Step::run`]).
 
 use super::budget::{count_failure, node_gate, node_gates, BudgetError, FailureRecord, Gate};
 use super::cluster::halt;
 use super::error::{Failure, Interrupt, Left};
-use super::exclusion::{release, try_enter, wait_enter, Entry, Held, Node, Queue, Release};
+use super::exclusion::{release, try_enter, Entry, Held, Node, Queue, Release};
 use super::pass::Pass;
 use super::plan::{Lock, Step};
+use super::queues::{wait_any, Busy};
 use crate::files::now;
 use crate::tree::literal::py_str;
-use crate::zk::paths::{semaphore_path, HALTS, HOSTS};
-use crate::zk::{call, Client, ZkError};
-
-/// Longest wait in one node's queue while other nodes are pending too (they are tried again
-/// after it).
-const TURN_LIMIT: Duration = Duration::from_secs(10);
-/// Longest wait in the queue of a host's last pending node before it looks again.
-const QUEUE_LIMIT: Duration = Duration::from_secs(600);
-/// How often a waiting host looks whether the agent is stopping.
-const STOP_POLL: Duration = Duration::from_millis(250);
+use crate::zk::paths::semaphore_path;
+use crate::zk::ZkError;
 
 /// Runs a run of deployments under their node places, in plan order except that a busy node
 /// is passed over and taken later.
 pub(crate) async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result<(), Interrupt> {
     let nodes: Vec<Node<'_>> = run.iter().filter_map(node_of).collect();
     let mut pending = open_nodes(pass, nodes).await?;
-    let mut turn = 0;
     let mut shown: Option<String> = None;
     let mut waited: Option<std::time::Instant> = None;
     while !pending.is_empty() {
@@ -52,8 +39,7 @@ pub(crate) async fn run_node_locked(pass: &mut Pass<'_>, run: &[Step]) -> Result
                     pass.status(&text).await;
                     shown = Some(text);
                 }
-                turn = (turn + 1) % busy.len();
-                wait_turn(pass, &pending, &busy[turn]).await?
+                wait_any(pass, &pending, &busy).await?
             }
         };
         if let Some((i, held)) = entered {
@@ -90,14 +76,6 @@ fn node_of(step: &Step) -> Option<Node<'_>> {
     }
 }
 
-/// A busy node: its index among the pending, who holds it, and how to wait for it.
-struct Busy {
-    index: usize,
-    path: String,
-    who: String,
-    queue: Queue,
-}
-
 /// Tries the pending nodes in order: the first entered, or every one busy.
 async fn try_each(
     pass: &Pass<'_>,
@@ -124,64 +102,6 @@ async fn try_each(
         }
     }
     Ok((None, busy))
-}
-
-/// Waits in the queue of the busy node `busy` (bounded, and cancelled by a change of the
-/// cluster or a stop): the node entered, if it was.
-async fn wait_turn(
-    pass: &Pass<'_>,
-    pending: &[Node<'_>],
-    busy: &Busy,
-) -> Result<Option<(usize, Held)>, Interrupt> {
-    let limit = match pending.len() {
-        1 => QUEUE_LIMIT,
-        _ => TURN_LIMIT,
-    };
-    let deadline = Instant::now() + limit;
-    let mut cancel = Box::pin(cluster_changes(pass));
-    let node = &pending[busy.index];
-    let entry = wait_enter(pass, node, &busy.queue, deadline, &mut cancel).await?;
-    Ok(match entry {
-        Some(Entry::Held(held)) => Some((busy.index, held)),
-        _ => None,
-    })
-}
-
-/// Resolves when the cluster's version or halt records change (watches set now), when the
-/// agent is asked to stop, or at once when the watches cannot be set (the caller's next
-/// checkpoint then says why).
-async fn cluster_changes(pass: &Pass<'_>) {
-    let client = &pass.agent.client;
-    let stop = &pass.agent.stop;
-    let stopping = async {
-        while !stop.load(Ordering::SeqCst) {
-            tokio::time::sleep(STOP_POLL).await;
-        }
-    };
-    let (hosts, halts) = tokio::join!(
-        call("watch", HOSTS, client.check_and_watch_stat(HOSTS)),
-        watch_halts(client),
-    );
-    let (Ok((_, hosts)), Ok(halts)) = (hosts, halts) else {
-        return;
-    };
-    tokio::select! {
-        _ = hosts.changed() => {}
-        _ = halts.changed() => {}
-        () = stopping => {}
-    }
-}
-
-/// A watch on the halt records: on their list, or on the node's creation when it is missing.
-async fn watch_halts(client: &Client) -> Result<zookeeper_client::OneshotWatcher, ()> {
-    match call("watch", HALTS, client.list_and_watch_children(HALTS)).await {
-        Ok((_, watcher)) => Ok(watcher),
-        Err(e) if e.is_no_node() => call("watch", HALTS, client.check_and_watch_stat(HALTS))
-            .await
-            .map(|(_, watcher)| watcher)
-            .map_err(|_| ()),
-        Err(_) => Err(()),
-    }
 }
 
 /// The nodes of `nodes` this host may start (CONTRACT 15), in one read of the cluster's node
@@ -250,15 +170,14 @@ enum Ran {
     Stop(Interrupt),
 }
 
-/// One deployment with its place held: the checkpoint and the node's gate, the step (a
-/// failure halts the cluster or the node, or is counted in the node's budget, before the
-/// place is let go), then the release.
+/// One deployment with its place held: the checkpoint and the node's gate (read together),
+/// the step (a failure halts the cluster or the node, or is counted in the node's budget,
+/// before the place is let go), then the release.
 async fn run_held(pass: &mut Pass<'_>, node: &Node<'_>, held: Held) -> Result<(), Interrupt> {
     let host_id = pass.agent.host.id.clone();
-    let gate = match pass.checkpoint().await {
-        Ok(()) => gate_of(pass, node).await,
-        Err(interrupt) => Err(interrupt),
-    };
+    let looked: &Pass<'_> = pass;
+    let (checked, gate) = tokio::join!(looked.checkpoint(), gate_of(looked, node));
+    let gate = checked.and(gate);
     let closed = match gate {
         Ok(closed) => closed,
         // No step ran: the place goes back as it was (a canary not counted).

@@ -200,11 +200,16 @@ impl<'a> Pass<'a> {
     }
 
     /// A checkpoint between steps: a stop request always abandons; a halted or paused cluster
-    /// abandons unless a role controller runs the pass.
+    /// abandons unless a role controller runs the pass. The cluster version is the one the
+    /// pass started from while the daemon's watches on it did not fire, else read again.
     pub(crate) async fn checkpoint(&self) -> Result<(), Interrupt> {
         self.stopping()?;
         if self.controlled {
             return Ok(());
+        }
+        let watched = self.agent.cluster_watch.as_ref();
+        if let Some(version) = watched.and_then(|w| w.unchanged()) {
+            return self.judge(version);
         }
         self.judge(&cluster_version(&self.agent.client).await?)
     }

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::agent::{deploy_all, fleet, ids, lines, now, v, wait_for, TestHost};
+use support::agent::{deploy_all, fleet, ids, lines, now, v, wait_for, wait_for_async, TestHost};
 use zookeeper_client::{Acls, CreateMode};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -324,6 +324,57 @@ async fn a_lock_held_by_someone_else_blocks_its_node_only() {
     assert!(b.start - released < 3.0, "{runs:#?}");
     assert_eq!(h.status_text(), "done");
     assert_eq!(h.etc("foo").len(), 6);
+    assert_locks_clean(h).await;
+}
+
+/// The contenders of `/agent-locks/<name>` other than `held` (kazoo's names).
+async fn others_in(h: &TestHost, name: &str, held: &str) -> usize {
+    let lock = format!("/agent-locks/{name}");
+    let children = h.client.list_children(&lock).await.unwrap_or_default();
+    children
+        .iter()
+        .filter(|c| !held.ends_with(c.as_str()))
+        .count()
+}
+
+#[tokio::test]
+async fn a_host_waits_in_the_queue_of_every_busy_node_at_once() {
+    let hosts = fleet("fleet-queues", 1).await;
+    let h = &hosts[0];
+    h.tree(&tree(&["a", "b"], &["h1"]), v("r1")).await;
+    let held_a = hold_kazoo_lock(h, "acme,a", "holder (x)").await;
+    let held_b = hold_kazoo_lock(h, "acme,b", "holder (y)").await;
+    let times = h.scratch("times.txt");
+    let times_path = times.display().to_string();
+    let mut agent = h.spawn("deploy", &[], &[("ZK_TEST_TIMES", &times_path)]);
+    // The agent queues behind both holders at the same time, not in one queue by turns.
+    wait_for_async("a contender in both queues", LIMIT, || async {
+        let a = others_in(h, "acme,a", &held_a).await;
+        let b = others_in(h, "acme,b", &held_b).await;
+        (a == 1 && b == 1).then_some(())
+    })
+    .await;
+    // The second node in plan order is given back first: the agent deploys it while the
+    // first stays held, and its contender leaves the first node's queue meanwhile.
+    h.client.delete(&held_b, None).await.unwrap();
+    wait_for("/acme/b deployed", LIMIT, || {
+        let runs = intervals(&times);
+        runs.iter()
+            .any(|r| r.path == "/acme/b" && r.end.is_some())
+            .then_some(())
+    })
+    .await;
+    assert!(agent.running(), "{}", agent.output());
+    assert!(intervals(&times).iter().all(|r| r.path != "/acme/a"));
+    wait_for_async("the agent back in /acme/a's queue", LIMIT, || async {
+        (others_in(h, "acme,a", &held_a).await == 1).then_some(())
+    })
+    .await;
+    h.client.delete(&held_a, None).await.unwrap();
+    assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
+    let order: Vec<String> = intervals(&times).into_iter().map(|r| r.path).collect();
+    assert_eq!(order, ["/acme/b", "/acme/a"]);
+    assert_eq!(h.status_text(), "done");
     assert_locks_clean(h).await;
 }
 
