@@ -11,7 +11,7 @@ use futures::future::{BoxFuture, Shared};
 use futures::FutureExt;
 use serde_json::{json, Value};
 use zookeeper_client::{
-    Acl, Acls, CreateMode, EventType, MultiWriteError, OneshotWatcher, Permission,
+    Acl, Acls, CreateMode, EventType, MultiWriteError, OneshotWatcher, Permission, SessionState,
 };
 
 use super::model::{agent_id, Host};
@@ -79,8 +79,9 @@ async fn watch_halts(client: &Client) -> Result<(Vec<String>, OneshotWatcher), Z
 }
 
 /// Watches on `/hosts` and its halt records, set with a read of the cluster version: whatever
-/// changes that version (a new version, a halt, a pause, a resume) fires them. Until then
-/// the version read is the cluster's, so a pass's checkpoints need no request.
+/// changes that version (a new version, a halt, a pause, a resume) fires them. Until then,
+/// while the session is connected, the version read is the cluster's, so a pass's
+/// checkpoints need no request.
 #[derive(Clone)]
 pub(crate) struct ClusterWatch {
     /// The cluster version when the watches were set (halt records counted).
@@ -103,8 +104,13 @@ impl ClusterWatch {
         }
     }
 
-    /// The cluster version, while no watch fired since it was read.
-    pub(crate) fn unchanged(&self) -> Option<&Value> {
+    /// The cluster version, while no watch fired since it was read and `client` is connected
+    /// (while it is not, a change would not be told: the caller reads, and waits for the
+    /// connection).
+    pub(crate) fn unchanged(&self, client: &Client) -> Option<&Value> {
+        if client.state() != SessionState::SyncConnected {
+            return None;
+        }
         match self.fired.clone().now_or_never() {
             None => Some(&self.effective),
             Some(_) => None,

@@ -208,7 +208,7 @@ impl<'a> Pass<'a> {
             return Ok(());
         }
         let watched = self.agent.cluster_watch.as_ref();
-        if let Some(version) = watched.and_then(|w| w.unchanged()) {
+        if let Some(version) = watched.and_then(|w| w.unchanged(&self.agent.client)) {
             return self.judge(version);
         }
         self.judge(&cluster_version(&self.agent.client).await?)

@@ -1,7 +1,8 @@
 //! Waiting for node places when every pending node is busy: the host waits in the queue of
 //! each busy node at once, as kazoo's blocking `acquire` does for one
-//! ([`super::exclusion::wait_enter`]), and the first place entered ends the other waits,
-//! whose contenders leave their queues. A wait that ends without a place (a canary started
+//! ([`super::exclusion::wait_enter`]), once per place (the instances of one application
+//! node share theirs), and the first place entered ends the other waits, whose contenders
+//! leave their queues. A wait that ends without a place (a canary started
 //! or done, a holder of the other kind gone) tries its own node again and waits anew; the
 //! other queues keep their places. Every wait ends when the cluster changes (a new version,
 //! a halt, a pause: watches on `/hosts` and its halt records), when the agent stops, or at a
@@ -42,6 +43,7 @@ pub(crate) async fn wait_any(
 ) -> Result<Option<(usize, Held)>, Interrupt> {
     let deadline = Instant::now() + QUEUE_LIMIT;
     let (over, ended) = watch::channel(false);
+    let busy = one_per_place(pending, busy);
     let waits = async {
         let each = busy.iter().map(|b| async {
             let node = &pending[b.index];
@@ -59,7 +61,17 @@ pub(crate) async fn wait_any(
         over.send_replace(true);
     };
     let (results, ()) = tokio::join!(waits, changes);
-    first_entered(pass, busy, results).await
+    first_entered(pass, &busy, results).await
+}
+
+/// The busy nodes to wait for, one per place: the instances of one application node share
+/// its lock and semaphore, and one session queues once in each (kazoo's recipes take a
+/// contender of their own session found ahead of them for a leftover, and delete it).
+fn one_per_place<'b>(pending: &[Node<'_>], busy: &'b [Busy]) -> Vec<&'b Busy> {
+    let mut places = std::collections::BTreeSet::new();
+    busy.iter()
+        .filter(|b| places.insert(pending[b.index].lock))
+        .collect()
 }
 
 /// Resolves once `ended` holds true.
@@ -77,6 +89,9 @@ async fn wait_one(
     ended: &watch::Receiver<bool>,
 ) -> Result<Option<Held>, Interrupt> {
     loop {
+        if *ended.borrow() {
+            return Ok(None);
+        }
         let mut cancel = Box::pin(ends(ended.clone()));
         let entry = wait_enter(pass, node, &queue, deadline, &mut cancel).await?;
         if let Some(Entry::Held(held)) = entry {
@@ -96,11 +111,12 @@ async fn wait_one(
     }
 }
 
-/// The first place of `results` kept; the others given back (a step of theirs did not run).
-/// An error is the answer once every place is given back.
+/// One place of `results` kept, the first in plan order when several were entered at once;
+/// the others given back (a step of theirs did not run). An error is the answer once every
+/// place is given back.
 async fn first_entered(
     pass: &Pass<'_>,
-    busy: &[Busy],
+    busy: &[&Busy],
     results: Vec<Result<Option<Held>, Interrupt>>,
 ) -> Result<Option<(usize, Held)>, Interrupt> {
     let (client, host) = (&pass.agent.client, &pass.agent.host.id);
@@ -116,9 +132,8 @@ async fn first_entered(
                 }
             }
             Ok(None) => {}
-            Err(e) => {
-                error.get_or_insert(e);
-            }
+            Err(e) if error.is_none() => error = Some(e),
+            Err(e) => tracing::warn!("waiting for {}: {e}", b.path),
         }
     }
     match (error, kept) {
@@ -143,9 +158,12 @@ async fn cluster_changes(pass: &Pass<'_>) {
         }
     };
     let unchanged = pass.agent.cluster_watch.as_ref();
-    let watch = match unchanged.filter(|w| w.unchanged().is_some()) {
+    let client = &pass.agent.client;
+    let watch = match unchanged.filter(|w| w.unchanged(client).is_some()) {
         Some(watch) => watch.clone(),
-        None => match watch_cluster_version(&pass.agent.client).await {
+        None => match watch_cluster_version(client).await {
+            // Halted or paused already: the caller's checkpoint says so.
+            Ok((_, effective, _)) if pass.judge(&effective).is_err() => return,
             Ok((_, _, watch)) => watch,
             Err(_) => return,
         },

@@ -379,6 +379,37 @@ async fn a_host_waits_in_the_queue_of_every_busy_node_at_once() {
 }
 
 #[tokio::test]
+async fn the_instances_of_a_busy_node_queue_once_and_deploy_one_after_the_other() {
+    let hosts = fleet("fleet-instances", 1).await;
+    let h = &hosts[0];
+    let tree = "/acme\n  /a : foo\n    version = '1.0'\n    /deploy\n      /h1\n        n = 3\n";
+    h.tree(tree, v("r1")).await;
+    let held = hold_kazoo_lock(h, "acme,a", "holder (x)").await;
+    let times = h.scratch("times.txt");
+    let times_path = times.display().to_string();
+    let mut agent = h.spawn("deploy", &[], &[("ZK_TEST_TIMES", &times_path)]);
+    wait_for_async("the agent in the lock's queue", LIMIT, || async {
+        (others_in(h, "acme,a", &held).await == 1).then_some(())
+    })
+    .await;
+    // One contender of the host's session, not one per instance: kazoo's Lock takes a
+    // contender of its own session ahead of it for a leftover and deletes it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(others_in(h, "acme,a", &held).await, 1, "{}", agent.output());
+    h.client.delete(&held, None).await.unwrap();
+    assert_eq!(agent.wait(LIMIT).await, 0, "{}", agent.output());
+    let runs = intervals(&times);
+    assert_eq!(
+        runs.iter().map(|r| r.n).collect::<Vec<_>>(),
+        [0, 1, 2],
+        "{runs:#?}"
+    );
+    assert_no_overlap(&runs);
+    assert_eq!(h.status_text(), "done");
+    assert_locks_clean(h).await;
+}
+
+#[tokio::test]
 async fn a_host_dying_mid_deploy_makes_the_next_holder_halt_the_cluster() {
     let mut hosts = fleet("fleet-inflight", 2).await;
     // h1's session expires 2 s after it dies.
