@@ -48,11 +48,7 @@ pub(crate) async fn watch_cluster_version(
     let (names, halts) = halts?;
     let written = decode(&data).get("version").cloned().unwrap_or(Value::Null);
     let effective = effective_version(&data, Ok(names))?;
-    Ok((
-        written,
-        effective.clone(),
-        ClusterWatch::new(effective, hosts, halts),
-    ))
+    Ok((written, effective, ClusterWatch::new(hosts, halts)))
 }
 
 /// The halt records' names with a watch on their list; while [`HALTS`] is missing, none,
@@ -84,14 +80,12 @@ async fn watch_halts(client: &Client) -> Result<(Vec<String>, OneshotWatcher), Z
 /// checkpoints need no request.
 #[derive(Clone)]
 pub(crate) struct ClusterWatch {
-    /// The cluster version when the watches were set (halt records counted).
-    effective: Value,
     /// The first event of the two watches.
     fired: Shared<BoxFuture<'static, EventType>>,
 }
 
 impl ClusterWatch {
-    fn new(effective: Value, hosts: OneshotWatcher, halts: OneshotWatcher) -> ClusterWatch {
+    fn new(hosts: OneshotWatcher, halts: OneshotWatcher) -> ClusterWatch {
         let first = async move {
             tokio::select! {
                 event = hosts.changed() => event.event_type,
@@ -99,22 +93,14 @@ impl ClusterWatch {
             }
         };
         ClusterWatch {
-            effective,
             fired: first.boxed().shared(),
         }
     }
 
-    /// The cluster version, while no watch fired since it was read and `client` is connected
-    /// (while it is not, a change would not be told: the caller reads, and waits for the
-    /// connection).
-    pub(crate) fn unchanged(&self, client: &Client) -> Option<&Value> {
-        if client.state() != SessionState::SyncConnected {
-            return None;
-        }
-        match self.fired.clone().now_or_never() {
-            None => Some(&self.effective),
-            Some(_) => None,
-        }
+    /// Whether the version read with the watches is still the cluster's: no watch fired, and
+    /// `client` is connected (while it is not, a change would not be told).
+    pub(crate) fn unchanged(&self, client: &Client) -> bool {
+        client.state() == SessionState::SyncConnected && self.fired.clone().now_or_never().is_none()
     }
 
     /// Resolves at the first event (a session event when the session ended).

@@ -98,7 +98,6 @@ pub async fn start(
         host_node: Default::default(),
         read_guess: Default::default(),
         ahead: Default::default(),
-        cluster_watch: None,
         mixed: Default::default(),
     })
 }
@@ -224,10 +223,10 @@ async fn serve(ctx: &mut Agent, wake: &Notify) -> Result<(), ZkError> {
             crate::tree::literal::py_str(&version),
             crate::tree::literal::py_str(&ctx.host_version)
         );
-        ctx.cluster_watch = Some(watcher.clone());
-        let outcome = ctx.run_pass_at(effective, false).await;
-        ctx.cluster_watch = None;
-        match outcome? {
+        match ctx
+            .run_pass_at(effective, false, Some(watcher.clone()))
+            .await?
+        {
             PassOutcome::Abandoned(why) => tracing::warn!("pass abandoned: {why}"),
             PassOutcome::Failed(why) => tracing::error!("pass failed: {why}"),
             _ => {}

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use super::cluster::{cluster_version, halt};
+use super::cluster::{cluster_version, halt, ClusterWatch};
 use super::deploy::run_node_locked;
 use super::discover::{discover_guessing, DiscoverFailure, Discovered, DiscoveryReport, Mode};
 use super::error::{Failure, Interrupt, Left, StepError};
@@ -203,14 +203,16 @@ impl Agent {
     /// Runs one pass for the current cluster version.
     pub(crate) async fn run_pass(&mut self, force: bool) -> Result<PassOutcome, ZkError> {
         let version = cluster_version(&self.client).await?;
-        self.run_pass_at(version, force).await
+        self.run_pass_at(version, force, None).await
     }
 
-    /// Runs one pass for `version`, the cluster version just read ([`cluster_version`]).
+    /// Runs one pass for `version`, the cluster version just read ([`cluster_version`]),
+    /// with the watches set with that read, if any.
     pub(crate) async fn run_pass_at(
         &mut self,
         version: Value,
         force: bool,
+        watch: Option<ClusterWatch>,
     ) -> Result<PassOutcome, ZkError> {
         self.metrics.halted = version.is_null();
         if version.is_null() || version == Value::Bool(false) {
@@ -220,7 +222,7 @@ impl Agent {
             p.remove("error");
         })
         .await?;
-        let mut pass = Pass::new(self, version.clone());
+        let mut pass = Pass::new(self, version.clone(), watch);
         if version == self.host_version && !force {
             // The host version may come from a legacy host node: keep it for the next start.
             if self.run_dir.host_version().as_ref() != Some(&version) {

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use serde_json::{json, Value};
 
-use super::cluster::cluster_version;
+use super::cluster::{cluster_version, ClusterWatch};
 use super::discover::DiscoveryReport;
 use super::error::{Failure, Interrupt, StepError};
 use super::plan::Step;
@@ -32,6 +32,9 @@ pub(crate) struct Pass<'a> {
     pub(crate) agent: &'a Agent,
     /// The cluster version being deployed.
     pub(crate) version: Value,
+    /// The watches set with the read of `version`, if the daemon set them: while neither
+    /// fired, `version` is the cluster's and a checkpoint needs no request.
+    pub(crate) watch: Option<ClusterWatch>,
     /// Unix time the pass started.
     pub(crate) started: f64,
     /// Application node properties, as discovery read them (`ZKDEPLOYMENT_PROPERTIES`).
@@ -58,11 +61,12 @@ pub(crate) struct Pass<'a> {
 }
 
 impl<'a> Pass<'a> {
-    /// A pass of `agent` deploying `version`.
-    pub(crate) fn new(agent: &'a Agent, version: Value) -> Pass<'a> {
+    /// A pass of `agent` deploying `version` (read with `watch`, if given).
+    pub(crate) fn new(agent: &'a Agent, version: Value, watch: Option<ClusterWatch>) -> Pass<'a> {
         Pass {
             agent,
             version,
+            watch,
             started: now(),
             properties: BTreeMap::new(),
             yum: agent.yum(),
@@ -207,11 +211,17 @@ impl<'a> Pass<'a> {
         if self.controlled {
             return Ok(());
         }
-        let watched = self.agent.cluster_watch.as_ref();
-        if let Some(version) = watched.and_then(|w| w.unchanged(&self.agent.client)) {
-            return self.judge(version);
+        if self.unchanged() {
+            return self.judge(&self.version);
         }
         self.judge(&cluster_version(&self.agent.client).await?)
+    }
+
+    /// Whether the cluster version is still the one the pass started from, as its watches
+    /// say (false without them).
+    pub(crate) fn unchanged(&self) -> bool {
+        let client = &self.agent.client;
+        self.watch.as_ref().is_some_and(|w| w.unchanged(client))
     }
 
     /// A checkpoint's first half: a stop request abandons the pass.

@@ -157,11 +157,9 @@ async fn cluster_changes(pass: &Pass<'_>) {
             tokio::time::sleep(STOP_POLL).await;
         }
     };
-    let unchanged = pass.agent.cluster_watch.as_ref();
-    let client = &pass.agent.client;
-    let watch = match unchanged.filter(|w| w.unchanged(client).is_some()) {
-        Some(watch) => watch.clone(),
-        None => match watch_cluster_version(client).await {
+    let watch = match &pass.watch {
+        Some(watch) if pass.unchanged() => watch.clone(),
+        _ => match watch_cluster_version(&pass.agent.client).await {
             // Halted or paused already: the caller's checkpoint says so.
             Ok((_, effective, _)) if pass.judge(&effective).is_err() => return,
             Ok((_, _, watch)) => watch,

@@ -56,9 +56,6 @@ pub struct Agent {
     /// describes, else dropped.
     pub(crate) ahead:
         std::sync::Mutex<Option<(super::discover::Discovered, super::discover::Snapshot)>>,
-    /// The watches set with the read of the version the running pass deploys, if the daemon
-    /// set them: while neither fired, a checkpoint needs no request.
-    pub(crate) cluster_watch: Option<super::cluster::ClusterWatch>,
 }
 
 impl Agent {
